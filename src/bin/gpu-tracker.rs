@@ -1,0 +1,295 @@
+//! `gpu-tracker -e CMD`: runs a command, tracks it and its descendants, prints what it used, and
+//! exits with the command's status. Options as in the `gpu_tracker` Python package.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{ArgAction, Parser};
+use gpu_tracker::cgroup::own::OwnCgroup;
+use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, nvml::NvmlSource};
+use gpu_tracker::sampler::{EndInfo, MemoryDetail, Target};
+use gpu_tracker::sys::{self, ExitStatus};
+use gpu_tracker::units::{MemUnit, TimeUnit, Units};
+use gpu_tracker::{Tracker, TrackerOptions};
+
+/// Tracks the computational resource usage (RAM, GPU RAM, CPU utilization, GPU utilization and
+/// compute time) of a shell command and its descendants. Peaks come from kernel high-water marks
+/// and cgroup counters, so short spikes are not missed.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-tracker", version, disable_version_flag = true)]
+struct Args {
+    /// The command to run, with its arguments, in quotes (run by `sh -c`), e.g. "ls -l -a".
+    #[arg(short = 'e', long = "execute", value_name = "COMMAND")]
+    execute: Option<String>,
+    /// File to write the measurements to; printed to the screen if not set.
+    #[arg(short = 'o', long = "output", value_name = "OUTPUT")]
+    output: Option<PathBuf>,
+    /// Format of the output: text or json.
+    #[arg(short = 'f', long = "format", value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"])]
+    format: String,
+    /// Seconds between samples (at least 0.1).
+    #[arg(long = "st", value_name = "SLEEP_TIME", default_value_t = 1.0)]
+    st: f64,
+    /// RAM unit: bytes, kilobytes, megabytes, gigabytes or terabytes (decimal).
+    #[arg(long = "ru", value_name = "RAM_UNIT", default_value = "gigabytes")]
+    ru: MemUnit,
+    /// GPU RAM unit: bytes, kilobytes, megabytes, gigabytes or terabytes (decimal).
+    #[arg(long = "gru", value_name = "GPU_RAM_UNIT", default_value = "gigabytes")]
+    gru: MemUnit,
+    /// Time unit: seconds, minutes, hours or days.
+    #[arg(long = "tu", value_name = "TIME_UNIT", default_value = "hours")]
+    tu: TimeUnit,
+    /// Number of cores expected to be used; all cores of the machine by default.
+    #[arg(long = "nec", value_name = "NUM_CORES")]
+    nec: Option<u32>,
+    /// Comma-separated UUIDs of the GPUs whose utilization to track; all GPUs by default.
+    #[arg(long = "guuids", value_name = "GPU_UUIDS", value_delimiter = ',')]
+    guuids: Option<Vec<String>>,
+    /// Suppress warnings.
+    #[arg(long = "disable-logs")]
+    disable_logs: bool,
+    /// CSV file to store every sample in (gpu_tracker's tracking-file layout).
+    #[arg(long = "tf", value_name = "TRACKING_FILE")]
+    tf: Option<PathBuf>,
+    /// Replace the tracking file if it exists.
+    #[arg(long = "overwrite")]
+    overwrite: bool,
+    /// Path of libnvidia-ml.so.1 (default: the dynamic loader's search path).
+    #[arg(long = "nvml-lib", value_name = "PATH", env = "GPU_TRACKER_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// Do not give the command a cgroup of its own (the combined peak is then sampled).
+    #[arg(long = "no-cgroup")]
+    no_cgroup: bool,
+    /// Read the private/shared split from /proc/PID/status only (cheaper on huge processes).
+    #[arg(long = "cheap-memory-split")]
+    cheap_memory_split: bool,
+    /// Print version.
+    #[arg(short = 'V', short_alias = 'v', long = "version", action = ArgAction::Version)]
+    version: Option<bool>,
+}
+
+/// A failure before the command ran (exit 2) or of the tracker itself (exit 1).
+enum Fail {
+    Usage(String),
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Fail {
+    fn from(e: anyhow::Error) -> Self {
+        Fail::Runtime(e)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("gpu-tracker: {first}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail::Usage(m)) => {
+            eprintln!("gpu-tracker: error: {m}");
+            ExitCode::from(2)
+        }
+        Err(Fail::Runtime(e)) => {
+            eprintln!("gpu-tracker: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<u8, Fail> {
+    let command = args
+        .execute
+        .as_deref()
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| Fail::Usage("no command given: use -e 'COMMAND ARGS'".into()))?
+        .to_string();
+    let log: Option<gpu_tracker::tracker::LogFn> = if args.disable_logs {
+        None
+    } else {
+        Some(Arc::new(|m: &str| eprintln!("gpu-tracker: warning: {m}")))
+    };
+    let opts = TrackerOptions {
+        sleep_time: args.st,
+        units: Units {
+            ram: args.ru,
+            gpu_ram: args.gru,
+            time: args.tu,
+        },
+        n_expected_cores: args.nec,
+        gpu_uuids: args.guuids.clone(),
+        memory_detail: if args.cheap_memory_split {
+            MemoryDetail::Status
+        } else {
+            MemoryDetail::SmapsRollup
+        },
+        gpu: GpuConfig {
+            nvml_lib: args.nvml_lib.clone(),
+            disabled: false,
+        },
+        tracking_file: None,
+        overwrite: args.overwrite,
+        log: log.clone(),
+    };
+    opts.validate().map_err(|e| Fail::Usage(e.to_string()))?;
+
+    // Everything that can be wrong with the options is found before the command runs.
+    let mut out_file = match &args.output {
+        Some(p) => Some(
+            std::fs::File::create(p)
+                .map_err(|e| Fail::Usage(format!("cannot write {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let tracking = match &args.tf {
+        Some(p) => Some(
+            gpu_tracker::tracking_file::TrackingFile::create(p, args.overwrite)
+                .map_err(|e| Fail::Usage(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let gpu = match &args.guuids {
+        Some(wanted) => {
+            let src = NvmlSource::open(args.nvml_lib.as_deref())
+                .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
+            let known: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
+            if let Some(bad) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
+                return Err(Fail::Usage(format!(
+                    "unknown GPU UUID \"{bad}\"; GPUs here: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+            LazyGpu::ready(Box::new(src))
+        }
+        None => gpu::open_lazily(&opts.gpu),
+    };
+
+    let cgroup_root = std::path::Path::new(gpu_tracker::cgroup::DEFAULT_ROOT);
+    let proc_root = std::path::Path::new(gpu_tracker::proc::DEFAULT_ROOT);
+    let own_cg = if args.no_cgroup {
+        None
+    } else {
+        match OwnCgroup::create(cgroup_root, proc_root) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                if let Some(l) = &log {
+                    l(&format!("combined peak will be sampled: {why}"));
+                }
+                None
+            }
+        }
+    };
+
+    let me = std::process::id();
+    // Orphaned descendants come back to us instead of init, so they stay tracked.
+    let _ = sys::set_child_subreaper();
+    sys::set_interactive_signals(libc::SIG_IGN).context("ignoring SIGINT in the tracker")?;
+    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.procs_fd()))
+        .context("starting /bin/sh")?;
+    let pid = child.id();
+    let _ = sys::forward_signals_to(pid);
+
+    let mut cgroup = own_cg.as_ref().map(|c| c.cgroup().clone());
+    if let Some(cg) = &cgroup {
+        // The child joined before exec; if it could not, the cgroup would measure nothing.
+        if !cg.procs().map(|p| p.contains(&pid)).unwrap_or(false) {
+            cgroup = None;
+        }
+    }
+    let target = Target {
+        main: pid,
+        tree_roots: vec![me],
+        exclude: vec![me],
+        cgroup,
+        in_process: false,
+    };
+    let tracker =
+        Tracker::start_for(opts, target, gpu, tracking).map_err(|e| Fail::Runtime(e.into()))?;
+
+    // Reap until the main process ends; orphans re-parented to us are reaped on the way.
+    let (status, main_usage) = loop {
+        match sys::wait4(-1) {
+            Ok((p, how, ru)) if p as u32 == pid => break (how, ru),
+            Ok(_) => continue,
+            Err(e) => {
+                return Err(Fail::Runtime(
+                    anyhow::Error::new(e).context("waiting for the command"),
+                ));
+            }
+        }
+    };
+    let end = EndInfo {
+        main: Some(main_usage),
+        children: Some(sys::rusage(sys::Who::Children)),
+    };
+    let usage = tracker
+        .stop_with(end)
+        .map_err(|e| Fail::Runtime(e.into()))?;
+    if let Some(c) = own_cg {
+        if let Err(e) = c.remove() {
+            if let Some(l) = &log {
+                l(&format!("could not remove the command's cgroup: {e}"));
+            }
+        }
+    }
+
+    let (shown, note) = match status {
+        ExitStatus::Exited(c) => (c, String::new()),
+        ExitStatus::Signaled { signal, core } => (
+            -signal,
+            format!(
+                " (killed by {}{})",
+                sys::signal_name(signal),
+                if core { ", core dumped" } else { "" }
+            ),
+        ),
+    };
+    eprintln!("Resource tracking complete. Process completed with status code: {shown}{note}");
+    let report = if args.format == "json" {
+        usage.to_json_pretty() + "\n"
+    } else {
+        usage.to_string()
+    };
+    match out_file.as_mut() {
+        Some(f) => {
+            if let Err(e) = f.write_all(report.as_bytes()) {
+                // Never lose the figures: fall back to the screen.
+                eprintln!(
+                    "gpu-tracker: error: writing {}: {e}",
+                    args.output
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                );
+                print_stdout(&report);
+            }
+        }
+        None => print_stdout(&report),
+    }
+    Ok(status.shell_code().clamp(0, 255) as u8)
+}
+
+/// Prints to stdout; a closed pipe (`| head`) is not an error.
+fn print_stdout(s: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}

@@ -1,0 +1,173 @@
+//! GPUs, behind a small trait. The real source is NVML through `nvml-wrapper`
+//! ([`nvml::NvmlSource`]); tests drive the same code with the project's fake `libnvidia-ml.so.1`.
+//! A machine without GPUs or without the NVIDIA library is normal: [`open_lazily`] logs one line
+//! and the tracker reports zeros.
+
+pub mod nvml;
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::thread;
+
+use serde::Serialize;
+
+/// What stays the same about a GPU during a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuInfo {
+    /// NVML index (the order NVML enumerates devices in).
+    pub index: u32,
+    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names.
+    pub minor: Option<u32>,
+    /// `GPU-...` or `MIG-...` UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Memory size in bytes.
+    pub memory_total: u64,
+}
+
+/// One reading of one GPU. `None` where the device does not support a query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuReading {
+    /// Device memory in use by anyone, in bytes.
+    pub used: Option<u64>,
+    /// Percent of time a kernel ran over the driver's last sample period.
+    pub utilization: Option<u32>,
+    /// Energy used since the driver loaded, in millijoules.
+    pub energy_mj: Option<u64>,
+    /// Compute processes on the device: host pid and memory used, where the driver tells it.
+    pub processes: Vec<(u32, Option<u64>)>,
+}
+
+/// A failure of a GPU source as a whole (not of one query).
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The NVIDIA management library could not be loaded or initialized.
+    #[error("NVML unavailable ({lib}): {source}")]
+    Unavailable {
+        /// Library path tried.
+        lib: String,
+        /// What NVML said.
+        #[source]
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// A device query failed while listing devices.
+    #[error("NVML: {what}: {source}")]
+    Query {
+        /// What was being asked.
+        what: String,
+        /// What NVML said.
+        #[source]
+        source: nvml_wrapper::error::NvmlError,
+    },
+}
+
+/// A set of GPUs that can be read repeatedly.
+pub trait GpuSource: Send {
+    /// The devices this source reads, in a fixed order.
+    fn devices(&self) -> &[GpuInfo];
+    /// Reads device `i` (an index into [`GpuSource::devices`]). `None` once the device is lost
+    /// (fell off the bus): the caller keeps what it had.
+    fn read(&mut self, i: usize) -> Option<GpuReading>;
+}
+
+/// Where to find the NVIDIA management library.
+#[derive(Debug, Clone, Default)]
+pub struct GpuConfig {
+    /// Path of `libnvidia-ml.so.1`; `None` lets the dynamic loader search (the usual case).
+    pub nvml_lib: Option<PathBuf>,
+    /// Skip GPUs altogether.
+    pub disabled: bool,
+}
+
+/// A GPU source that is being opened on its own thread, so a slow NVML start (seconds without
+/// persistence mode) never delays the command or its first samples.
+pub struct LazyGpu {
+    state: LazyState,
+}
+
+enum LazyState {
+    Opening(mpsc::Receiver<Result<Box<dyn GpuSource>, GpuError>>),
+    Ready(Box<dyn GpuSource>),
+    None(Option<String>),
+}
+
+/// Starts opening the GPUs in the background.
+pub fn open_lazily(config: &GpuConfig) -> LazyGpu {
+    if config.disabled {
+        return LazyGpu {
+            state: LazyState::None(None),
+        };
+    }
+    let (tx, rx) = mpsc::channel();
+    let lib = config.nvml_lib.clone();
+    let spawned = thread::Builder::new()
+        .name("gpu-tracker-nvml-open".into())
+        .spawn(move || {
+            let r =
+                nvml::NvmlSource::open(lib.as_deref()).map(|s| Box::new(s) as Box<dyn GpuSource>);
+            let _ = tx.send(r);
+        });
+    LazyGpu {
+        state: match spawned {
+            Ok(_) => LazyState::Opening(rx),
+            Err(e) => LazyState::None(Some(format!("could not start the NVML thread: {e}"))),
+        },
+    }
+}
+
+impl LazyGpu {
+    /// A source that is already open (tests, or when UUIDs had to be checked up front).
+    pub fn ready(source: Box<dyn GpuSource>) -> LazyGpu {
+        LazyGpu {
+            state: LazyState::Ready(source),
+        }
+    }
+
+    /// No GPUs.
+    pub fn none() -> LazyGpu {
+        LazyGpu {
+            state: LazyState::None(None),
+        }
+    }
+
+    /// Whether opening has finished, either way.
+    pub fn is_settled(&self) -> bool {
+        !matches!(self.state, LazyState::Opening(_))
+    }
+
+    /// The source if it is open by now. `wait` blocks until opening has finished. A failure is
+    /// handed out once through `on_unavailable`, then the source stays absent.
+    pub fn get(
+        &mut self,
+        wait: bool,
+        on_unavailable: &mut dyn FnMut(String),
+    ) -> Option<&mut Box<dyn GpuSource>> {
+        if let LazyState::Opening(rx) = &self.state {
+            let r = if wait {
+                rx.recv().ok()
+            } else {
+                match rx.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(mpsc::TryRecvError::Empty) => return None,
+                    Err(mpsc::TryRecvError::Disconnected) => None,
+                }
+            };
+            self.state = match r {
+                Some(Ok(src)) => LazyState::Ready(src),
+                Some(Err(e)) => LazyState::None(Some(e.to_string())),
+                None => LazyState::None(Some("the NVML thread ended without an answer".into())),
+            };
+        }
+        match &mut self.state {
+            LazyState::Ready(s) => Some(s),
+            LazyState::None(msg) => {
+                if let Some(m) = msg.take() {
+                    on_unavailable(m);
+                }
+                None
+            }
+            LazyState::Opening(_) => None,
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The NVML GPU source. All NVML access goes through `nvml-wrapper`, which `dlopen`s the library
+//! at [`NvmlSource::open`]; absent library, absent driver and absent GPUs are errors the caller
+//! logs once and carries on from.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+
+use super::{GpuError, GpuInfo, GpuReading, GpuSource};
+
+/// GPUs read through NVML.
+pub struct NvmlSource {
+    nvml: Nvml,
+    devices: Vec<GpuInfo>,
+    lost: Vec<bool>,
+}
+
+fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuError> {
+    r.map_err(|source| GpuError::Query {
+        what: what.into(),
+        source,
+    })
+}
+
+/// Optional queries: a device that does not support one gives `None`, not an error.
+fn optional<T>(r: Result<T, NvmlError>, lost: &mut bool) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(NvmlError::GpuLost) => {
+            *lost = true;
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+impl NvmlSource {
+    /// Loads NVML (from `lib`, or the loader's search path) and lists every device.
+    pub fn open(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
+        let lib_name = lib
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "libnvidia-ml.so.1".to_string());
+        let nvml = match lib {
+            Some(p) => Nvml::builder().lib_path(OsStr::new(p.as_os_str())).init(),
+            None => Nvml::init(),
+        }
+        .map_err(|source| GpuError::Unavailable {
+            lib: lib_name,
+            source,
+        })?;
+        let count = query("device count", nvml.device_count())?;
+        let mut devices = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let d = query(format!("device {i}"), nvml.device_by_index(i))?;
+            devices.push(GpuInfo {
+                index: i,
+                minor: d.minor_number().ok(),
+                uuid: query(format!("UUID of device {i}"), d.uuid())?,
+                name: d.name().unwrap_or_else(|_| "unknown".into()),
+                memory_total: query(format!("memory of device {i}"), d.memory_info())?.total,
+            });
+        }
+        Ok(NvmlSource {
+            lost: vec![false; devices.len()],
+            nvml,
+            devices,
+        })
+    }
+
+    /// Keeps only the devices `keep` accepts (a Slurm step's allocation, say).
+    pub fn retain(&mut self, keep: impl Fn(&GpuInfo) -> bool) {
+        let mut lost = self.lost.iter();
+        let mut kept_lost = Vec::new();
+        self.devices.retain(|d| {
+            let l = *lost.next().unwrap_or(&false);
+            let k = keep(d);
+            if k {
+                kept_lost.push(l);
+            }
+            k
+        });
+        self.lost = kept_lost;
+    }
+}
+
+impl GpuSource for NvmlSource {
+    fn devices(&self) -> &[GpuInfo] {
+        &self.devices
+    }
+
+    fn read(&mut self, i: usize) -> Option<GpuReading> {
+        if *self.lost.get(i)? {
+            return None;
+        }
+        let mut lost = false;
+        let index = self.devices[i].index;
+        let reading = match self.nvml.device_by_index(index) {
+            Ok(d) => GpuReading {
+                used: optional(d.memory_info(), &mut lost).map(|m| m.used),
+                utilization: optional(d.utilization_rates(), &mut lost).map(|u| u.gpu),
+                energy_mj: optional(d.total_energy_consumption(), &mut lost),
+                processes: optional(d.running_compute_processes(), &mut lost)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|p| {
+                        let mem = match p.used_gpu_memory {
+                            UsedGpuMemory::Used(b) => Some(b),
+                            UsedGpuMemory::Unavailable => None,
+                        };
+                        (p.pid, mem)
+                    })
+                    .collect(),
+            },
+            Err(NvmlError::GpuLost) => {
+                lost = true;
+                GpuReading::default()
+            }
+            Err(_) => GpuReading::default(),
+        };
+        if lost {
+            self.lost[i] = true;
+            return None;
+        }
+        Some(reading)
+    }
+}

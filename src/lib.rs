@@ -1,0 +1,36 @@
+//! gpu-tracker: exact, cheap resource tracking of a command, a block of code, or (through the
+//! SPANK plugin) every step of a Slurm job: peak RAM, CPU utilization, peak GPU memory, GPU
+//! utilization and time.
+//!
+//! The library holds everything that is not FFI: `/proc` and cgroup readers, the GPU source,
+//! the sampler, and the usage model with its JSON and text renderings. The `gpu-tracker` binary
+//! and the Slurm plugin are thin layers over it.
+//!
+//! Track a block of code:
+//!
+//! ```
+//! use gpu_tracker::{Tracker, TrackerOptions};
+//!
+//! let tracker = Tracker::start(TrackerOptions::default().sleep_time(0.1)).unwrap();
+//! let v: Vec<u8> = vec![1; 50_000_000];
+//! assert_eq!(v.len(), 50_000_000);
+//! let usage = tracker.stop().unwrap();
+//! // The peak is the kernel's high-water mark: it includes the 50 MB buffer.
+//! assert!(usage.max_ram.main.total_rss > 0.05);
+//! println!("{usage}");
+//! ```
+#![warn(missing_docs)]
+
+pub mod cgroup;
+pub mod gpu;
+pub mod proc;
+pub mod sampler;
+pub mod shell;
+pub mod sys;
+pub mod tracker;
+pub mod tracking_file;
+pub mod units;
+pub mod usage;
+
+pub use tracker::{Tracker, TrackerGuard, TrackerOptions};
+pub use usage::ResourceUsage;

@@ -1,0 +1,338 @@
+//! Pure parsers for the few `/proc` files the sampler reads. They take file contents, never
+//! paths, so they are tested here on literal contents; `super::ProcFs` does the I/O.
+//!
+//! Per-process files go through `procfs`'s parsers (kept up to date with kernel formats); we keep
+//! only the fields we use, converted to bytes and clock ticks.
+
+use procfs::FromRead;
+
+/// What was wrong with a file's contents.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+/// Fields of `/proc/<pid>/stat` the sampler uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidStat {
+    /// Parent process id.
+    pub ppid: u32,
+    /// Process state letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// User CPU time of the process itself, in clock ticks.
+    pub utime: u64,
+    /// System CPU time of the process itself, in clock ticks.
+    pub stime: u64,
+    /// User CPU time of the children this process has waited for, in clock ticks.
+    pub cutime: u64,
+    /// System CPU time of the children this process has waited for, in clock ticks.
+    pub cstime: u64,
+    /// Number of threads.
+    pub threads: u64,
+    /// Start time after boot, in clock ticks: with the pid, it names one process for good.
+    pub starttime: u64,
+}
+
+impl PidStat {
+    /// CPU time of the process itself.
+    pub fn own_ticks(&self) -> u64 {
+        self.utime + self.stime
+    }
+    /// CPU time of the children it has reaped (and theirs, recursively).
+    pub fn reaped_ticks(&self) -> u64 {
+        self.cutime + self.cstime
+    }
+}
+
+/// Parses `/proc/<pid>/stat`.
+pub fn parse_pid_stat(contents: &[u8]) -> Result<PidStat, ParseError> {
+    let s = procfs::process::Stat::from_read(contents).map_err(|e| ParseError(e.to_string()))?;
+    Ok(PidStat {
+        ppid: u32::try_from(s.ppid).unwrap_or(0),
+        state: s.state,
+        utime: s.utime,
+        stime: s.stime,
+        cutime: u64::try_from(s.cutime).unwrap_or(0),
+        cstime: u64::try_from(s.cstime).unwrap_or(0),
+        threads: u64::try_from(s.num_threads).unwrap_or(0),
+        starttime: s.starttime,
+    })
+}
+
+/// Fields of `/proc/<pid>/status` the sampler uses, in bytes. Memory fields are `None` for
+/// kernel threads and zombies (their memory is already gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PidStatus {
+    /// Resident set size now (`VmRSS`).
+    pub rss: Option<u64>,
+    /// Peak resident set size since the process started or last exec'd (`VmHWM`): exact, kept by
+    /// the kernel, so a spike between two samples is not missed.
+    pub hwm: Option<u64>,
+    /// Resident anonymous memory (`RssAnon`).
+    pub rss_anon: Option<u64>,
+    /// Resident file mappings (`RssFile`).
+    pub rss_file: Option<u64>,
+    /// Resident shared memory: shmem, tmpfs, shared anonymous mappings (`RssShmem`).
+    pub rss_shmem: Option<u64>,
+    /// Number of threads.
+    pub threads: u64,
+}
+
+/// Parses `/proc/<pid>/status`.
+pub fn parse_pid_status(contents: &[u8]) -> Result<PidStatus, ParseError> {
+    let s = procfs::process::Status::from_read(contents).map_err(|e| ParseError(e.to_string()))?;
+    let kib = |v: Option<u64>| v.map(|k| k * 1024);
+    Ok(PidStatus {
+        rss: kib(s.vmrss),
+        hwm: kib(s.vmhwm),
+        rss_anon: kib(s.rssanon),
+        rss_file: kib(s.rssfile),
+        rss_shmem: kib(s.rssshmem),
+        threads: s.threads,
+    })
+}
+
+/// The private/shared split of a process's resident memory, in bytes, from
+/// `/proc/<pid>/smaps_rollup`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemSplit {
+    /// Resident memory mapped by this process alone (`Private_Clean + Private_Dirty`).
+    pub private: u64,
+    /// Resident memory also mapped by another process (`Shared_Clean + Shared_Dirty`).
+    pub shared: u64,
+}
+
+impl MemSplit {
+    /// Private plus shared: the resident set.
+    pub fn total(&self) -> u64 {
+        self.private + self.shared
+    }
+
+    /// The split estimated from `/proc/<pid>/status` alone, for when reading smaps is too costly
+    /// or not allowed: anonymous memory as private, file and shmem pages as shared.
+    pub fn from_status(st: &PidStatus) -> Option<MemSplit> {
+        let anon = st.rss_anon?;
+        Some(MemSplit {
+            private: anon,
+            shared: st.rss_file.unwrap_or(0) + st.rss_shmem.unwrap_or(0),
+        })
+    }
+}
+
+/// Parses `/proc/<pid>/smaps_rollup`.
+pub fn parse_smaps_rollup(contents: &[u8]) -> Result<MemSplit, ParseError> {
+    let maps = procfs::process::SmapsRollup::from_read(contents)
+        .map_err(|e| ParseError(e.to_string()))?
+        .memory_map_rollup;
+    let mut split = MemSplit::default();
+    for m in maps.iter() {
+        let get = |k: &str| m.extension.map.get(k).copied().unwrap_or(0);
+        split.private += get("Private_Clean") + get("Private_Dirty");
+        split.shared += get("Shared_Clean") + get("Shared_Dirty");
+    }
+    if maps.iter().next().is_none() {
+        return Err(ParseError("no rollup entry".into()));
+    }
+    Ok(split)
+}
+
+/// Cumulative CPU time of the whole machine, from the first line of `/proc/stat`, in ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTotals {
+    /// Ticks spent doing anything but idling or waiting for I/O.
+    pub busy: u64,
+    /// All ticks, summed over every CPU.
+    pub total: u64,
+}
+
+/// Parses the aggregate `cpu` line of `/proc/stat`. Guest time is already inside user time,
+/// so it is not added again.
+pub fn parse_cpu_totals(contents: &str) -> Result<CpuTotals, ParseError> {
+    let line = contents
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or_else(|| ParseError("no aggregate `cpu` line".into()))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| ParseError(format!("bad `cpu` line: {e}")))?;
+    if v.len() < 4 {
+        return Err(ParseError("`cpu` line has fewer than 4 fields".into()));
+    }
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v[3] + v.get(4).copied().unwrap_or(0);
+    Ok(CpuTotals {
+        busy: total - idle.min(total),
+        total,
+    })
+}
+
+/// Machine memory figures from `/proc/meminfo`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemInfo {
+    /// `MemTotal`.
+    pub total: u64,
+    /// Memory in use as `psutil` (and so `gpu_tracker`) counts it: total minus free, buffers,
+    /// page cache and reclaimable slab.
+    pub used: u64,
+}
+
+/// Parses `/proc/meminfo`.
+pub fn parse_meminfo(contents: &[u8]) -> Result<MemInfo, ParseError> {
+    let m = procfs::Meminfo::from_read(contents).map_err(|e| ParseError(e.to_string()))?;
+    let cached = m.cached + m.s_reclaimable.unwrap_or(0);
+    let mut used = m.mem_total.saturating_sub(m.mem_free + m.buffers + cached);
+    if used == 0 {
+        used = m.mem_total.saturating_sub(m.mem_free);
+    }
+    Ok(MemInfo {
+        total: m.mem_total,
+        used,
+    })
+}
+
+/// Parses a `children` file (`/proc/<pid>/task/<tid>/children`): pids separated by spaces.
+pub fn parse_pid_list(contents: &str) -> Vec<u32> {
+    contents
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A real /proc/<pid>/stat line of a python process, with a space and parens in its name.
+    const STAT: &str = "4242 (py (x) 1) S 4200 4242 4200 34816 4242 4194304 1873 0 0 0 \
+        150 30 7 2 20 0 3 0 123456 15339520 2300 18446744073709551615 1 1 0 0 0 0 0 16781312 \
+        134234626 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn pid_stat_fields() {
+        let s = parse_pid_stat(STAT.as_bytes()).unwrap();
+        assert_eq!(s.ppid, 4200);
+        assert_eq!(s.state, 'S');
+        assert_eq!((s.utime, s.stime, s.cutime, s.cstime), (150, 30, 7, 2));
+        assert_eq!(s.own_ticks(), 180);
+        assert_eq!(s.reaped_ticks(), 9);
+        assert_eq!(s.threads, 3);
+        assert_eq!(s.starttime, 123456);
+    }
+
+    #[test]
+    fn pid_stat_garbage_is_an_error() {
+        assert!(parse_pid_stat(b"not a stat line").is_err());
+    }
+
+    const STATUS: &str = "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\n\
+Ngid:\t0\nPid:\t4242\nPPid:\t4200\nTracerPid:\t0\nUid:\t1000\t1000\t1000\t1000\n\
+Gid:\t1000\t1000\t1000\t1000\nFDSize:\t64\nGroups:\t1000 \nNStgid:\t4242\nNSpid:\t4242\n\
+NSpgid:\t4242\nNSsid:\t4200\nVmPeak:\t  280000 kB\nVmSize:\t   15000 kB\nVmLck:\t       0 kB\n\
+VmPin:\t       0 kB\nVmHWM:\t  262400 kB\nVmRSS:\t    9200 kB\nRssAnon:\t    4000 kB\n\
+RssFile:\t    5000 kB\nRssShmem:\t     200 kB\nVmData:\t    3000 kB\nVmStk:\t     132 kB\n\
+VmExe:\t    2800 kB\nVmLib:\t    3500 kB\nVmPTE:\t      52 kB\nVmSwap:\t       0 kB\n\
+HugetlbPages:\t       0 kB\nCoreDumping:\t0\nTHP_enabled:\t1\nThreads:\t3\nSigQ:\t0/95617\n\
+SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n\
+SigIgn:\t0000000001001000\nSigCgt:\t0000000100000002\nCapInh:\t0000000000000000\n\
+CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n\
+CapAmb:\t0000000000000000\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n\
+Speculation_Store_Bypass:\tthread vulnerable\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n\
+Mems_allowed:\t00000000,00000001\nMems_allowed_list:\t0\nvoluntary_ctxt_switches:\t10\n\
+nonvoluntary_ctxt_switches:\t2\n";
+
+    #[test]
+    fn status_memory_in_bytes_and_threads() {
+        let s = parse_pid_status(STATUS.as_bytes()).unwrap();
+        assert_eq!(s.hwm, Some(262_400 * 1024));
+        assert_eq!(s.rss, Some(9_200 * 1024));
+        assert_eq!(s.rss_anon, Some(4_000 * 1024));
+        assert_eq!(s.threads, 3);
+        let split = MemSplit::from_status(&s).unwrap();
+        assert_eq!(split.private, 4_000 * 1024);
+        assert_eq!(split.shared, 5_200 * 1024);
+    }
+
+    #[test]
+    fn status_of_a_zombie_has_no_memory() {
+        let zombie: String = STATUS
+            .lines()
+            .filter(|l| !l.starts_with("Vm") && !l.starts_with("Rss"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let s = parse_pid_status(zombie.as_bytes()).unwrap();
+        assert_eq!(s.hwm, None);
+        assert_eq!(MemSplit::from_status(&s), None);
+    }
+
+    const SMAPS_ROLLUP: &str =
+        "55d0c8a4e000-7ffd3a5f1000 ---p 00000000 00:00 0                          [rollup]
+Rss:                9216 kB
+Pss:                5000 kB
+Pss_Anon:           4000 kB
+Pss_File:            900 kB
+Pss_Shmem:           100 kB
+Shared_Clean:       4800 kB
+Shared_Dirty:        400 kB
+Private_Clean:       100 kB
+Private_Dirty:      3916 kB
+Referenced:         9216 kB
+Anonymous:          4000 kB
+LazyFree:              0 kB
+AnonHugePages:         0 kB
+ShmemPmdMapped:        0 kB
+FilePmdMapped:         0 kB
+Shared_Hugetlb:        0 kB
+Private_Hugetlb:       0 kB
+Swap:                  0 kB
+SwapPss:               0 kB
+Locked:                0 kB
+";
+
+    #[test]
+    fn smaps_rollup_split() {
+        let m = parse_smaps_rollup(SMAPS_ROLLUP.as_bytes()).unwrap();
+        assert_eq!(m.private, 4_016 * 1024);
+        assert_eq!(m.shared, 5_200 * 1024);
+        assert_eq!(m.total(), 9_216 * 1024);
+        assert!(parse_smaps_rollup(b"").is_err());
+    }
+
+    #[test]
+    fn cpu_totals_skip_guest_and_count_iowait_as_idle() {
+        let s = "cpu  100 5 50 800 40 1 2 3 60 0\ncpu0 50 2 25 400 20 0 1 1 30 0\nintr 1\n";
+        let c = parse_cpu_totals(s).unwrap();
+        assert_eq!(c.total, 100 + 5 + 50 + 800 + 40 + 1 + 2 + 3);
+        assert_eq!(c.busy, 100 + 5 + 50 + 1 + 2 + 3);
+        assert!(parse_cpu_totals("cpu0 1 2 3 4\n").is_err());
+        assert!(parse_cpu_totals("cpu  1 x 3 4\n").is_err());
+    }
+
+    #[test]
+    fn meminfo_used_like_psutil() {
+        let s = "MemTotal:       1000000 kB\nMemFree:         200000 kB\nMemAvailable:    600000 kB\n\
+Buffers:          50000 kB\nCached:          300000 kB\nSwapCached:            0 kB\n\
+Active:          100000 kB\nInactive:        100000 kB\nSwapTotal:             0 kB\n\
+SwapFree:              0 kB\nDirty:                 0 kB\nWriteback:             0 kB\n\
+AnonPages:       100000 kB\nMapped:                0 kB\nShmem:                 0 kB\n\
+Slab:             60000 kB\nSReclaimable:     40000 kB\nSUnreclaim:       20000 kB\n\
+KernelStack:           0 kB\nPageTables:            0 kB\nNFS_Unstable:          0 kB\n\
+Bounce:                0 kB\nWritebackTmp:          0 kB\nCommitLimit:           0 kB\n\
+Committed_AS:          0 kB\nVmallocTotal:          0 kB\nVmallocUsed:           0 kB\n\
+VmallocChunk:          0 kB\n";
+        let m = parse_meminfo(s.as_bytes()).unwrap();
+        assert_eq!(m.total, 1_000_000 * 1024);
+        assert_eq!(
+            m.used,
+            (1_000_000 - 200_000 - 50_000 - 300_000 - 40_000) * 1024
+        );
+    }
+
+    #[test]
+    fn pid_lists() {
+        assert_eq!(parse_pid_list("12 13 4000 \n"), vec![12, 13, 4000]);
+        assert!(parse_pid_list("").is_empty());
+    }
+}

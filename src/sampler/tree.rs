@@ -1,0 +1,80 @@
+//! Which processes are tracked at this instant.
+
+use std::collections::{HashMap, HashSet};
+
+use super::Target;
+use crate::proc::ProcFs;
+
+/// The tracked pids now: the cgroup's processes when there is one, else the descendants of the
+/// tree roots (and the main process itself), walking `children` files, or every process's parent
+/// where the kernel has no `children` files.
+pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
+    let exclude: HashSet<u32> = target.exclude.iter().copied().collect();
+    if let Some(cg) = &target.cgroup {
+        if let Ok(mut pids) = cg.procs() {
+            pids.retain(|p| !exclude.contains(p));
+            if !pids.contains(&target.main) && procfs.pid_stat(target.main).is_ok() {
+                pids.push(target.main);
+            }
+            return pids;
+        }
+    }
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<u32> = target.tree_roots.clone();
+    stack.push(target.main);
+    let mut parents: Option<HashMap<u32, Vec<u32>>> = None;
+    while let Some(pid) = stack.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        if !exclude.contains(&pid) {
+            out.push(pid);
+        }
+        let kids = match procfs.children(pid) {
+            Ok(Some(k)) => k,
+            Ok(None) => {
+                let map = parents.get_or_insert_with(|| {
+                    let mut m: HashMap<u32, Vec<u32>> = HashMap::new();
+                    for (p, pp) in procfs.all_parents().unwrap_or_default() {
+                        m.entry(pp).or_default().push(p);
+                    }
+                    m
+                });
+                map.get(&pid).cloned().unwrap_or_default()
+            }
+            Err(_) => Vec::new(),
+        };
+        stack.extend(kids);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn finds_a_grandchild_and_excludes_the_root() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 2 & sleep 2; wait"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let me = std::process::id();
+        let t = Target {
+            main: child.id(),
+            tree_roots: vec![me],
+            exclude: vec![me],
+            cgroup: None,
+            in_process: false,
+        };
+        let m = members(&ProcFs::default(), &t);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!m.contains(&me));
+        assert!(m.contains(&child.id()));
+        assert!(m.len() >= 3, "sh and two sleeps: {m:?}");
+    }
+}

@@ -1,0 +1,380 @@
+//! Tracking on a background thread: the library API ([`Tracker`], [`TrackerGuard`]) and the loop
+//! the `gpu-tracker` command runs.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::gpu::{self, GpuConfig, LazyGpu};
+use crate::sampler::{EndInfo, MemoryDetail, Sampler, SamplerOptions, Target};
+use crate::tracking_file::{TrackingFile, TrackingFileError};
+use crate::units::Units;
+use crate::usage::ResourceUsage;
+
+/// The smallest sleep time accepted, as in `gpu_tracker`.
+pub const MIN_SLEEP_TIME: f64 = 0.1;
+
+/// A failure to start or finish tracking.
+#[derive(Debug, thiserror::Error)]
+pub enum TrackerError {
+    /// An option has a value that cannot work.
+    #[error("{0}")]
+    InvalidOption(String),
+    /// The tracking file could not be made.
+    #[error(transparent)]
+    TrackingFile(#[from] TrackingFileError),
+    /// The sampling thread could not start.
+    #[error("could not start the sampling thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The sampling thread panicked (a bug): no figures.
+    #[error("the sampling thread failed; no figures were kept")]
+    Panicked,
+}
+
+/// Where warnings go.
+pub type LogFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Options of a tracking session, with the names and defaults of `gpu_tracker`'s `Tracker`.
+#[derive(Clone)]
+pub struct TrackerOptions {
+    /// Seconds between samples (at least 0.1).
+    pub sleep_time: f64,
+    /// Units of the result.
+    pub units: Units,
+    /// Cores expected to be used: denominator of CPU hardware percentages.
+    pub n_expected_cores: Option<u32>,
+    /// GPUs whose utilization is tracked (all when `None`).
+    pub gpu_uuids: Option<Vec<String>>,
+    /// How the private/shared memory split is read.
+    pub memory_detail: MemoryDetail,
+    /// Where NVML is, or that GPUs are skipped.
+    pub gpu: GpuConfig,
+    /// Per-sample CSV file.
+    pub tracking_file: Option<PathBuf>,
+    /// Replace an existing tracking file.
+    pub overwrite: bool,
+    /// Where warnings go; `None` drops them (`--disable-logs`).
+    pub log: Option<LogFn>,
+}
+
+impl std::fmt::Debug for TrackerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrackerOptions")
+            .field("sleep_time", &self.sleep_time)
+            .field("units", &self.units)
+            .field("n_expected_cores", &self.n_expected_cores)
+            .field("gpu_uuids", &self.gpu_uuids)
+            .field("tracking_file", &self.tracking_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TrackerOptions {
+    fn default() -> Self {
+        TrackerOptions {
+            sleep_time: 1.0,
+            units: Units::default(),
+            n_expected_cores: None,
+            gpu_uuids: None,
+            memory_detail: MemoryDetail::SmapsRollup,
+            gpu: GpuConfig {
+                nvml_lib: std::env::var_os("GPU_TRACKER_NVML_LIB").map(PathBuf::from),
+                disabled: false,
+            },
+            tracking_file: None,
+            overwrite: false,
+            log: Some(Arc::new(|m: &str| eprintln!("gpu-tracker: warning: {m}"))),
+        }
+    }
+}
+
+impl TrackerOptions {
+    /// Sets the sleep time in seconds.
+    pub fn sleep_time(mut self, seconds: f64) -> Self {
+        self.sleep_time = seconds;
+        self
+    }
+    /// Sets the units.
+    pub fn units(mut self, units: Units) -> Self {
+        self.units = units;
+        self
+    }
+    /// Sets the expected cores.
+    pub fn n_expected_cores(mut self, n: u32) -> Self {
+        self.n_expected_cores = Some(n);
+        self
+    }
+    /// Skips GPUs.
+    pub fn no_gpu(mut self) -> Self {
+        self.gpu.disabled = true;
+        self
+    }
+    /// Drops warnings.
+    pub fn disable_logs(mut self) -> Self {
+        self.log = None;
+        self
+    }
+
+    /// Checks the values, with the messages the CLI prints.
+    pub fn validate(&self) -> Result<(), TrackerError> {
+        if !self.sleep_time.is_finite() || self.sleep_time < MIN_SLEEP_TIME {
+            return Err(TrackerError::InvalidOption(format!(
+                "sleep time of {} is invalid: it must be at least {MIN_SLEEP_TIME} seconds",
+                self.sleep_time
+            )));
+        }
+        if self.n_expected_cores == Some(0) {
+            return Err(TrackerError::InvalidOption(
+                "the number of expected cores must be at least 1".into(),
+            ));
+        }
+        if let Some(u) = &self.gpu_uuids {
+            if u.is_empty() || u.iter().any(|s| s.trim().is_empty()) {
+                return Err(TrackerError::InvalidOption(
+                    "the GPU UUID list has an empty entry".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sampler_options(&self) -> SamplerOptions {
+        SamplerOptions {
+            interval: Duration::from_secs_f64(self.sleep_time),
+            memory_detail: self.memory_detail,
+            n_expected_cores: self.n_expected_cores,
+            gpu_uuids: self.gpu_uuids.clone(),
+            units: self.units,
+            ..SamplerOptions::default()
+        }
+    }
+}
+
+#[derive(Default)]
+struct StopState {
+    end: Option<EndInfo>,
+}
+
+struct Stop {
+    state: Mutex<StopState>,
+    cv: Condvar,
+}
+
+/// A tracking session running on its own thread. Dropping it stops it and discards the figures;
+/// [`Tracker::stop`] returns them.
+pub struct Tracker {
+    stop: Arc<Stop>,
+    handle: Option<JoinHandle<ResourceUsage>>,
+}
+
+impl Tracker {
+    /// Starts tracking the calling process and its descendants.
+    pub fn start(opts: TrackerOptions) -> Result<Tracker, TrackerError> {
+        let me = std::process::id();
+        let target = Target {
+            main: me,
+            tree_roots: vec![me],
+            exclude: vec![],
+            cgroup: None,
+            in_process: true,
+        };
+        opts.validate()?;
+        let tf = match &opts.tracking_file {
+            Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
+            None => None,
+        };
+        let gpu = gpu::open_lazily(&opts.gpu);
+        Tracker::start_for(opts, target, gpu, tf)
+    }
+
+    /// Starts tracking `target`, with GPUs from `gpu` and samples written to `tf` (the
+    /// `gpu-tracker` command uses this; `opts.tracking_file` is not opened here).
+    pub fn start_for(
+        opts: TrackerOptions,
+        target: Target,
+        gpu: LazyGpu,
+        tf: Option<TrackingFile>,
+    ) -> Result<Tracker, TrackerError> {
+        opts.validate()?;
+        let stop = Arc::new(Stop {
+            state: Mutex::new(StopState::default()),
+            cv: Condvar::new(),
+        });
+        let s2 = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("gpu-tracker-sampler".into())
+            .spawn(move || run(opts, target, gpu, tf, &s2))
+            .map_err(TrackerError::Thread)?;
+        Ok(Tracker {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops tracking and returns the figures.
+    pub fn stop(self) -> Result<ResourceUsage, TrackerError> {
+        self.stop_with(EndInfo::default())
+    }
+
+    /// Stops tracking, with what `wait4` told about the command, and returns the figures.
+    pub fn stop_with(mut self, end: EndInfo) -> Result<ResourceUsage, TrackerError> {
+        self.signal(end);
+        let h = self.handle.take().ok_or(TrackerError::Panicked)?;
+        h.join().map_err(|_| TrackerError::Panicked)
+    }
+
+    /// Turns the tracker into a guard that stops it when dropped and hands the figures to
+    /// `on_stop`.
+    pub fn guard<F: FnOnce(ResourceUsage) + Send + 'static>(self, on_stop: F) -> TrackerGuard {
+        TrackerGuard {
+            tracker: Some(self),
+            on_stop: Some(Box::new(on_stop)),
+        }
+    }
+
+    fn signal(&self, end: EndInfo) {
+        let mut st = self.stop.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.end = Some(end);
+        self.stop.cv.notify_all();
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            self.signal(EndInfo::default());
+            let _ = h.join();
+        }
+    }
+}
+
+/// Stops a [`Tracker`] when dropped and passes its figures to a callback: tracks a scope.
+///
+/// ```
+/// use gpu_tracker::{Tracker, TrackerOptions};
+/// use std::sync::mpsc;
+///
+/// let (tx, rx) = mpsc::channel();
+/// {
+///     let _guard = Tracker::start(TrackerOptions::default().sleep_time(0.1).no_gpu())
+///         .unwrap()
+///         .guard(move |usage| tx.send(usage).unwrap());
+///     std::thread::sleep(std::time::Duration::from_millis(150));
+/// }
+/// let usage = rx.recv().unwrap();
+/// assert!(usage.compute_time.time > 0.0);
+/// ```
+pub struct TrackerGuard {
+    tracker: Option<Tracker>,
+    on_stop: Option<Box<dyn FnOnce(ResourceUsage) + Send>>,
+}
+
+impl Drop for TrackerGuard {
+    fn drop(&mut self) {
+        if let (Some(t), Some(f)) = (self.tracker.take(), self.on_stop.take()) {
+            if let Ok(u) = t.stop() {
+                f(u);
+            }
+        }
+    }
+}
+
+fn run(
+    opts: TrackerOptions,
+    target: Target,
+    mut gpu: LazyGpu,
+    mut tf: Option<TrackingFile>,
+    stop: &Stop,
+) -> ResourceUsage {
+    let log = opts.log.clone();
+    let warn = |m: &str| {
+        if let Some(l) = &log {
+            l(m);
+        }
+    };
+    let in_process = target.in_process;
+    let mut sampler = Sampler::new(opts.sampler_options(), target);
+    let interval = Duration::from_secs_f64(opts.sleep_time);
+    // Rows wait here until the GPU count is known: the static row comes first in the file.
+    let mut pending_rows = Vec::new();
+    let mut static_written = false;
+    let end = loop {
+        let mut unavailable = None;
+        let _ = gpu.get(false, &mut |m| unavailable = Some(m));
+        let gpu_known = gpu.is_settled();
+        let tp = sampler.sample(gpu.get(false, &mut |_| {}));
+        if let Some(m) = unavailable {
+            warn(&format!("no GPU figures: {m}"));
+            sampler.note(format!("no GPU figures: {m}"));
+        }
+        if let Some(f) = tf.as_mut() {
+            pending_rows.push(tp);
+            if gpu_known || pending_rows.len() > 50 {
+                let r = write_rows(
+                    f,
+                    &mut sampler,
+                    &mut static_written,
+                    &mut pending_rows,
+                    &opts,
+                );
+                if let Err(e) = r {
+                    warn(&e.to_string());
+                    sampler.note(format!("tracking file abandoned: {e}"));
+                    tf = None;
+                }
+            }
+        }
+        let st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut st, _) = stop
+            .cv
+            .wait_timeout_while(st, interval, |s| s.end.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(end) = st.end.take() {
+            break end;
+        }
+    };
+    // A last reading: of the process itself when tracking a block of code; of the devices only
+    // when the command has ended (its processes are gone).
+    let src = gpu.get(true, &mut |m| sampler.note(format!("no GPU figures: {m}")));
+    if in_process {
+        let tp = sampler.sample(src);
+        if let Some(f) = tf.as_mut() {
+            pending_rows.push(tp);
+            let _ = write_rows(
+                f,
+                &mut sampler,
+                &mut static_written,
+                &mut pending_rows,
+                &opts,
+            );
+        }
+    } else if let Some(f) = tf.as_mut() {
+        let _ = write_rows(
+            f,
+            &mut sampler,
+            &mut static_written,
+            &mut pending_rows,
+            &opts,
+        );
+    }
+    sampler.finish(end)
+}
+
+fn write_rows(
+    f: &mut TrackingFile,
+    sampler: &mut Sampler,
+    static_written: &mut bool,
+    rows: &mut Vec<crate::sampler::Timepoint>,
+    opts: &TrackerOptions,
+) -> Result<(), TrackingFileError> {
+    if !*static_written {
+        let s = sampler.static_data(opts.units);
+        f.write_static(&s)?;
+        *static_written = true;
+    }
+    for r in rows.drain(..) {
+        f.write_row(&r)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! Whole-program tests of `gpu-tracker -e`: exact peaks, process trees, CPU time, exit codes,
+//! signals, bad options, output formats, units and the tracking file.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn hog_cmd(args: &str) -> String {
+    format!("{} {args}", hog().display())
+}
+
+/// The key tree of gpu_tracker 5.0.1's `to_json()` (from its documented output).
+const ANCHOR_KEYS: &str = r#"{"max_ram":{"unit":0,"system_capacity":0,"system":0,
+ "main":{"total_rss":0,"private_rss":0,"shared_rss":0},
+ "descendants":{"total_rss":0,"private_rss":0,"shared_rss":0},
+ "combined":{"total_rss":0,"private_rss":0,"shared_rss":0}},
+ "max_gpu_ram":{"unit":0,"system_capacity":0,"system":0,"main":0,"descendants":0,"combined":0},
+ "cpu_utilization":{"system_core_count":0,"n_expected_cores":0,
+  "system":{"max_sum_percent":0,"max_hardware_percent":0,"mean_sum_percent":0,"mean_hardware_percent":0},
+  "main":{"max_sum_percent":0,"max_hardware_percent":0,"mean_sum_percent":0,"mean_hardware_percent":0},
+  "descendants":{"max_sum_percent":0,"max_hardware_percent":0,"mean_sum_percent":0,"mean_hardware_percent":0},
+  "combined":{"max_sum_percent":0,"max_hardware_percent":0,"mean_sum_percent":0,"mean_hardware_percent":0},
+  "main_n_threads":0,"descendants_n_threads":0,"combined_n_threads":0},
+ "gpu_utilization":{"system_gpu_count":0,"n_expected_gpus":0,
+  "gpu_percentages":{"max_sum_percent":0,"max_hardware_percent":0,"mean_sum_percent":0,"mean_hardware_percent":0}},
+ "compute_time":{"unit":0,"time":0}}"#;
+
+fn key_paths(v: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    if let Some(m) = v.as_object() {
+        for (k, v) in m {
+            let p = format!("{prefix}/{k}");
+            out.push(p.clone());
+            key_paths(v, &p, out);
+        }
+    }
+}
+
+#[test]
+fn a_50ms_spike_is_exact_at_a_1s_interval() {
+    for extra in [&[][..], &["--no-cgroup"][..]] {
+        let cmd = hog_cmd("--mb 200 --hold-ms 50");
+        let mut args = vec!["-e", &cmd, "--st", "1.0", "--ru", "megabytes", "-f", "json"];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v = json(&out);
+        let main = f(&v, "/max_ram/main/total_rss");
+        assert!(
+            (200.0..240.0).contains(&main),
+            "main peak {main} MB ({extra:?})"
+        );
+        let comb = f(&v, "/max_ram/combined/total_rss");
+        assert!(comb >= 200.0, "combined peak {comb} MB ({extra:?})");
+        assert!(f(&v, "/max_ram/largest_process_rss") >= 200.0);
+        let source = v.pointer("/max_ram/combined_peak_source").unwrap();
+        if extra.is_empty() && nix_root() {
+            assert!(source.as_str().unwrap().starts_with("cgroup"), "{source}");
+        } else if !extra.is_empty() {
+            assert_eq!(source, "sampled");
+            let notes = v.pointer("/tracking/notes").unwrap().to_string();
+            assert!(notes.contains("sampled"), "{notes}");
+        }
+    }
+}
+
+/// Whether the tests run as root (then the command gets a cgroup of its own on cgroup v1).
+fn nix_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
+#[test]
+fn a_process_tree_is_summed_and_shared_pages_counted_once() {
+    // Main (the shell) starts two hogs of 60 MB each, alive for 1.2 s.
+    let cmd = format!(
+        "{h} --mb 60 --hold-ms 1200 & {h} --mb 60 --hold-ms 1200; wait",
+        h = hog().display()
+    );
+    let out = run(&["-e", &cmd, "--st", "0.2", "--ru", "megabytes", "-f", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let desc = f(&v, "/max_ram/descendants/total_rss");
+    assert!((120.0..160.0).contains(&desc), "descendants {desc} MB");
+    let main = f(&v, "/max_ram/main/total_rss");
+    assert!(main < 20.0, "main is the shell: {main} MB");
+    let comb = f(&v, "/max_ram/combined/total_rss");
+    assert!(comb >= desc, "combined {comb} < descendants {desc}");
+    // Shared pages are counted once: the combined shared figure is not the sum of the parts.
+    let shared_sum = f(&v, "/max_ram/main/shared_rss") + f(&v, "/max_ram/descendants/shared_rss");
+    let shared_comb = f(&v, "/max_ram/combined/shared_rss");
+    assert!(shared_comb < shared_sum, "{shared_comb} vs {shared_sum}");
+    assert!(
+        v.pointer("/cpu_utilization/descendants_n_threads")
+            .unwrap()
+            .as_u64()
+            >= Some(2)
+    );
+    assert!(
+        v.pointer("/cpu_utilization/combined_n_threads")
+            .unwrap()
+            .as_u64()
+            >= Some(3)
+    );
+}
+
+#[test]
+fn cpu_mean_is_total_cpu_time_over_wall_time() {
+    let cmd = hog_cmd("--spin-ms 1500");
+    let out = run(&[
+        "-e", &cmd, "--st", "0.2", "--tu", "seconds", "--nec", "1", "-f", "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let wall = f(&v, "/compute_time/time");
+    let cpu = f(&v, "/compute_time/cpu_time");
+    assert!((1.4..3.0).contains(&wall), "wall {wall}");
+    assert!((1.2..1.7).contains(&cpu), "cpu {cpu}");
+    let mean = f(&v, "/cpu_utilization/combined/mean_sum_percent");
+    assert!(
+        (mean - cpu / wall * 100.0).abs() < 1.0,
+        "mean {mean}, cpu {cpu}, wall {wall}"
+    );
+    assert!(mean > 50.0, "a spinning process: {mean}");
+    let max = f(&v, "/cpu_utilization/main/max_sum_percent");
+    assert!((80.0..=115.0).contains(&max), "one core busy: {max}");
+    // --nec 1: hardware percent equals sum percent.
+    assert_eq!(
+        f(&v, "/cpu_utilization/main/max_hardware_percent"),
+        f(&v, "/cpu_utilization/main/max_sum_percent")
+    );
+    assert_eq!(v.pointer("/cpu_utilization/n_expected_cores").unwrap(), 1);
+}
+
+#[test]
+fn exit_status_is_the_commands() {
+    let out = run(&["-e", "exit 3", "--disable-logs"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("Process completed with status code: 3"));
+
+    let out = run(&["-e", "kill -9 $$", "--disable-logs"]);
+    assert_eq!(out.status.code(), Some(137));
+    let e = stderr(&out);
+    assert!(
+        e.contains("status code: -9") && e.contains("killed by SIGKILL"),
+        "{e}"
+    );
+
+    let out = run(&["-e", "no-such-program-xyz", "--disable-logs"]);
+    assert_eq!(out.status.code(), Some(127));
+    // The report is still printed.
+    assert!(stdout(&out).starts_with("Max RAM:\n"));
+}
+
+#[test]
+fn sigint_reaches_the_command_and_the_report_follows() {
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(tracker())
+        .args(["-e", "sleep 30", "--disable-logs", "-f", "json"])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // As a terminal's Ctrl-C does: to the whole foreground process group.
+    let rc = Command::new("kill")
+        .args(["-s", "INT", "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(rc.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let v = json(&out);
+    assert!(f(&v, "/compute_time/time") < 10.0 / 3600.0);
+}
+
+#[test]
+fn sigterm_to_the_tracker_is_forwarded() {
+    let child = Command::new(tracker())
+        .args(["-e", "sleep 30", "--disable-logs"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143));
+    assert!(stderr(&out).contains("killed by SIGTERM"));
+    assert!(stdout(&out).contains("Compute time:"));
+}
+
+#[test]
+fn bad_options_fail_before_anything_runs() {
+    let dir = TempDir::new("badopts");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let tf_sqlite = dir.join("t.sqlite");
+    let existing = dir.join("exists.csv");
+    std::fs::write(&existing, "keep me").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--ru", "mebibytes"], "not a valid memory unit"),
+        (vec!["--gru", "GB"], "not a valid memory unit"),
+        (vec!["--tu", "weeks"], "not a valid time unit"),
+        (vec!["--st", "0"], "sleep time of 0 is invalid"),
+        (vec!["--st", "0.05"], "at least 0.1"),
+        (vec!["--st", "abc"], "invalid value"),
+        (vec!["-f", "xml"], "invalid value"),
+        (vec!["--nec", "0"], "expected cores"),
+        (vec!["--tf", tf_sqlite.to_str().unwrap()], "only .csv"),
+        (vec!["--tf", existing.to_str().unwrap()], "already exists"),
+        (
+            vec![
+                "--guuids",
+                "GPU-nope",
+                "--nvml-lib",
+                "/nonexistent/libnvidia-ml.so.1",
+            ],
+            "no GPU can be read",
+        ),
+        (vec!["--bogus"], "unexpected argument"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["-e", &touch];
+        args.extend(extra.iter().copied());
+        let out = run(&args);
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {e}");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "one line for {extra:?}: {e}"
+        );
+        assert!(e.contains(want), "{extra:?}: {e}");
+        assert!(!marker.exists(), "{extra:?} ran the command");
+    }
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no command given"));
+}
+
+#[test]
+fn json_has_every_gpu_tracker_key_and_text_its_labels() {
+    let out = run(&["-e", "true", "-f", "json", "--disable-logs"]);
+    assert!(out.status.success());
+    let v = json(&out);
+    let anchor: serde_json::Value = serde_json::from_str(ANCHOR_KEYS).unwrap();
+    let (mut want, mut have) = (Vec::new(), Vec::new());
+    key_paths(&anchor, "", &mut want);
+    key_paths(&v, "", &mut have);
+    for k in &want {
+        assert!(have.contains(k), "missing {k}");
+    }
+    // gpu_tracker's keys come first, in its order, in every object.
+    let top: Vec<&String> = v.as_object().unwrap().keys().take(5).collect();
+    assert_eq!(
+        top,
+        [
+            "max_ram",
+            "max_gpu_ram",
+            "cpu_utilization",
+            "gpu_utilization",
+            "compute_time"
+        ]
+    );
+    assert_eq!(v.pointer("/max_ram/unit").unwrap(), "gigabytes");
+    assert_eq!(v.pointer("/compute_time/unit").unwrap(), "hours");
+
+    let out = run(&["-e", "true", "--disable-logs"]);
+    let t = stdout(&out);
+    for label in [
+        "Max RAM:\n   Unit: gigabytes\n   System capacity: ",
+        "\n   Main:\n      Total RSS: ",
+        "      Private RSS: ",
+        "Max GPU RAM:\n",
+        "CPU utilization:\n   System core count: ",
+        "   Number of expected cores: ",
+        "      Max sum percent: ",
+        "      Mean hardware percent: ",
+        "   Main number of threads: ",
+        "GPU utilization:\n   System GPU count: 0\n   Number of expected GPUs: 0\n   GPU percentages:\n",
+        "Compute time:\n   Unit: hours\n   Time: ",
+    ] {
+        assert!(t.contains(label), "missing {label:?} in\n{t}");
+    }
+}
+
+#[test]
+fn units_scale_the_figures() {
+    let cmd = hog_cmd("--mb 100 --hold-ms 300");
+    let base = ["-e", &cmd, "-f", "json", "--st", "0.1", "--disable-logs"];
+    let mut a = base.to_vec();
+    a.extend(["--ru", "kilobytes", "--tu", "seconds"]);
+    let kb = json(&run(&a));
+    let mut b = base.to_vec();
+    b.extend(["--ru", "gigabytes", "--tu", "minutes"]);
+    let gb = json(&run(&b));
+    assert_eq!(kb.pointer("/max_ram/unit").unwrap(), "kilobytes");
+    assert_eq!(gb.pointer("/compute_time/unit").unwrap(), "minutes");
+    let ratio = f(&kb, "/max_ram/system_capacity") / f(&gb, "/max_ram/system_capacity");
+    assert!((ratio - 1e6).abs() < 1.0, "decimal units: {ratio}");
+    let main_kb = f(&kb, "/max_ram/main/total_rss");
+    assert!((100_000.0..130_000.0).contains(&main_kb), "{main_kb} kB");
+    let secs = f(&kb, "/compute_time/time");
+    assert!((0.3..2.0).contains(&secs), "{secs} s");
+    assert!(f(&gb, "/compute_time/time") < secs / 30.0);
+}
+
+#[test]
+fn output_file_and_tracking_file() {
+    let dir = TempDir::new("tf");
+    let out_path = dir.join("usage.json");
+    let tf = dir.join("samples.csv");
+    let cmd = hog_cmd("--mb 30 --hold-ms 700");
+    let out = run(&[
+        "-e",
+        &cmd,
+        "--st",
+        "0.1",
+        "--ru",
+        "megabytes",
+        "-f",
+        "json",
+        "-o",
+        out_path.to_str().unwrap(),
+        "--tf",
+        tf.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("max_ram"), "report went to the file");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).unwrap();
+    assert!(f(&v, "/max_ram/main/total_rss") >= 30.0);
+
+    let csv = std::fs::read_to_string(&tf).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("ram_unit,gpu_ram_unit,time_unit,ram_system_capacity"));
+    assert!(
+        lines[1].starts_with("megabytes,gigabytes,hours,"),
+        "{}",
+        lines[1]
+    );
+    let header: Vec<&str> = lines[2].split(',').collect();
+    assert_eq!(header.len(), 22);
+    assert_eq!(header[0], "main_ram");
+    assert_eq!(header[21], "timestamp");
+    let rows = &lines[3..];
+    assert!(rows.len() >= 5, "{} rows at 0.1 s over 0.7 s", rows.len());
+    let main_col: Vec<f64> = rows
+        .iter()
+        .map(|r| r.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(main_col.iter().any(|m| *m >= 30.0), "{main_col:?}");
+    for r in rows {
+        assert_eq!(r.split(',').count(), 22);
+    }
+    // An existing tracking file is replaced only with --overwrite.
+    let again = run(&[
+        "-e",
+        "true",
+        "--tf",
+        tf.to_str().unwrap(),
+        "--overwrite",
+        "--disable-logs",
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let replaced = std::fs::read_to_string(&tf).unwrap();
+    assert_eq!(
+        replaced.lines().nth(1).unwrap().split(',').next(),
+        Some("gigabytes")
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let h = stdout(&out);
+    for o in [
+        "--execute",
+        "--output",
+        "--format",
+        "--st",
+        "--ru",
+        "--gru",
+        "--tu",
+        "--nec",
+        "--guuids",
+        "--disable-logs",
+        "--tf",
+    ] {
+        assert!(h.contains(o), "{o} not in help");
+    }
+    for flag in ["-V", "-v", "--version"] {
+        let out = run(&[flag]);
+        assert!(out.status.success());
+        assert!(stdout(&out).contains(env!("CARGO_PKG_VERSION")));
+    }
+}

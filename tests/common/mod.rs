@@ -1,0 +1,122 @@
+//! Shared helpers of the whole-program tests: paths of the built programs, the test fake NVML
+//! library, temp dirs, and running `gpu-tracker`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The `gpu-tracker` binary under test.
+pub fn tracker() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpu-tracker"))
+}
+
+/// Builds the test-only programs (the fake NVML library and the hog) once per test binary, in
+/// their own target directory: a nested cargo must not wait on the lock of the cargo running
+/// these tests, and they never land next to the real binaries.
+fn support_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let tdir = root.join("target").join("test-support");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "fake-nvml",
+                "-p",
+                "gpu-tracker-test-hog",
+            ])
+            .arg("--target-dir")
+            .arg(&tdir)
+            .current_dir(root)
+            .status()
+            .expect("run cargo to build the test programs");
+        assert!(st.success(), "building the test programs failed");
+        tdir.join("debug")
+    })
+    .clone()
+}
+
+/// The test helper program (`tests/hog`): uses known memory and CPU.
+pub fn hog() -> PathBuf {
+    support_dir().join("gpu-tracker-test-hog")
+}
+
+/// The fake `libnvidia-ml.so.1` (`tests/fake-nvml`).
+pub fn fake_nvml() -> PathBuf {
+    support_dir().join("libnvidia_ml.so")
+}
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "gpu-tracker-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `gpu-tracker` with `args`, without NVML unless the caller sets it.
+pub fn run(args: &[&str]) -> Output {
+    run_env(args, &[])
+}
+
+/// Runs `gpu-tracker` with `args` and extra environment.
+pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(tracker());
+    c.args(args).env_remove("GPU_TRACKER_NVML_LIB");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run gpu-tracker")
+}
+
+/// Stdout as JSON; panics with both streams on failure.
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A float at a JSON pointer.
+pub fn f(v: &serde_json::Value, ptr: &str) -> f64 {
+    v.pointer(ptr)
+        .and_then(|x| x.as_f64())
+        .unwrap_or_else(|| panic!("no number at {ptr} in {v:#}"))
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -1,0 +1,451 @@
+//! The exported NVML C functions.
+#![allow(non_camel_case_types, non_snake_case)]
+
+use crate::state::{self, Device, Session};
+use crate::{
+    ARGUMENT_VERSION_MISMATCH, CODES, GPU_IS_LOST, INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_FOUND,
+    NOT_SUPPORTED, Ret, SUCCESS, UNINITIALIZED, UNKNOWN, scenario,
+};
+use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
+use std::io::Write;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Opaque device type; `nvmlDevice_t` is a pointer to it.
+#[repr(C)]
+pub struct nvmlDevice_st {
+    _opaque: [u8; 0],
+}
+pub type nvmlDevice_t = *mut nvmlDevice_st;
+
+#[repr(C)]
+pub struct nvmlMemory_t {
+    pub total: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
+
+#[repr(C)]
+pub struct nvmlMemory_v2_t {
+    pub version: c_uint,
+    pub total: c_ulonglong,
+    pub reserved: c_ulonglong,
+    pub free: c_ulonglong,
+    pub used: c_ulonglong,
+}
+
+#[repr(C)]
+pub struct nvmlUtilization_t {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
+/// `nvmlProcessInfo_t` (= `nvmlProcessInfo_v2_t`), used by the `_v3` process queries.
+#[repr(C)]
+pub struct nvmlProcessInfo_t {
+    pub pid: c_uint,
+    pub usedGpuMemory: c_ulonglong,
+    pub gpuInstanceId: c_uint,
+    pub computeInstanceId: c_uint,
+}
+
+#[repr(C)]
+pub struct nvmlProcessUtilizationSample_t {
+    pub pid: c_uint,
+    pub timeStamp: c_ulonglong,
+    pub smUtil: c_uint,
+    pub memUtil: c_uint,
+    pub encUtil: c_uint,
+    pub decUtil: c_uint,
+}
+
+const _: () = assert!(size_of::<nvmlMemory_t>() == 24);
+const _: () = assert!(size_of::<nvmlMemory_v2_t>() == 40);
+const _: () = assert!(size_of::<nvmlProcessInfo_t>() == 24);
+const _: () = assert!(size_of::<nvmlProcessUtilizationSample_t>() == 32);
+
+const MEMORY_V2_VERSION: c_uint = (size_of::<nvmlMemory_v2_t>() | (2 << 24)) as c_uint;
+const VALUE_NOT_AVAILABLE: c_ulonglong = c_ulonglong::MAX;
+const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+type Res = Result<(), Ret>;
+
+/// Appends `name` to the `FAKE_NVML_LOG` file, if set. Errors are ignored.
+fn log_call(name: &str) {
+    if let Some(path) = std::env::var_os("FAKE_NVML_LOG").filter(|p| !p.is_empty()) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        if let Ok(mut file) = file {
+            let _ = file.write_all(format!("{name}\n").as_bytes());
+        }
+    }
+}
+
+/// Runs an exported call: logs it, converts the result, turns panics into UNKNOWN.
+fn ffi(name: &str, body: impl FnOnce() -> Res) -> Ret {
+    catch_unwind(AssertUnwindSafe(|| {
+        log_call(name);
+        body().err().unwrap_or(SUCCESS)
+    }))
+    .unwrap_or(UNKNOWN)
+}
+
+/// Runs an initialized-library call.
+fn with_session(name: &str, body: impl FnOnce(&Session) -> Res) -> Ret {
+    ffi(name, || body(state::lock().as_ref().ok_or(UNINITIALIZED)?))
+}
+
+/// Checks that device `index` is not lost and has no error injected for `name`.
+fn device_ok(session: &Session, index: u32, name: &str) -> Res {
+    if session.is_lost(index) {
+        return Err(GPU_IS_LOST);
+    }
+    match session.spec(index).errors.get(name) {
+        Some(&code) if code != SUCCESS => Err(code),
+        _ => Ok(()),
+    }
+}
+
+/// Runs a call on a device handle: validates the handle, lost state and injections.
+fn with_device(name: &str, handle: nvmlDevice_t, body: impl FnOnce(&Session, u32) -> Res) -> Ret {
+    with_session(name, |session| {
+        let index = session
+            .device_index(handle.cast_const().cast::<Device>())
+            .ok_or(INVALID_ARGUMENT)?;
+        device_ok(session, index, name)?;
+        body(session, index)
+    })
+}
+
+/// Writes `value` through a caller-provided output pointer.
+fn put<T>(ptr: *mut T, value: T) -> Res {
+    if ptr.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: NVML's contract: a non-null output pointer points to a valid, aligned,
+    // writable `T` owned by the caller.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// Reads a caller-provided in/out count.
+fn get_count(ptr: *mut c_uint) -> Result<c_uint, Ret> {
+    if ptr.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, and NVML's contract says it points to a valid `unsigned int`.
+    Ok(unsafe { ptr.read() })
+}
+
+/// Copies `s` and its NUL into a caller buffer of `length` bytes.
+fn put_str(buf: *mut c_char, length: c_uint, s: &CStr) -> Res {
+    if buf.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    let bytes = s.to_bytes_with_nul();
+    if bytes.len() > length as usize {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    // SAFETY: `buf` is non-null and, per NVML's contract, valid for `length` bytes,
+    // which we checked is at least `bytes.len()`; the regions cannot overlap.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), buf, bytes.len()) };
+    Ok(())
+}
+
+/// Fills `items` into a caller array using NVML's `*count` protocol.
+fn put_array<T>(count: *mut c_uint, array: *mut T, items: Vec<T>) -> Res {
+    let capacity = get_count(count)?;
+    let needed = c_uint::try_from(items.len()).map_err(|_| UNKNOWN)?;
+    if needed > 0 && (array.is_null() || capacity < needed) {
+        put(count, needed)?;
+        return Err(INSUFFICIENT_SIZE);
+    }
+    for (i, item) in items.into_iter().enumerate() {
+        // SAFETY: `array` is non-null (needed > 0) and, per NVML's contract, valid for
+        // `capacity >= needed > i` elements of `T`.
+        unsafe { array.add(i).write(item) };
+    }
+    put(count, needed)
+}
+
+fn init(name: &str) -> Ret {
+    ffi(name, || {
+        let mut guard = state::lock();
+        if let Some(session) = guard.as_mut() {
+            session.refcount += 1;
+            return Ok(());
+        }
+        let scenario = scenario::load().map_err(|why| {
+            let _ = writeln!(std::io::stderr(), "fake-nvml: nvmlInit failed: {why}");
+            UNKNOWN
+        })?;
+        if let Some(code) = scenario.init_error {
+            return Err(code);
+        }
+        *guard = Some(Session::new(scenario));
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInit_v2() -> Ret {
+    init("nvmlInit_v2")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Ret {
+    init("nvmlInitWithFlags")
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlShutdown() -> Ret {
+    ffi("nvmlShutdown", || {
+        let mut guard = state::lock();
+        let session = guard.as_mut().ok_or(UNINITIALIZED)?;
+        session.refcount -= 1;
+        if session.refcount == 0 {
+            *guard = None;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
+    let mut text = c"Unknown Error".as_ptr();
+    ffi("nvmlErrorString", || {
+        if let Some((_, _, s)) = CODES.iter().find(|(code, _, _)| *code == result) {
+            text = s.as_ptr();
+        }
+        Ok(())
+    });
+    text
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> Ret {
+    with_session("nvmlSystemGetDriverVersion", |s| {
+        put_str(version, length, &s.scenario.driver_version)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetCount_v2(deviceCount: *mut c_uint) -> Ret {
+    with_session("nvmlDeviceGetCount_v2", |s| {
+        put(deviceCount, s.devices.len() as c_uint)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvmlDevice_t) -> Ret {
+    let name = "nvmlDeviceGetHandleByIndex_v2";
+    with_session(name, |s| {
+        if index as usize >= s.devices.len() || device.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        device_ok(s, index, name)?;
+        put(device, s.handle(index).cast_mut().cast())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) -> Ret {
+    let name = "nvmlDeviceGetHandleByUUID";
+    with_session(name, |s| {
+        if uuid.is_null() || device.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null, and NVML's contract says it is a NUL-terminated string.
+        let wanted = unsafe { CStr::from_ptr(uuid) };
+        let index = (0..s.devices.len() as u32)
+            .find(|&i| s.spec(i).uuid.as_c_str() == wanted)
+            .ok_or(NOT_FOUND)?;
+        device_ok(s, index, name)?;
+        put(device, s.handle(index).cast_mut().cast())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetUUID(
+    device: nvmlDevice_t,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    with_device("nvmlDeviceGetUUID", device, |s, i| {
+        put_str(uuid, length, &s.spec(i).uuid)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetName(
+    device: nvmlDevice_t,
+    name: *mut c_char,
+    length: c_uint,
+) -> Ret {
+    with_device("nvmlDeviceGetName", device, |s, i| {
+        put_str(name, length, &s.spec(i).name)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) -> Ret {
+    with_device("nvmlDeviceGetIndex", device, |_, i| put(index, i))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minorNumber: *mut c_uint) -> Ret {
+    with_device("nvmlDeviceGetMinorNumber", device, |s, i| {
+        put(minorNumber, s.spec(i).minor)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> Ret {
+    with_device("nvmlDeviceGetMemoryInfo", device, |s, i| {
+        let (total, used, free) = s.memory(i);
+        put(memory, nvmlMemory_t { total, free, used })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_v2_t,
+) -> Ret {
+    with_device("nvmlDeviceGetMemoryInfo_v2", device, |s, i| {
+        if memory.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null, and NVML's contract says it points to a valid struct whose
+        // `version` field the caller has set.
+        let version = unsafe { std::ptr::addr_of!((*memory).version).read() };
+        if version != MEMORY_V2_VERSION {
+            return Err(ARGUMENT_VERSION_MISMATCH);
+        }
+        let (total, used, free) = s.memory(i);
+        let reserved = 0;
+        put(
+            memory,
+            nvmlMemory_v2_t {
+                version,
+                total,
+                reserved,
+                free,
+                used,
+            },
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlUtilization_t,
+) -> Ret {
+    with_device("nvmlDeviceGetUtilizationRates", device, |s, i| {
+        let (gpu, memory) = s.utilization(i);
+        put(utilization, nvmlUtilization_t { gpu, memory })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> Ret {
+    with_device("nvmlDeviceGetComputeRunningProcesses_v3", device, |s, i| {
+        let items = state::matched_processes(s.spec(i))
+            .into_iter()
+            .map(|m| nvmlProcessInfo_t {
+                pid: m.pid,
+                usedGpuMemory: m.used_memory.unwrap_or(VALUE_NOT_AVAILABLE),
+                gpuInstanceId: NO_INSTANCE,
+                computeInstanceId: NO_INSTANCE,
+            })
+            .collect();
+        put_array(infoCount, infos, items)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    device: nvmlDevice_t,
+    infoCount: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> Ret {
+    with_device(
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        device,
+        |_, _| put_array(infoCount, infos, Vec::new()),
+    )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> Ret {
+    with_device("nvmlDeviceGetTotalEnergyConsumption", device, |s, i| {
+        put(energy, s.energy_mj(i))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_uint) -> Ret {
+    with_device("nvmlDeviceGetPowerUsage", device, |s, i| {
+        put(power, s.spec(i).power_mw)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlProcessUtilizationSample_t,
+    processSamplesCount: *mut c_uint,
+    lastSeenTimeStamp: c_ulonglong,
+) -> Ret {
+    with_device("nvmlDeviceGetProcessUtilization", device, |s, i| {
+        get_count(processSamplesCount)?;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let matched = state::matched_processes(s.spec(i));
+        if matched.is_empty() || now_us <= lastSeenTimeStamp {
+            return Err(NOT_FOUND);
+        }
+        let (sm, mem) = s.utilization(i);
+        let items = matched
+            .into_iter()
+            .map(|m| nvmlProcessUtilizationSample_t {
+                pid: m.pid,
+                timeStamp: now_us,
+                smUtil: sm,
+                memUtil: mem,
+                encUtil: 0,
+                decUtil: 0,
+            })
+            .collect();
+        put_array(processSamplesCount, utilization, items)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    currentMode: *mut c_uint,
+    pendingMode: *mut c_uint,
+) -> Ret {
+    let name = "nvmlDeviceGetMigMode";
+    with_device(name, device, |s, i| {
+        if s.spec(i).errors.get(name) != Some(&SUCCESS) {
+            return Err(NOT_SUPPORTED);
+        }
+        if pendingMode.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        put(currentMode, 0)?;
+        put(pendingMode, 0)
+    })
+}

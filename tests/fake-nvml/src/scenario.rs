@@ -1,0 +1,244 @@
+//! The JSON scenario file (format documented at the crate root).
+
+use crate::{CODES, Ret, SUCCESS};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::CString;
+
+/// Device functions whose result can be injected through `errors`.
+pub(crate) const DEVICE_FUNCTIONS: &[&str] = &[
+    "nvmlDeviceGetHandleByIndex_v2",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetMigMode",
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    #[serde(default)]
+    init_error: Option<String>,
+    #[serde(default)]
+    driver_version: Option<String>,
+    #[serde(default)]
+    devices: Vec<RawDevice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    uuid: String,
+    name: String,
+    #[serde(default)]
+    minor: Option<u32>,
+    memory_total: u64,
+    #[serde(default)]
+    memory_used_base: u64,
+    #[serde(default)]
+    utilization: Vec<UtilStep>,
+    #[serde(default)]
+    power_mw: u32,
+    #[serde(default)]
+    energy_base_mj: u64,
+    #[serde(default)]
+    processes: Vec<ProcessSpec>,
+    #[serde(default)]
+    lost_after_ms: Option<u64>,
+    #[serde(default)]
+    errors: BTreeMap<String, String>,
+}
+
+/// One step of the utilization timeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UtilStep {
+    pub at_ms: u64,
+    pub gpu: u32,
+    pub memory: u32,
+}
+
+/// A process using the device: matched by command line substring or by pid.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProcessSpec {
+    #[serde(default)]
+    pub cmdline_contains: Option<String>,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub used_memory: Option<u64>,
+}
+
+/// A validated scenario.
+#[derive(Debug, Default)]
+pub(crate) struct Scenario {
+    pub init_error: Option<Ret>,
+    pub driver_version: CString,
+    pub devices: Vec<DeviceSpec>,
+}
+
+/// A validated device.
+#[derive(Debug)]
+pub(crate) struct DeviceSpec {
+    pub uuid: CString,
+    pub name: CString,
+    pub minor: u32,
+    pub memory_total: u64,
+    pub memory_used_base: u64,
+    pub utilization: Vec<UtilStep>,
+    pub power_mw: u32,
+    pub energy_base_mj: u64,
+    pub processes: Vec<ProcessSpec>,
+    pub lost_after_ms: Option<u64>,
+    pub errors: BTreeMap<String, Ret>,
+}
+
+/// Parses an error name such as `NOT_SUPPORTED` or `NVML_ERROR_NOT_SUPPORTED`.
+pub(crate) fn parse_code(name: &str) -> Result<Ret, String> {
+    let bare = name.strip_prefix("NVML_ERROR_").unwrap_or(name);
+    CODES
+        .iter()
+        .find(|(_, n, _)| *n == bare)
+        .map(|(code, _, _)| *code)
+        .ok_or_else(|| format!("unknown NVML error name {name:?}"))
+}
+
+fn c_string(what: &str, s: String) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
+}
+
+/// Loads the scenario named by `FAKE_NVML_SCENARIO` (empty scenario when unset).
+pub(crate) fn load() -> Result<Scenario, String> {
+    let path = match std::env::var_os("FAKE_NVML_SCENARIO") {
+        Some(p) if !p.is_empty() => p,
+        _ => return parse("{}"),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "cannot read FAKE_NVML_SCENARIO file {}: {e}",
+            path.to_string_lossy()
+        )
+    })?;
+    parse(&text).map_err(|e| format!("invalid scenario {}: {e}", path.to_string_lossy()))
+}
+
+/// Parses and validates a scenario document.
+pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
+    let raw: RawScenario = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let init_error = match raw.init_error {
+        Some(name) => match parse_code(&name)? {
+            SUCCESS => None,
+            code => Some(code),
+        },
+        None => None,
+    };
+    let driver_version = raw
+        .driver_version
+        .unwrap_or_else(|| "550.54.15-fake".to_owned());
+    let mut uuids = HashSet::new();
+    let mut devices = Vec::with_capacity(raw.devices.len());
+    for (index, d) in raw.devices.into_iter().enumerate() {
+        let at = format!("devices[{index}]");
+        if !uuids.insert(d.uuid.clone()) {
+            return Err(format!("{at}: duplicate uuid {:?}", d.uuid));
+        }
+        if d.utilization.iter().any(|u| u.gpu > 100 || u.memory > 100) {
+            return Err(format!("{at}: utilization above 100%"));
+        }
+        for p in &d.processes {
+            match (&p.cmdline_contains, p.pid) {
+                (Some(s), None) if !s.is_empty() => {}
+                (None, Some(_)) => {}
+                _ => {
+                    return Err(format!(
+                        "{at}: each process needs exactly one of a non-empty \
+                         cmdline_contains or pid"
+                    ));
+                }
+            }
+        }
+        let mut errors = BTreeMap::new();
+        for (function, name) in d.errors {
+            if !DEVICE_FUNCTIONS.contains(&function.as_str()) {
+                return Err(format!(
+                    "{at}: errors: unknown device function {function:?}"
+                ));
+            }
+            errors.insert(function, parse_code(&name)?);
+        }
+        let mut utilization = d.utilization;
+        utilization.sort_by_key(|u| u.at_ms);
+        devices.push(DeviceSpec {
+            uuid: c_string(&format!("{at}.uuid"), d.uuid)?,
+            name: c_string(&format!("{at}.name"), d.name)?,
+            minor: d.minor.unwrap_or(index as u32),
+            memory_total: d.memory_total,
+            memory_used_base: d.memory_used_base,
+            utilization,
+            power_mw: d.power_mw,
+            energy_base_mj: d.energy_base_mj,
+            processes: d.processes,
+            lost_after_ms: d.lost_after_ms,
+            errors,
+        });
+    }
+    Ok(Scenario {
+        init_error,
+        driver_version: c_string("driver_version", driver_version)?,
+        devices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_full_example() {
+        let s = parse(
+            r#"{"init_error": null, "driver_version": "550.54.15", "devices": [{
+                "uuid": "GPU-1", "name": "Sim", "memory_total": 100,
+                "utilization": [{"at_ms": 500, "gpu": 90, "memory": 30},
+                                {"at_ms": 0, "gpu": 40, "memory": 10}],
+                "processes": [{"cmdline_contains": "x", "used_memory": 5},
+                              {"pid": 1, "used_memory": null}],
+                "errors": {"nvmlDeviceGetMigMode": "NVML_ERROR_GPU_IS_LOST"}}]}"#,
+        )
+        .unwrap();
+        let d = &s.devices[0];
+        assert_eq!(d.minor, 0);
+        assert_eq!(d.utilization[0].at_ms, 0);
+        assert_eq!(d.errors["nvmlDeviceGetMigMode"], 15);
+        assert_eq!(s.driver_version.to_str().unwrap(), "550.54.15");
+    }
+
+    #[test]
+    fn rejects_bad_documents() {
+        for bad in [
+            r#"{"bogus": 1}"#,
+            r#"{"init_error": "NOPE"}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n"}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1, "extra": 0}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "errors": {"nvmlFoo": "UNKNOWN"}}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "processes": [{"pid": 1, "cmdline_contains": "x"}]}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1},
+                            {"uuid": "a", "name": "n", "memory_total": 1}]}"#,
+        ] {
+            assert!(parse(bad).is_err(), "accepted {bad}");
+        }
+        assert_eq!(parse("{}").unwrap().devices.len(), 0);
+    }
+}

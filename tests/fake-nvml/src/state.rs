@@ -1,0 +1,157 @@
+//! Global library state: init reference count, the loaded scenario and live queries.
+
+use crate::scenario::{DeviceSpec, Scenario};
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// The state of an initialized library (refcount > 0).
+pub(crate) struct Session {
+    pub refcount: u32,
+    pub epoch: Instant,
+    pub scenario: Scenario,
+    /// One slot per device; a handle is the address of its slot (stable: the vector
+    /// is never modified during a session).
+    pub devices: Vec<Device>,
+}
+
+/// A device slot. Its address is the `nvmlDevice_t` handed out to callers.
+pub(crate) struct Device {
+    pub index: u32,
+}
+
+/// A process currently matched on a device.
+pub(crate) struct Matched {
+    pub pid: u32,
+    pub used_memory: Option<u64>,
+}
+
+static STATE: Mutex<Option<Session>> = Mutex::new(None);
+
+/// Locks the global state, recovering from poisoning.
+pub(crate) fn lock() -> MutexGuard<'static, Option<Session>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Session {
+    pub fn new(scenario: Scenario) -> Self {
+        let devices = (0..scenario.devices.len() as u32)
+            .map(|index| Device { index })
+            .collect();
+        Session {
+            refcount: 1,
+            epoch: Instant::now(),
+            scenario,
+            devices,
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The handle of device `index`.
+    pub fn handle(&self, index: u32) -> *const Device {
+        &self.devices[index as usize]
+    }
+
+    /// Finds the device whose slot address is `handle` (never dereferences it).
+    pub fn device_index(&self, handle: *const Device) -> Option<u32> {
+        self.devices
+            .iter()
+            .find(|d| std::ptr::eq(*d, handle))
+            .map(|d| d.index)
+    }
+
+    pub fn spec(&self, index: u32) -> &DeviceSpec {
+        &self.scenario.devices[index as usize]
+    }
+
+    pub fn is_lost(&self, index: u32) -> bool {
+        self.spec(index)
+            .lost_after_ms
+            .is_some_and(|ms| self.elapsed_ms() >= ms)
+    }
+
+    /// Current (gpu, memory) utilization of device `index`.
+    pub fn utilization(&self, index: u32) -> (u32, u32) {
+        let now = self.elapsed_ms();
+        self.spec(index)
+            .utilization
+            .iter()
+            .rev()
+            .find(|u| u.at_ms <= now)
+            .map_or((0, 0), |u| (u.gpu, u.memory))
+    }
+
+    /// Total energy in mJ of device `index`.
+    pub fn energy_mj(&self, index: u32) -> u64 {
+        let spec = self.spec(index);
+        let extra = u128::from(spec.power_mw) * u128::from(self.elapsed_ms()) / 1000;
+        spec.energy_base_mj
+            .saturating_add(u64::try_from(extra).unwrap_or(u64::MAX))
+    }
+
+    /// (total, used, free) memory in bytes of device `index`.
+    pub fn memory(&self, index: u32) -> (u64, u64, u64) {
+        let spec = self.spec(index);
+        let used = matched_processes(spec)
+            .iter()
+            .filter_map(|m| m.used_memory)
+            .fold(spec.memory_used_base, u64::saturating_add);
+        (
+            spec.memory_total,
+            used,
+            spec.memory_total.saturating_sub(used),
+        )
+    }
+}
+
+/// The processes that currently match the device's process entries (live scan).
+pub(crate) fn matched_processes(spec: &DeviceSpec) -> Vec<Matched> {
+    let me = std::process::id();
+    let needs_scan = spec.processes.iter().any(|p| p.cmdline_contains.is_some());
+    let cmdlines = if needs_scan { cmdlines() } else { Vec::new() };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for p in &spec.processes {
+        let pids: Vec<u32> = match (&p.cmdline_contains, p.pid) {
+            (Some(needle), _) => cmdlines
+                .iter()
+                .filter(|(pid, cmd)| *pid != me && cmd.contains(needle.as_str()))
+                .map(|(pid, _)| *pid)
+                .collect(),
+            (None, Some(pid)) if std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                vec![pid]
+            }
+            _ => Vec::new(),
+        };
+        for pid in pids {
+            if seen.insert(pid) {
+                out.push(Matched {
+                    pid,
+                    used_memory: p.used_memory,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// (pid, command line with NULs turned into spaces) of every visible process.
+fn cmdlines() -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u32, String)> = dir
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+            Some((pid, text.trim_end().to_owned()))
+        })
+        .collect();
+    out.sort_unstable_by_key(|(pid, _)| *pid);
+    out
+}

@@ -1,0 +1,56 @@
+//! Test helper: a process that uses known resources, for the whole-program tests.
+//!
+//! `gpu-tracker-test-hog [--mb N] [--hold-ms T] [--spin-ms S] [--children K] [--exit C]
+//! [--marker WORD]`: touches N megabytes (1e6 bytes) of anonymous memory, holds them T ms,
+//! burns one core for S ms, starts K copies of itself (with the same settings, no further
+//! children) and waits for them, then exits with C. The marker only appears on the command line,
+//! where the fake NVML library looks for it.
+
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |name: &str| -> u64 {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (mb, hold, spin, children, code) = (
+        get("--mb"),
+        get("--hold-ms"),
+        get("--spin-ms"),
+        get("--children"),
+        get("--exit"),
+    );
+    let mut kids = Vec::new();
+    for _ in 0..children {
+        let mut a: Vec<String> = args[1..].to_vec();
+        if let Some(i) = a.iter().position(|x| x == "--children") {
+            a[i + 1] = "0".into();
+        }
+        kids.push(
+            std::process::Command::new(&args[0])
+                .args(&a)
+                .spawn()
+                .expect("spawn child"),
+        );
+    }
+    let mut buf = vec![0u8; (mb * 1_000_000) as usize];
+    for i in (0..buf.len()).step_by(4096) {
+        buf[i] = 1; // touch every page so it is resident
+    }
+    std::thread::sleep(Duration::from_millis(hold));
+    let start = Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < Duration::from_millis(spin) {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+    }
+    std::hint::black_box((x, &buf));
+    drop(buf);
+    for mut k in kids {
+        let _ = k.wait();
+    }
+    std::process::exit(code as i32);
+}
