@@ -1,0 +1,238 @@
+//! GPU figures through the real NVML path (`nvml-wrapper` → `dlopen`) into the project's fake
+//! `libnvidia-ml.so.1`, driven by scenario files: per-process memory of the tracked processes,
+//! device memory and capacity, utilization of the selected GPUs, energy, a GPU that falls off
+//! the bus mid-run, an NVML that fails to start, and no NVML at all.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+const GPU0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+const GPU1: &str = "GPU-55555555-6666-7777-8888-999999999999";
+
+/// A scenario: GPU0 (80 GB) holds 2 GB for processes whose command line has `marker` and
+/// 0.5 GB for init (pid 1, never tracked); GPU1 (40 GB) lists the marked processes with memory
+/// the driver cannot tell.
+fn scenario(marker: &str, gpu0_extra: serde_json::Value) -> serde_json::Value {
+    let mut d0 = json!({
+        "uuid": GPU0, "name": "Simulated GPU A", "memory_total": 80_000_000_000u64,
+        "memory_used_base": 1_000_000_000u64,
+        "utilization": [{"at_ms": 0, "gpu": 50, "memory": 5}, {"at_ms": 300, "gpu": 90, "memory": 20}],
+        "power_mw": 100_000,
+        "processes": [
+            {"cmdline_contains": marker, "used_memory": 2_000_000_000u64},
+            {"pid": 1, "used_memory": 500_000_000u64}
+        ]
+    });
+    for (k, v) in gpu0_extra.as_object().unwrap() {
+        d0[k] = v.clone();
+    }
+    json!({"devices": [d0, {
+        "uuid": GPU1, "name": "Simulated GPU B", "memory_total": 40_000_000_000u64,
+        "memory_used_base": 250_000_000u64,
+        "utilization": [{"at_ms": 0, "gpu": 10, "memory": 1}],
+        "processes": [{"cmdline_contains": marker, "used_memory": null}]
+    }]})
+}
+
+struct GpuRun {
+    out: std::process::Output,
+    log: String,
+}
+
+fn run_with(scn: &serde_json::Value, marker: &str, extra: &[&str]) -> GpuRun {
+    let dir = TempDir::new("gpu");
+    let scn_path = dir.join("scenario.json");
+    std::fs::write(&scn_path, scn.to_string()).unwrap();
+    let log = dir.join("calls.log");
+    let cmd = format!(
+        "{} --mb 10 --hold-ms 1000 --marker {marker}",
+        hog().display()
+    );
+    let lib = fake_nvml();
+    let mut args = vec![
+        "-e",
+        &cmd,
+        "--st",
+        "0.1",
+        "-f",
+        "json",
+        "--nvml-lib",
+        lib.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = run_env(
+        &args,
+        &[
+            ("FAKE_NVML_SCENARIO", scn_path.to_str().unwrap()),
+            ("FAKE_NVML_LOG", log.to_str().unwrap()),
+        ],
+    );
+    GpuRun {
+        out,
+        log: std::fs::read_to_string(&log).unwrap_or_default(),
+    }
+}
+
+fn gpu(v: &serde_json::Value, i: usize) -> &serde_json::Value {
+    &v["gpus"][i]
+}
+
+#[test]
+fn tracked_process_memory_devices_utilization_and_energy() {
+    let marker = "gpu-hold-marker-a1";
+    let r = run_with(&scenario(marker, json!({})), marker, &[]);
+    assert!(r.out.status.success(), "{}", stderr(&r.out));
+    let v = json(&r.out);
+    // Decimal gigabytes, exact values from the driver.
+    assert_eq!(f(&v, "/max_gpu_ram/main"), 2.0);
+    assert_eq!(f(&v, "/max_gpu_ram/descendants"), 0.0);
+    assert_eq!(f(&v, "/max_gpu_ram/combined"), 2.0);
+    // By anyone: 1 + 2 + 0.5 on GPU0, 0.25 on GPU1.
+    assert_eq!(f(&v, "/max_gpu_ram/system"), 3.75);
+    assert_eq!(f(&v, "/max_gpu_ram/system_capacity"), 120.0);
+    assert_eq!(v["gpu_utilization"]["system_gpu_count"], 2);
+    assert_eq!(v["gpu_utilization"]["n_expected_gpus"], 2);
+    let max_sum = f(&v, "/gpu_utilization/gpu_percentages/max_sum_percent");
+    assert_eq!(max_sum, 100.0, "90 + 10");
+    assert_eq!(
+        f(&v, "/gpu_utilization/gpu_percentages/max_hardware_percent"),
+        50.0
+    );
+    let mean = f(&v, "/gpu_utilization/gpu_percentages/mean_sum_percent");
+    assert!((60.0..100.0).contains(&mean), "mean {mean}");
+
+    let (g0, g1) = (gpu(&v, 0), gpu(&v, 1));
+    assert_eq!(g0["uuid"], GPU0);
+    assert_eq!(g0["name"], "Simulated GPU A");
+    assert_eq!(g0["max_tracked"], 2.0);
+    assert_eq!(g0["max_used"], 3.5);
+    assert_eq!(g0["max_utilization_percent"], 90.0);
+    // Memory the driver cannot report is never added.
+    assert_eq!(g1["max_tracked"], 0.0);
+    let g1_mean = g1["mean_utilization_percent"].as_f64().unwrap();
+    assert!((g1_mean - 10.0).abs() < 1e-9, "{g1_mean}");
+    let joules = g0["energy_joules"].as_f64().unwrap();
+    assert!(
+        (50.0..400.0).contains(&joules),
+        "100 W for about 1 s: {joules} J"
+    );
+    assert_eq!(g1["energy_joules"], 0.0);
+    assert_eq!(v["tracking"]["gpu_source"], "nvml");
+    // NVML was started once and shut down.
+    assert_eq!(
+        r.log.lines().filter(|l| *l == "nvmlInit_v2").count(),
+        1,
+        "{}",
+        r.log
+    );
+    assert_eq!(r.log.lines().last(), Some("nvmlShutdown"));
+}
+
+#[test]
+fn guuids_selects_the_gpus_counted_in_utilization() {
+    let marker = "gpu-hold-marker-b2";
+    let r = run_with(&scenario(marker, json!({})), marker, &["--guuids", GPU1]);
+    assert!(r.out.status.success(), "{}", stderr(&r.out));
+    let v = json(&r.out);
+    assert_eq!(v["gpu_utilization"]["n_expected_gpus"], 1);
+    assert_eq!(
+        f(&v, "/gpu_utilization/gpu_percentages/max_sum_percent"),
+        10.0
+    );
+    assert_eq!(gpu(&v, 0)["selected"], false);
+    assert_eq!(gpu(&v, 1)["selected"], true);
+    // Memory figures still cover every GPU.
+    assert_eq!(f(&v, "/max_gpu_ram/main"), 2.0);
+
+    let r = run_with(
+        &scenario(marker, json!({})),
+        marker,
+        &["--guuids", "GPU-not-here"],
+    );
+    assert_eq!(r.out.status.code(), Some(2));
+    let e = stderr(&r.out);
+    assert!(
+        e.contains("unknown GPU UUID \"GPU-not-here\"") && e.contains(GPU0),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_gpu_lost_mid_run_keeps_what_was_measured() {
+    let marker = "gpu-hold-marker-c3";
+    let r = run_with(
+        &scenario(marker, json!({"lost_after_ms": 400})),
+        marker,
+        &[],
+    );
+    assert!(r.out.status.success(), "{}", stderr(&r.out));
+    let v = json(&r.out);
+    assert_eq!(gpu(&v, 0)["lost"], true);
+    assert_eq!(gpu(&v, 1)["lost"], false);
+    assert_eq!(f(&v, "/max_gpu_ram/main"), 2.0, "measured before the loss");
+    let notes = v["tracking"]["notes"].to_string();
+    assert!(notes.contains(&format!("{GPU0}) was lost")), "{notes}");
+}
+
+#[test]
+fn nvml_that_fails_to_start_or_is_absent_is_not_an_error() {
+    let marker = "gpu-hold-marker-d4";
+    let scn = json!({"init_error": "DRIVER_NOT_LOADED", "devices": []});
+    let r = run_with(&scn, marker, &[]);
+    assert!(r.out.status.success(), "{}", stderr(&r.out));
+    let v = json(&r.out);
+    assert_eq!(v["tracking"]["gpu_source"], "none");
+    assert_eq!(f(&v, "/max_gpu_ram/system_capacity"), 0.0);
+    let e = stderr(&r.out);
+    assert_eq!(e.matches("no GPU figures").count(), 1, "one log line: {e}");
+    assert!(
+        v["tracking"]["notes"]
+            .to_string()
+            .contains("no GPU figures")
+    );
+
+    let out = run(&[
+        "-e",
+        "true",
+        "-f",
+        "json",
+        "--nvml-lib",
+        "/nonexistent/libnvidia-ml.so.1",
+    ]);
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["gpu_utilization"]["system_gpu_count"], 0);
+    assert!(stderr(&out).contains("/nonexistent/libnvidia-ml.so.1"));
+}
+
+#[test]
+fn gpu_figures_in_the_text_report() {
+    let marker = "gpu-hold-marker-e5";
+    let dir = TempDir::new("gputext");
+    let scn_path = dir.join("s.json");
+    std::fs::write(&scn_path, scenario(marker, json!({})).to_string()).unwrap();
+    let cmd = format!("{} --hold-ms 500 --marker {marker}", hog().display());
+    let lib = fake_nvml();
+    let out = run_env(
+        &[
+            "-e",
+            &cmd,
+            "--st",
+            "0.1",
+            "--gru",
+            "megabytes",
+            "--nvml-lib",
+            lib.to_str().unwrap(),
+        ],
+        &[("FAKE_NVML_SCENARIO", scn_path.to_str().unwrap())],
+    );
+    let t = stdout(&out);
+    assert!(
+        t.contains("Max GPU RAM:\n   Unit: megabytes\n   System capacity: 120000.0\n"),
+        "{t}"
+    );
+    assert!(t.contains("   Main: 2000.0\n"), "{t}");
+    assert!(t.contains(&format!("GPUs:\n   {GPU0}:\n")), "{t}");
+}
