@@ -13,136 +13,27 @@
 //!   usage), so the sum over the tree is complete, and the mean over the run is total CPU time
 //!   divided by wall time.
 
+mod cpu;
 mod gpus;
+mod options;
 pub mod stats;
 mod tree;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::cgroup::Cgroup;
 use crate::gpu::GpuSource;
-use crate::proc::{CpuTotals, MemSplit, ProcFs, ticks_per_second};
-use crate::sys::{self, Rusage};
+use crate::proc::{MemSplit, ProcFs, ticks_per_second};
+use crate::sys;
 use crate::tracking_file::StaticData;
 use crate::units::Units;
 use crate::usage::{
     ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, RssValues, TrackingInfo,
 };
+pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target, Timepoint};
+
+use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
-use stats::PercentAcc;
-
-/// How the private/shared split of each process is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryDetail {
-    /// `/proc/<pid>/smaps_rollup`: the real split, as `gpu_tracker` reports it. Walks the
-    /// process's page tables, so it costs more on very large processes.
-    SmapsRollup,
-    /// `/proc/<pid>/status` only: anonymous memory as private, file and shmem pages as shared.
-    /// Cheap at any size; the default inside Slurm.
-    Status,
-}
-
-impl MemoryDetail {
-    fn as_str(self) -> &'static str {
-        match self {
-            MemoryDetail::SmapsRollup => "smaps_rollup",
-            MemoryDetail::Status => "status",
-        }
-    }
-}
-
-/// Settings of a sampler.
-#[derive(Debug, Clone)]
-pub struct SamplerOptions {
-    /// Time between samples.
-    pub interval: Duration,
-    /// How memory is split into private and shared.
-    pub memory_detail: MemoryDetail,
-    /// Denominator of CPU hardware percentages; all online CPUs when `None`.
-    pub n_expected_cores: Option<u32>,
-    /// GPUs counted in `gpu_utilization`; all when `None`.
-    pub gpu_uuids: Option<Vec<String>>,
-    /// Units of the result.
-    pub units: Units,
-    /// Where procfs is.
-    pub proc_root: PathBuf,
-}
-
-impl Default for SamplerOptions {
-    fn default() -> Self {
-        SamplerOptions {
-            interval: Duration::from_secs(1),
-            memory_detail: MemoryDetail::SmapsRollup,
-            n_expected_cores: None,
-            gpu_uuids: None,
-            units: Units::default(),
-            proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
-        }
-    }
-}
-
-/// What is tracked.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// The main process.
-    pub main: u32,
-    /// Processes whose descendants are tracked: the main process, or the tracker itself when it
-    /// is the command's parent and subreaper (then orphans stay in the tree).
-    pub tree_roots: Vec<u32>,
-    /// Pids never counted (the tracker, when it is a tree root).
-    pub exclude: Vec<u32>,
-    /// A cgroup holding exactly the tracked processes: exact combined peak.
-    pub cgroup: Option<Cgroup>,
-    /// The sampler runs inside the main process (library API): its own thread's CPU time and
-    /// the thread itself are not counted, and CPU time before the start is not counted.
-    pub in_process: bool,
-}
-
-/// How the tracked command ended, for the final figures.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EndInfo {
-    /// `wait4` usage of the main process (its own plus its waited-for descendants').
-    pub main: Option<Rusage>,
-    /// The tracker's usage of all its waited-for children (`RUSAGE_CHILDREN`).
-    pub children: Option<Rusage>,
-}
-
-/// One row of the tracking file: the same columns as `gpu_tracker`'s, in the chosen units.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Timepoint {
-    /// Column values in `gpu_tracker`'s order (see [`Timepoint::COLUMNS`]).
-    pub values: [f64; 22],
-}
-
-impl Timepoint {
-    /// Column names, as `gpu_tracker` writes them.
-    pub const COLUMNS: [&'static str; 22] = [
-        "main_ram",
-        "descendants_ram",
-        "combined_ram",
-        "system_ram",
-        "main_gpu_ram",
-        "descendants_gpu_ram",
-        "combined_gpu_ram",
-        "system_gpu_ram",
-        "gpu_sum_utilization_percent",
-        "gpu_hardware_utilization_percent",
-        "main_n_threads",
-        "descendants_n_threads",
-        "combined_n_threads",
-        "cpu_system_sum_utilization_percent",
-        "cpu_system_hardware_utilization_percent",
-        "cpu_main_sum_utilization_percent",
-        "cpu_main_hardware_utilization_percent",
-        "cpu_descendants_sum_utilization_percent",
-        "cpu_descendants_hardware_utilization_percent",
-        "cpu_combined_sum_utilization_percent",
-        "cpu_combined_hardware_utilization_percent",
-        "timestamp",
-    ];
-}
 
 #[derive(Debug, Clone, Copy)]
 struct ProcRecord {
@@ -186,17 +77,7 @@ pub struct Sampler {
     samples: u64,
     procs: HashMap<u32, ProcRecord>,
     base_children_cpu: f64,
-    // CPU
-    prev_cum: Option<f64>,
-    prev_main_own: Option<f64>,
-    main_last_reaped: f64,
-    combined_cpu: f64,
-    main_cpu: f64,
-    prev_sys: Option<CpuTotals>,
-    cpu_sys: PercentAcc,
-    cpu_main: PercentAcc,
-    cpu_desc: PercentAcc,
-    cpu_comb: PercentAcc,
+    cpu: CpuAccumulator,
     threads: [u64; 3],
     // memory
     mem: [RssPeak; 3],
@@ -219,25 +100,17 @@ impl Sampler {
             sys::rusage(sys::Who::Children).cpu_seconds
         };
         let gpu = GpuAccumulator::new(opts.gpu_uuids.clone());
+        let ncores = crate::proc::online_cpus();
         Sampler {
             procfs,
             tps: ticks_per_second() as f64,
-            ncores: crate::proc::online_cpus(),
+            ncores,
             started: Instant::now(),
             last: None,
             samples: 0,
             procs: HashMap::new(),
             base_children_cpu,
-            prev_cum: None,
-            prev_main_own: None,
-            main_last_reaped: 0.0,
-            combined_cpu: 0.0,
-            main_cpu: 0.0,
-            prev_sys: None,
-            cpu_sys: PercentAcc::default(),
-            cpu_main: PercentAcc::default(),
-            cpu_desc: PercentAcc::default(),
-            cpu_comb: PercentAcc::default(),
+            cpu: CpuAccumulator::new(ncores, f64::from(opts.n_expected_cores.unwrap_or(ncores))),
             threads: [0; 3],
             mem: [RssPeak::default(); 3],
             largest_hwm: 0,
@@ -342,7 +215,7 @@ impl Sampler {
             }
             if is_main {
                 main_own = Some(own_counted);
-                self.main_last_reaped = reaped - (rec.base_cpu - rec.base_own);
+                self.cpu.main_last_reaped = reaped - (rec.base_cpu - rec.base_own);
             }
             let split = match self.opts.memory_detail {
                 MemoryDetail::SmapsRollup => match self.procfs.pid_smaps_rollup(pid) {
@@ -396,7 +269,10 @@ impl Sampler {
         if !self.target.in_process {
             cum += sys::rusage(sys::Who::Children).cpu_seconds - self.base_children_cpu;
         }
-        self.cpu_interval(dt, cum, main_own, &mut tp);
+        if let Ok(now) = self.procfs.cpu_totals() {
+            self.cpu.system(now, dt, Some(&mut tp));
+        }
+        self.cpu.tree(dt, cum, main_own, &mut tp);
 
         if let Ok(m) = self.procfs.meminfo() {
             self.sys_used = self.sys_used.max(m.used);
@@ -424,99 +300,23 @@ impl Sampler {
         tp
     }
 
-    fn cpu_interval(
-        &mut self,
-        dt: Option<f64>,
-        cum: f64,
-        main_own: Option<f64>,
-        tp: &mut Timepoint,
-    ) {
-        let hw = self.expected_cores();
-        if let Ok(sys) = self.procfs.cpu_totals() {
-            if let Some(prev) = self.prev_sys {
-                let total = sys.total.saturating_sub(prev.total);
-                if total > 0 {
-                    let busy = sys.busy.saturating_sub(prev.busy) as f64 / total as f64;
-                    let sum = busy * f64::from(self.ncores) * 100.0;
-                    if let Some(dt) = dt {
-                        self.cpu_sys.add(sum, dt);
-                    }
-                    tp.values[13] = sum;
-                    tp.values[14] = sum / f64::from(self.ncores);
-                }
-            }
-            self.prev_sys = Some(sys);
-        }
-        let comb_delta = self.prev_cum.map(|p| (cum - p).max(0.0));
-        let main_delta = match (self.prev_main_own, main_own) {
-            (Some(p), Some(n)) => Some((n - p).max(0.0)),
-            _ => None,
-        };
-        if let Some(d) = comb_delta {
-            self.combined_cpu += d;
-        }
-        if let Some(d) = main_delta {
-            self.main_cpu += d;
-        }
-        if let (Some(dt), Some(c)) = (dt.filter(|d| *d > 0.0), comb_delta) {
-            let m = main_delta.unwrap_or(0.0).min(c);
-            self.add_cpu_percents(m, c, dt, tp, hw);
-        }
-        self.prev_cum = Some(cum);
-        if main_own.is_some() {
-            self.prev_main_own = main_own;
-        }
-    }
-
-    fn add_cpu_percents(&mut self, main: f64, comb: f64, dt: f64, tp: &mut Timepoint, hw: f64) {
-        let pct = |cpu: f64| cpu / dt * 100.0;
-        let (m, c) = (pct(main), pct(comb));
-        let d = (c - m).max(0.0);
-        self.cpu_main.add(m, dt);
-        self.cpu_desc.add(d, dt);
-        self.cpu_comb.add(c, dt);
-        for (i, v) in [(15, m), (17, d), (19, c)] {
-            tp.values[i] = v;
-            tp.values[i + 1] = if hw > 0.0 { v / hw } else { 0.0 };
-        }
-    }
-
     /// Final figures. `end` carries what `wait4` told about the main process and the tracker's
     /// reaped children; the final partial interval is accounted from it.
     pub fn finish(mut self, end: EndInfo) -> ResourceUsage {
         let wall = self.started.elapsed().as_secs_f64();
         let u = self.opts.units;
         let hw = self.expected_cores();
-        let mut total_cpu = self.combined_cpu;
-        if let (Some(prev), Ok(now), Some(last)) =
-            (self.prev_sys, self.procfs.cpu_totals(), self.last)
-        {
+        let since = self.last.map(|l| l.elapsed().as_secs_f64()).unwrap_or(wall);
+        if let Ok(now) = self.procfs.cpu_totals() {
             // The machine's share of the last, partial interval.
-            let total = now.total.saturating_sub(prev.total);
-            let since = last.elapsed().as_secs_f64();
-            if total > 0 && since > 0.0 {
-                let busy = now.busy.saturating_sub(prev.busy) as f64 / total as f64;
-                self.cpu_sys
-                    .add(busy * f64::from(self.ncores) * 100.0, since);
-            }
+            self.cpu.system(now, Some(since), None);
         }
+        let mut total_cpu = self.cpu.sampled_total();
         if let Some(ch) = end.children {
             let exact = ch.cpu_seconds - self.base_children_cpu;
-            let since = self.last.map(|l| l.elapsed().as_secs_f64()).unwrap_or(wall);
-            let comb_delta = self.prev_cum.map_or(exact, |p| (exact - p).max(0.0));
-            // Main's own time is at most its wait4 total less what its children had given it.
-            let main_delta = match (end.main, self.prev_main_own) {
-                (Some(m), Some(p)) => (m.cpu_seconds - self.main_last_reaped - p).max(0.0),
-                (Some(m), None) if !self.saw_descendants => m.cpu_seconds,
-                _ => 0.0,
-            }
-            .min(comb_delta);
-            self.main_cpu += main_delta;
-            if since > 0.0 {
-                let mut tp = Timepoint::default();
-                self.add_cpu_percents(main_delta, comb_delta, since, &mut tp, hw);
-            }
-            total_cpu = (self.combined_cpu + comb_delta).max(exact);
+            total_cpu = self
+                .cpu
+                .finish_tree(exact, end.main, since, self.saw_descendants);
             self.largest_hwm = self.largest_hwm.max(ch.maxrss_bytes);
         }
         if let Some(m) = end.main {
@@ -545,9 +345,7 @@ impl Sampler {
                 ("sampled".to_string(), false)
             }
         };
-        let mean = |cpu: f64| if wall > 0.0 { cpu / wall * 100.0 } else { 0.0 };
-        let main_mean = mean(self.main_cpu);
-        let comb_mean = mean(total_cpu);
+        let cpu = self.cpu.finish(wall, total_cpu);
         let (gpus, max_gpu_ram, gpu_util, gpu_notes) = self.gpu.finish(&u);
         for n in gpu_notes {
             self.note(n);
@@ -576,12 +374,10 @@ impl Sampler {
             cpu_utilization: CpuUtilization {
                 system_core_count: self.ncores,
                 n_expected_cores: hw as u32,
-                system: self.cpu_sys.finish(f64::from(self.ncores)),
-                main: self.cpu_main.finish_with_mean(hw, main_mean),
-                descendants: self
-                    .cpu_desc
-                    .finish_with_mean(hw, (comb_mean - main_mean).max(0.0)),
-                combined: self.cpu_comb.finish_with_mean(hw, comb_mean),
+                system: cpu.system,
+                main: cpu.main,
+                descendants: cpu.descendants,
+                combined: cpu.combined,
                 main_n_threads: self.threads[0],
                 descendants_n_threads: self.threads[1],
                 combined_n_threads: self.threads[2],

@@ -1,0 +1,192 @@
+//! CPU accounting over sampling intervals: the machine's (from `/proc/stat`), and the tracked
+//! tree's from cumulative CPU times, so a process that ended between two samples still counts.
+
+use super::Timepoint;
+use super::stats::{PercentAcc, ProcessingUnitPercentages};
+use crate::proc::CpuTotals;
+use crate::sys::Rusage;
+
+/// CPU figures over a run.
+#[derive(Debug, Default)]
+pub struct CpuAccumulator {
+    ncores: f64,
+    expected: f64,
+    prev_sys: Option<CpuTotals>,
+    prev_cum: Option<f64>,
+    prev_main_own: Option<f64>,
+    /// CPU seconds the main process had from reaped children at the last sample.
+    pub main_last_reaped: f64,
+    combined: f64,
+    main: f64,
+    sys: PercentAcc,
+    main_pct: PercentAcc,
+    desc_pct: PercentAcc,
+    comb_pct: PercentAcc,
+}
+
+/// The four utilization blocks of a result.
+pub struct CpuFigures {
+    /// The machine.
+    pub system: ProcessingUnitPercentages,
+    /// The main process.
+    pub main: ProcessingUnitPercentages,
+    /// Its descendants.
+    pub descendants: ProcessingUnitPercentages,
+    /// Both.
+    pub combined: ProcessingUnitPercentages,
+}
+
+impl CpuAccumulator {
+    /// For a machine of `ncores` CPUs, with hardware percentages against `expected` cores.
+    pub fn new(ncores: u32, expected: f64) -> Self {
+        CpuAccumulator {
+            ncores: f64::from(ncores),
+            expected,
+            ..Default::default()
+        }
+    }
+
+    /// The machine's utilization since the last reading, over `dt` seconds.
+    pub fn system(&mut self, now: CpuTotals, dt: Option<f64>, tp: Option<&mut Timepoint>) {
+        if let Some(prev) = self.prev_sys {
+            let total = now.total.saturating_sub(prev.total);
+            if total > 0 {
+                let busy = now.busy.saturating_sub(prev.busy) as f64 / total as f64;
+                let sum = busy * self.ncores * 100.0;
+                if let Some(dt) = dt {
+                    self.sys.add(sum, dt);
+                }
+                if let Some(tp) = tp {
+                    tp.values[13] = sum;
+                    tp.values[14] = sum / self.ncores;
+                }
+            }
+        }
+        self.prev_sys = Some(now);
+    }
+
+    /// The tree's utilization since the last sample: `cum` is its cumulative CPU seconds now,
+    /// `main_own` the main process's own, if it is alive.
+    pub fn tree(&mut self, dt: Option<f64>, cum: f64, main_own: Option<f64>, tp: &mut Timepoint) {
+        let comb_delta = self.prev_cum.map(|p| (cum - p).max(0.0));
+        let main_delta = match (self.prev_main_own, main_own) {
+            (Some(p), Some(n)) => Some((n - p).max(0.0)),
+            _ => None,
+        };
+        self.combined += comb_delta.unwrap_or(0.0);
+        self.main += main_delta.unwrap_or(0.0);
+        if let (Some(dt), Some(c)) = (dt.filter(|d| *d > 0.0), comb_delta) {
+            self.interval(main_delta.unwrap_or(0.0).min(c), c, dt, tp);
+        }
+        self.prev_cum = Some(cum);
+        if main_own.is_some() {
+            self.prev_main_own = main_own;
+        }
+    }
+
+    fn interval(&mut self, main: f64, comb: f64, dt: f64, tp: &mut Timepoint) {
+        let pct = |cpu: f64| cpu / dt * 100.0;
+        let (m, c) = (pct(main), pct(comb));
+        let d = (c - m).max(0.0);
+        self.main_pct.add(m, dt);
+        self.desc_pct.add(d, dt);
+        self.comb_pct.add(c, dt);
+        for (i, v) in [(15, m), (17, d), (19, c)] {
+            tp.values[i] = v;
+            tp.values[i + 1] = if self.expected > 0.0 {
+                v / self.expected
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// Accounts the last, partial interval (`since` seconds) of a command that has ended, from
+    /// the exact total CPU seconds of everything the tracker reaped (`exact`) and `wait4`'s
+    /// usage of the main process. Returns the run's total CPU seconds.
+    pub fn finish_tree(
+        &mut self,
+        exact: f64,
+        main: Option<Rusage>,
+        since: f64,
+        saw_descendants: bool,
+    ) -> f64 {
+        let comb_delta = self.prev_cum.map_or(exact, |p| (exact - p).max(0.0));
+        // Main's own time is at most its wait4 total less what its children had given it.
+        let main_delta = match (main, self.prev_main_own) {
+            (Some(m), Some(p)) => (m.cpu_seconds - self.main_last_reaped - p).max(0.0),
+            (Some(m), None) if !saw_descendants => m.cpu_seconds,
+            _ => 0.0,
+        }
+        .min(comb_delta);
+        self.main += main_delta;
+        if since > 0.0 {
+            let mut tp = Timepoint::default();
+            self.interval(main_delta, comb_delta, since, &mut tp);
+        }
+        (self.combined + comb_delta).max(exact)
+    }
+
+    /// Total CPU seconds of the tree as sampled (without [`CpuAccumulator::finish_tree`]).
+    pub fn sampled_total(&self) -> f64 {
+        self.combined
+    }
+
+    /// The figures, with means over `wall` seconds from `total` CPU seconds of the tree.
+    pub fn finish(&self, wall: f64, total: f64) -> CpuFigures {
+        let mean = |cpu: f64| if wall > 0.0 { cpu / wall * 100.0 } else { 0.0 };
+        let (main_mean, comb_mean) = (mean(self.main), mean(total));
+        CpuFigures {
+            system: self.sys.finish(self.ncores),
+            main: self.main_pct.finish_with_mean(self.expected, main_mean),
+            descendants: self
+                .desc_pct
+                .finish_with_mean(self.expected, (comb_mean - main_mean).max(0.0)),
+            combined: self.comb_pct.finish_with_mean(self.expected, comb_mean),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_child_still_counts() {
+        let mut c = CpuAccumulator::new(4, 2.0);
+        let mut tp = Timepoint::default();
+        c.tree(None, 0.0, Some(0.0), &mut tp);
+        // One second later: main used 0.5 s; a child used 1 s and was reaped by main.
+        c.tree(Some(1.0), 1.5, Some(0.5), &mut tp);
+        assert_eq!(tp.values[15], 50.0);
+        assert_eq!(tp.values[19], 150.0);
+        assert_eq!(
+            tp.values[20], 75.0,
+            "hardware percent against 2 expected cores"
+        );
+        let total = c.finish_tree(2.0, None, 1.0, true);
+        assert_eq!(total, 2.0);
+        let f = c.finish(2.0, total);
+        assert_eq!(f.combined.mean_sum_percent, 100.0);
+        assert_eq!(f.combined.max_sum_percent, 150.0);
+        assert_eq!(f.main.mean_sum_percent, 25.0);
+        assert_eq!(f.descendants.mean_sum_percent, 75.0);
+    }
+
+    #[test]
+    fn machine_utilization() {
+        let mut c = CpuAccumulator::new(2, 2.0);
+        c.system(CpuTotals { busy: 0, total: 0 }, None, None);
+        let mut tp = Timepoint::default();
+        c.system(
+            CpuTotals {
+                busy: 50,
+                total: 200,
+            },
+            Some(1.0),
+            Some(&mut tp),
+        );
+        assert_eq!(tp.values[13], 50.0);
+        assert_eq!(c.finish(1.0, 0.0).system.max_hardware_percent, 25.0);
+    }
+}
