@@ -1,0 +1,275 @@
+//! The site's settings for the Slurm plugin (`gpu-tracker.toml`, named in `plugstack.conf` as
+//! `config=/etc/slurm/gpu-tracker.toml`), and the user's `--gpu-track[=SECONDS|off]` option.
+//!
+//! Bad settings never fail a job: the plugin logs the error (which names the key) and leaves
+//! tracking off. Every key is optional; an empty file gives the defaults below.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::tracker::MIN_SLEEP_TIME;
+
+/// Where the plugin's settings file usually is.
+pub const DEFAULT_PATH: &str = "/etc/slurm/gpu-tracker.toml";
+
+/// Kinds of job step that can be tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    /// The batch script's step.
+    Batch,
+    /// Steps started by `srun` (inside a batch job or an allocation).
+    Srun,
+    /// The step of `salloc`/`srun --pty` interactive sessions.
+    Interactive,
+    /// The extern step (processes adopted by `pam_slurm_adopt`).
+    Extern,
+}
+
+/// How per-process memory is split into private and shared pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryDetailSetting {
+    /// `/proc/<pid>/status` only: cheap at any process size.
+    Status,
+    /// `/proc/<pid>/smaps_rollup`: the exact split, costlier on very large processes.
+    SmapsRollup,
+}
+
+/// The plugin's settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Directory of the records: `<spool_dir>/<jobid>/<node>.<step>.json`. Must be an absolute
+    /// path on a root-owned, local filesystem.
+    pub spool_dir: PathBuf,
+    /// Seconds between samples when a job asks for tracking without a value.
+    pub interval: f64,
+    /// Shortest interval a user may ask for with `--gpu-track=SECONDS`.
+    pub min_interval: f64,
+    /// Track every job; users opt out with `--gpu-track=off`.
+    pub track_all: bool,
+    /// Path or name of the NVIDIA management library; empty turns GPU tracking off.
+    pub nvml_library: String,
+    /// Which steps are tracked.
+    pub steps: Vec<StepKind>,
+    /// Seconds between rewrites of a running step's (incomplete) record; 0 writes only at the end.
+    pub checkpoint_interval: f64,
+    /// How the private/shared memory split is read.
+    pub memory_detail: MemoryDetailSetting,
+    /// Fail the job step when tracking cannot start (for sites that must account every job).
+    /// Off by default: tracking problems are logged and the job runs untracked.
+    pub required: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            spool_dir: PathBuf::from("/var/spool/gpu-tracker"),
+            interval: 1.0,
+            min_interval: 0.5,
+            track_all: false,
+            nvml_library: "libnvidia-ml.so.1".into(),
+            steps: vec![StepKind::Batch, StepKind::Srun, StepKind::Interactive],
+            checkpoint_interval: 60.0,
+            memory_detail: MemoryDetailSetting::Status,
+            required: false,
+        }
+    }
+}
+
+/// A settings file that cannot be used. The message names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{0}: {1}")]
+    Io(PathBuf, #[source] std::io::Error),
+    /// The file is not valid TOML, or has an unknown key or a value of the wrong type.
+    #[error("{0}: {1}")]
+    Syntax(PathBuf, String),
+    /// A key has a value that cannot work.
+    #[error("{0}: `{1}` {2}")]
+    Value(PathBuf, &'static str, String),
+}
+
+impl Config {
+    /// Reads and checks the settings file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::Io(path.to_path_buf(), e))?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and checks settings text; `path` only names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Syntax(path.to_path_buf(), one_line(&e.to_string())))?;
+        let bad = |key: &'static str, why: String| Err(ConfigError::Value(path.into(), key, why));
+        if !c.spool_dir.is_absolute() {
+            return bad(
+                "spool_dir",
+                format!("must be an absolute path, not {:?}", c.spool_dir),
+            );
+        }
+        if !(c.min_interval.is_finite() && c.min_interval >= MIN_SLEEP_TIME) {
+            return bad(
+                "min_interval",
+                format!("must be at least {MIN_SLEEP_TIME} s"),
+            );
+        }
+        if !(c.interval.is_finite() && c.interval >= c.min_interval) {
+            return bad(
+                "interval",
+                format!("must be at least min_interval ({} s)", c.min_interval),
+            );
+        }
+        if !(c.checkpoint_interval.is_finite() && c.checkpoint_interval >= 0.0) {
+            return bad("checkpoint_interval", "must be 0 or more seconds".into());
+        }
+        if c.steps.is_empty() {
+            return bad(
+                "steps",
+                "must name at least one of batch, srun, interactive, extern".into(),
+            );
+        }
+        Ok(c)
+    }
+
+    /// Whether steps of `kind` are tracked.
+    pub fn tracks(&self, kind: StepKind) -> bool {
+        self.steps.contains(&kind)
+    }
+
+    /// What the job gets: `option` is the value of `--gpu-track` (`None` when the job did not
+    /// give it, `Some("")` for the bare flag).
+    pub fn decide(&self, option: Option<&str>) -> Result<Tracking, String> {
+        match option.map(parse_track_option).transpose()? {
+            None if self.track_all => Ok(Tracking::On {
+                interval: self.interval,
+            }),
+            None => Ok(Tracking::Off),
+            Some(TrackOption::Off) => Ok(Tracking::Off),
+            Some(TrackOption::Default) => Ok(Tracking::On {
+                interval: self.interval,
+            }),
+            Some(TrackOption::Every(s)) if s < self.min_interval => Err(format!(
+                "--gpu-track={s}: the shortest interval this site allows is {} s",
+                self.min_interval
+            )),
+            Some(TrackOption::Every(s)) => Ok(Tracking::On { interval: s }),
+        }
+    }
+}
+
+/// Whether a job is tracked, and how often it is sampled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tracking {
+    /// Not tracked.
+    Off,
+    /// Tracked, sampled every `interval` seconds.
+    On {
+        /// Seconds between samples.
+        interval: f64,
+    },
+}
+
+/// The value of `--gpu-track`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TrackOption {
+    /// `--gpu-track`: on, at the site's interval.
+    Default,
+    /// `--gpu-track=SECONDS`.
+    Every(f64),
+    /// `--gpu-track=off` (or `no`, `false`): not tracked, even where the site tracks every job.
+    Off,
+}
+
+/// Parses the value of `--gpu-track`: empty, `on`/`yes` (the site's interval), `off`/`no`, or a
+/// number of seconds.
+pub fn parse_track_option(value: &str) -> Result<TrackOption, String> {
+    let v = value.trim().to_ascii_lowercase();
+    match v.as_str() {
+        "" | "on" | "yes" | "true" => Ok(TrackOption::Default),
+        "off" | "no" | "false" => Ok(TrackOption::Off),
+        _ => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Ok(TrackOption::Every(s)),
+            _ => Err(format!(
+                "--gpu-track={value}: expected a number of seconds, \"on\" or \"off\""
+            )),
+        },
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<Config, ConfigError> {
+        Config::parse(t, Path::new("/etc/slurm/gpu-tracker.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults_and_the_example_parses() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        let example = include_str!("../config/gpu-tracker.toml");
+        let c = parse(example).unwrap();
+        assert_eq!(c.spool_dir, PathBuf::from("/var/spool/gpu-tracker"));
+        assert!(c.tracks(StepKind::Batch) && !c.tracks(StepKind::Extern));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = parse("spool_dri = \"/x\"\n").unwrap_err().to_string();
+        assert!(
+            e.contains("gpu-tracker.toml") && e.contains("spool_dri"),
+            "{e}"
+        );
+        let e = parse("interval = \"fast\"\n").unwrap_err().to_string();
+        assert!(e.contains("interval"), "{e}");
+        let e = parse("steps = [\"batch\", \"prolog\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prolog"), "{e}");
+        for (t, key) in [
+            ("spool_dir = \"spool\"", "`spool_dir`"),
+            ("interval = 0.2", "`interval`"),
+            ("min_interval = 0.01", "`min_interval`"),
+            ("checkpoint_interval = -1.0", "`checkpoint_interval`"),
+            ("steps = []", "`steps`"),
+        ] {
+            let e = parse(t).unwrap_err().to_string();
+            assert!(e.contains(key), "{t}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    #[test]
+    fn the_option_and_the_site_decide_together() {
+        let site = Config::default();
+        assert_eq!(site.decide(None), Ok(Tracking::Off));
+        assert_eq!(site.decide(Some("")), Ok(Tracking::On { interval: 1.0 }));
+        assert_eq!(site.decide(Some("0.5")), Ok(Tracking::On { interval: 0.5 }));
+        assert!(
+            site.decide(Some("0.2"))
+                .unwrap_err()
+                .contains("shortest interval")
+        );
+        assert!(site.decide(Some("0")).is_err());
+        assert!(
+            site.decide(Some("often"))
+                .unwrap_err()
+                .contains("--gpu-track=often")
+        );
+        let all = Config {
+            track_all: true,
+            ..Config::default()
+        };
+        assert_eq!(all.decide(None), Ok(Tracking::On { interval: 1.0 }));
+        assert_eq!(all.decide(Some("off")), Ok(Tracking::Off));
+    }
+}
