@@ -132,6 +132,27 @@ pub fn signal_name(sig: i32) -> String {
         .unwrap_or_else(|| format!("signal {sig}"))
 }
 
+/// Waits until some child has ended, without reaping it, and returns its pid. While it is not
+/// reaped, its `/proc/<pid>/stat` still holds its final CPU times, its own apart from its
+/// children's, which `wait4`'s usage adds together.
+pub fn wait_any_ended() -> std::io::Result<i32> {
+    loop {
+        // SAFETY: all-zero bytes are a valid siginfo_t.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid, writable siginfo_t; the id is ignored with P_ALL.
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid succeeded with WEXITED, so the kernel filled the child fields.
+        return Ok(unsafe { info.si_pid() });
+    }
+}
+
 /// `wait4(pid, ...)`, blocking, retried on EINTR. `pid` -1 waits for any child. Returns the
 /// pid that ended, how, and its resource usage (own plus its waited-for descendants).
 pub fn wait4(pid: i32) -> std::io::Result<(i32, ExitStatus, Rusage)> {

@@ -132,7 +132,7 @@ fn cpu_mean_is_total_cpu_time_over_wall_time() {
     let v = json(&out);
     let wall = f(&v, "/compute_time/time");
     let cpu = f(&v, "/compute_time/cpu_time");
-    assert!((1.4..3.0).contains(&wall), "wall {wall}");
+    assert!((1.4..10.0).contains(&wall), "wall {wall}");
     assert!((1.2..1.7).contains(&cpu), "cpu {cpu}");
     let mean = f(&v, "/cpu_utilization/combined/mean_sum_percent");
     assert!(
@@ -141,13 +141,50 @@ fn cpu_mean_is_total_cpu_time_over_wall_time() {
     );
     assert!(mean > 50.0, "a spinning process: {mean}");
     let max = f(&v, "/cpu_utilization/main/max_sum_percent");
-    assert!((80.0..=115.0).contains(&max), "one core busy: {max}");
+    assert!(
+        (50.0..=115.0).contains(&max),
+        "one busy process on one core: {max}"
+    );
     // --nec 1: hardware percent equals sum percent.
     assert_eq!(
         f(&v, "/cpu_utilization/main/max_hardware_percent"),
         f(&v, "/cpu_utilization/main/max_sum_percent")
     );
     assert_eq!(v.pointer("/cpu_utilization/n_expected_cores").unwrap(), 1);
+}
+
+#[test]
+fn cpu_of_children_that_end_between_samples_counts() {
+    // Two children burn 0.4 s each and are gone long before the first 5 s interval ends: only
+    // the kernel's accounting of reaped children can see them.
+    let cmd = format!("{h} --spin-ms 400; {h} --spin-ms 400", h = hog().display());
+    let out = run(&[
+        "-e",
+        &cmd,
+        "--st",
+        "5",
+        "--tu",
+        "seconds",
+        "-f",
+        "json",
+        "--disable-logs",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let cpu = f(&v, "/compute_time/cpu_time");
+    assert!((0.7..1.2).contains(&cpu), "cpu {cpu}");
+    let wall = f(&v, "/compute_time/time");
+    let mean = f(&v, "/cpu_utilization/combined/mean_sum_percent");
+    assert!(
+        (mean - cpu / wall * 100.0).abs() < 1.0,
+        "mean {mean}, cpu {cpu}, wall {wall}"
+    );
+    let desc = f(&v, "/cpu_utilization/descendants/mean_sum_percent");
+    let main = f(&v, "/cpu_utilization/main/mean_sum_percent");
+    assert!(
+        desc > 50.0 && main < 20.0,
+        "the shell idles, its children work: {main} / {desc}"
+    );
 }
 
 #[test]

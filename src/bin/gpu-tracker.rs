@@ -225,21 +225,26 @@ fn run(args: Args) -> Result<u8, Fail> {
     let tracker =
         Tracker::start_for(opts, target, gpu, tracking).map_err(|e| Fail::Runtime(e.into()))?;
 
-    // Reap until the main process ends; orphans re-parented to us are reaped on the way.
-    let (status, main_usage) = loop {
-        match sys::wait4(-1) {
-            Ok((p, how, ru)) if p as u32 == pid => break (how, ru),
-            Ok(_) => continue,
-            Err(e) => {
-                return Err(Fail::Runtime(
-                    anyhow::Error::new(e).context("waiting for the command"),
-                ));
-            }
+    // Reap until the main process ends; orphans re-parented to us are reaped on the way. Main
+    // is looked at once more as a zombie: its own CPU time, apart from its children's.
+    let procfs = gpu_tracker::proc::ProcFs::default();
+    let tps = gpu_tracker::proc::ticks_per_second() as f64;
+    let wait_err = |e| Fail::Runtime(anyhow::Error::new(e).context("waiting for the command"));
+    let (status, main_usage, main_own) = loop {
+        let ended = sys::wait_any_ended().map_err(wait_err)?;
+        let own = (ended as u32 == pid)
+            .then(|| procfs.pid_stat(pid).ok())
+            .flatten()
+            .map(|st| st.own_ticks() as f64 / tps);
+        let (p, how, ru) = sys::wait4(ended).map_err(wait_err)?;
+        if p as u32 == pid {
+            break (how, ru, own);
         }
     };
     let end = EndInfo {
         main: Some(main_usage),
         children: Some(sys::rusage(sys::Who::Children)),
+        main_own_cpu: main_own,
     };
     let usage = tracker
         .stop_with(end)

@@ -102,25 +102,36 @@ impl CpuAccumulator {
     }
 
     /// Accounts the last, partial interval (`since` seconds) of a command that has ended, from
-    /// the exact total CPU seconds of everything the tracker reaped (`exact`) and `wait4`'s
-    /// usage of the main process. Returns the run's total CPU seconds.
+    /// the exact total CPU seconds of everything the tracker reaped (`exact`), the main
+    /// process's own final CPU seconds where known (`main_own`), else `wait4`'s usage of it
+    /// (its own plus its reaped children's). An interval shorter than `min_interval` only
+    /// sets maxima when it is the only one. Returns the run's total CPU seconds.
     pub fn finish_tree(
         &mut self,
         exact: f64,
+        main_own: Option<f64>,
         main: Option<Rusage>,
         since: f64,
+        min_interval: f64,
         saw_descendants: bool,
     ) -> f64 {
         let comb_delta = self.prev_cum.map_or(exact, |p| (exact - p).max(0.0));
-        // Main's own time is at most its wait4 total less what its children had given it.
-        let main_delta = match (main, self.prev_main_own) {
-            (Some(m), Some(p)) => (m.cpu_seconds - self.main_last_reaped - p).max(0.0),
-            (Some(m), None) if !saw_descendants => m.cpu_seconds,
+        let prev = self.prev_main_own.unwrap_or(0.0);
+        let main_delta = match (main_own, main) {
+            (Some(own), _) => (own - prev).max(0.0),
+            // wait4's figure is main's own only when main never had a child.
+            (None, Some(m)) if !saw_descendants => (m.cpu_seconds - prev).max(0.0),
+            // Otherwise at most its wait4 total less what its children had given it.
+            (None, Some(m)) if self.prev_main_own.is_some() => {
+                (m.cpu_seconds - self.main_last_reaped - prev).max(0.0)
+            }
             _ => 0.0,
         }
         .min(comb_delta);
         self.main += main_delta;
-        if since > 0.0 {
+        // A last interval much shorter than the others counts in totals and means, but does
+        // not set the maximum: a tick or two of CPU time (10 ms) over a few ms is noise.
+        if since >= min_interval || (since > 0.0 && self.comb_pct.is_empty()) {
             let mut tp = Timepoint::default();
             self.interval(main_delta, comb_delta, since, &mut tp);
         }
@@ -164,13 +175,31 @@ mod tests {
             tp.values[20], 75.0,
             "hardware percent against 2 expected cores"
         );
-        let total = c.finish_tree(2.0, None, 1.0, true);
+        let total = c.finish_tree(2.0, Some(0.5), None, 1.0, 0.5, true);
         assert_eq!(total, 2.0);
         let f = c.finish(2.0, total);
         assert_eq!(f.combined.mean_sum_percent, 100.0);
         assert_eq!(f.combined.max_sum_percent, 150.0);
         assert_eq!(f.main.mean_sum_percent, 25.0);
         assert_eq!(f.descendants.mean_sum_percent, 75.0);
+    }
+
+    #[test]
+    fn a_very_short_last_interval_does_not_set_the_max() {
+        let mut c = CpuAccumulator::new(2, 1.0);
+        let mut tp = Timepoint::default();
+        c.tree(None, 0.0, Some(0.0), &mut tp);
+        c.tree(Some(1.0), 1.0, Some(1.0), &mut tp);
+        // 20 ms of CPU counted in the last 10 ms: a tick of rounding, not 200 %.
+        let total = c.finish_tree(1.02, Some(1.02), None, 0.01, 0.5, false);
+        assert_eq!(total, 1.02);
+        let f = c.finish(1.01, total);
+        assert_eq!(f.main.max_sum_percent, 100.0);
+        assert!((f.main.mean_sum_percent - 1.02 / 1.01 * 100.0).abs() < 1e-9);
+        // With no other interval, even a short one counts.
+        let mut c = CpuAccumulator::new(2, 1.0);
+        c.finish_tree(0.05, Some(0.05), None, 0.1, 0.5, false);
+        assert!(c.finish(0.1, 0.05).main.max_sum_percent > 0.0);
     }
 
     #[test]

@@ -307,16 +307,25 @@ impl Sampler {
         let u = self.opts.units;
         let hw = self.expected_cores();
         let since = self.last.map(|l| l.elapsed().as_secs_f64()).unwrap_or(wall);
+        let min_interval = self.opts.interval.as_secs_f64() / 2.0;
         if let Ok(now) = self.procfs.cpu_totals() {
-            // The machine's share of the last, partial interval.
-            self.cpu.system(now, Some(since), None);
+            // The machine's share of the last, partial interval; as for the tree, a very short
+            // one only counts when there is no other.
+            if since >= min_interval || self.samples <= 1 {
+                self.cpu.system(now, Some(since), None);
+            }
         }
         let mut total_cpu = self.cpu.sampled_total();
         if let Some(ch) = end.children {
             let exact = ch.cpu_seconds - self.base_children_cpu;
-            total_cpu = self
-                .cpu
-                .finish_tree(exact, end.main, since, self.saw_descendants);
+            total_cpu = self.cpu.finish_tree(
+                exact,
+                end.main_own_cpu,
+                end.main,
+                since,
+                min_interval,
+                self.saw_descendants,
+            );
             self.largest_hwm = self.largest_hwm.max(ch.maxrss_bytes);
         }
         if let Some(m) = end.main {

@@ -83,6 +83,8 @@ pub struct EndInfo {
     pub main: Option<Rusage>,
     /// The tracker's usage of all its waited-for children (`RUSAGE_CHILDREN`).
     pub children: Option<Rusage>,
+    /// The main process's own CPU seconds at its end (read from its zombie before reaping).
+    pub main_own_cpu: Option<f64>,
 }
 
 /// One row of the tracking file: the same columns as `gpu_tracker`'s, in the chosen units.

@@ -2,11 +2,11 @@
 //!
 //! `gpu-tracker-test-hog [--mb N] [--hold-ms T] [--spin-ms S] [--children K] [--exit C]
 //! [--marker WORD]`: touches N megabytes (1e6 bytes) of anonymous memory, holds them T ms,
-//! burns one core for S ms, starts K copies of itself (with the same settings, no further
+//! burns S ms of CPU time on one core, starts K copies of itself (with the same settings, no further
 //! children) and waits for them, then exits with C. The marker only appears on the command line,
 //! where the fake NVML library looks for it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -42,10 +42,13 @@ fn main() {
         buf[i] = 1; // touch every page so it is resident
     }
     std::thread::sleep(Duration::from_millis(hold));
-    let start = Instant::now();
+    // Spin until this process has used `spin` ms of CPU (not of wall time: on a loaded machine
+    // the tests still know how much CPU it used).
     let mut x = 0u64;
-    while start.elapsed() < Duration::from_millis(spin) {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+    while own_cpu_ms() < spin {
+        for _ in 0..100_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
     }
     std::hint::black_box((x, &buf));
     drop(buf);
@@ -53,4 +56,18 @@ fn main() {
         let _ = k.wait();
     }
     std::process::exit(code as i32);
+}
+
+/// CPU time (user + system) of this process so far, in ms, from `/proc/self/stat` (USER_HZ is
+/// 100 on Linux).
+fn own_cpu_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<u64>() * 10
 }
