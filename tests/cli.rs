@@ -68,20 +68,19 @@ fn a_50ms_spike_is_exact_at_a_1s_interval() {
 /// Whether this process may make a child of its own memory cgroup (root on cgroup v1): then the
 /// command gets a cgroup of its own and the combined peak is the cgroup's counter.
 fn can_make_cgroups() -> bool {
-    let Ok(s) = std::fs::read_to_string("/proc/self/cgroup") else {
+    use gpu_tracker::cgroup::{Cgroup, DEFAULT_ROOT, Version};
+    let Ok(own) = Cgroup::of_pid(
+        std::path::Path::new(DEFAULT_ROOT),
+        std::path::Path::new("/proc"),
+        std::process::id(),
+    ) else {
         return false;
     };
-    let Some(path) = s.lines().find_map(|l| {
-        let mut it = l.splitn(3, ':');
-        let (_, ctrl, path) = (it.next()?, it.next()?, it.next()?);
-        ctrl.split(',')
-            .any(|c| c == "memory")
-            .then(|| path.to_string())
-    }) else {
+    if own.version != Version::V1 {
         return false;
-    };
-    let probe = std::path::Path::new("/sys/fs/cgroup/memory")
-        .join(path.trim_start_matches('/'))
+    }
+    let probe = own
+        .memory_dir
         .join(format!("gpu-tracker-probe.{}", std::process::id()));
     let ok = std::fs::create_dir(&probe).is_ok();
     let _ = std::fs::remove_dir(&probe);

@@ -154,7 +154,9 @@ impl GpuAccumulator {
         let n_sel = devices.iter().filter(|d| d.selected).count() as u32;
         let mut notes = Vec::new();
         if devices.iter().any(|d| d.util.is_empty() && !d.lost) {
-            notes.push("a GPU did not report utilization (not supported on MIG)".to_string());
+            notes.push(
+                "a GPU did not report utilization (MIG instances, for one, do not)".to_string(),
+            );
         }
         let gpus = devices
             .iter()

@@ -279,14 +279,13 @@ impl Sampler {
             self.sys_total = m.total;
             tp.values[3] = u.ram.from_bytes(m.used);
         }
-        let member_set: HashSet<u32> = seen;
         let gpu_interval = self.opts.interval.as_secs_f64();
         let mut notes = Vec::new();
         if let Some(src) = gpu {
             self.gpu.sample(
                 src.as_mut(),
                 self.target.main,
-                &member_set,
+                &seen,
                 gpu_interval,
                 &u,
                 &mut tp,
