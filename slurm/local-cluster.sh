@@ -9,19 +9,20 @@
 #   slurm/local-cluster.sh demo     up, then one small batch job as the test user
 #
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
-# GPU_TRACKER_PLUGIN (the SPANK plugin to install, default <repo>/target/release/libgpu_tracker_spank.so),
+# GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),
 # GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; slurmd gets the next one; default 16817).
 set -euo pipefail
 
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
 REPO=$(dirname "$(dirname "$SCRIPT")")
 STATE=${GPU_TRACKER_CLUSTER_DIR:-/var/tmp/gpu-tracker-cluster}
-PLUGIN_SRC=${GPU_TRACKER_PLUGIN:-$REPO/target/release/libgpu_tracker_spank.so}
+PLUGIN_SRC=${GPU_TRACKER_PLUGIN:-$REPO/target/release/libgpu_tracker.so}
 CONF=$STATE/slurm.conf
 TRACKER_CONF=$STATE/gpu-tracker.toml
 NODE=$(hostname -s)
 TEST_USERS=(gtuser gtuser2)
-PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev)
+# Slurm, and what building the plugin needs (Slurm's headers, libclang for bindgen, a C linker).
+PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang-dev gcc libc6-dev)
 export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 
 STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0
@@ -180,6 +181,60 @@ EOF
     return 0
 }
 
+# Builds the release plugin (and, without a real GPU, the test fake NVML library) with cargo,
+# unless GPU_TRACKER_PLUGIN names a plugin built elsewhere.
+build_plugin() {
+    [[ -n ${GPU_TRACKER_PLUGIN:-} ]] && return 0
+    local cargo
+    cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+    [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
+    echo "building the plugin (cargo build --release --features spank) ..."
+    (cd "$REPO" && "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
+        { real_gpus || "$cargo" build --release --locked -p fake-nvml; }) >"$STATE/log/build.log" 2>&1
+}
+
+# Succeeds when this machine has NVIDIA GPUs and a driver: then the cluster offers those.
+real_gpus() {
+    compgen -G '/dev/nvidia[0-9]*' >/dev/null && ldconfig -p | grep -q 'libnvidia-ml\.so\.1'
+}
+
+# The settings the plugin reads (config= in plugstack.conf). GPUs: the real NVML where there is
+# a driver, else the test fake with a scenario of two SIMULATED GPUs.
+write_tracker_config() {
+    local nvml=libnvidia-ml.so.1
+    if ! real_gpus; then
+        install -d -m 0755 "$STATE/lib/simulated-nvml"
+        install -m 0644 "$REPO/target/release/libnvidia_ml.so" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new"
+        mv -f "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1"
+        nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
+        # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
+        put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
+{
+  "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
+  "devices": [
+    {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
+     "minor": 0, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
+     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]},
+    {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
+     "minor": 1, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]}
+  ]
+}
+EOF2
+    fi
+    put_file "$TRACKER_CONF" 0644 <<EOF2 || true
+# gpu-tracker settings of the local test cluster, written by slurm/local-cluster.sh ("up"
+# rewrites it). The full list of keys, with their defaults: config/gpu-tracker.toml.
+spool_dir = "$STATE/spool/gpu-tracker"
+interval = 1.0
+min_interval = 0.1
+checkpoint_interval = 5.0
+nvml_library = "$nvml"
+EOF2
+}
+
 # PLUGIN HOOK: installs the SPANK plugin when it is built and points plugstack.conf at it;
 # otherwise plugstack.conf stays empty (comments only). Sets STACK_CHANGED when slurmd must restart.
 install_plugin() {
@@ -191,10 +246,7 @@ install_plugin() {
             install -o root -g root -m 0755 "$PLUGIN_SRC" "$so.new" && mv -f "$so.new" "$so"
             STACK_CHANGED=1
         fi
-        # The plugin's settings: the repo's example (config/gpu-tracker.toml) once it exists.
-        if [[ -f $REPO/config/gpu-tracker.toml && ! -f $TRACKER_CONF ]]; then
-            install -m 0644 "$REPO/config/gpu-tracker.toml" "$TRACKER_CONF"
-        fi
+        write_tracker_config
         line="optional $so config=$TRACKER_CONF"
         echo "plugin installed: $so (from $PLUGIN_SRC)"
     else
@@ -250,7 +302,8 @@ start_slurmctld() {
 # Starts slurmd for this node (if not running); it exits at once on a bad configuration.
 start_slurmd() {
     alive "$STATE/run/slurmd.pid" slurmd && return 0
-    slurmd -f "$CONF" -N "$NODE"
+    # slurmstepd inherits slurmd's environment: the SIMULATED GPUs' scenario reaches the fake NVML.
+    FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json slurmd -f "$CONF" -N "$NODE"
     sleep 1
     alive "$STATE/run/slurmd.pid" slurmd || fail "slurmd exited"
 }
@@ -322,6 +375,7 @@ cmd_up() {
     step "munge key"; ensure_munge_key
     step "test users"; ensure_users
     step "write config"; write_config
+    step "build plugin" "$STATE/log/build.log"; build_plugin
     step "plugin hook"; install_plugin
     step "start munged" /var/log/munge/munged.log; start_munge
     if ((CONF_CHANGED)); then

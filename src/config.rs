@@ -58,9 +58,6 @@ pub struct Config {
     pub checkpoint_interval: f64,
     /// How the private/shared memory split is read.
     pub memory_detail: MemoryDetailSetting,
-    /// Fail the job step when tracking cannot start (for sites that must account every job).
-    /// Off by default: tracking problems are logged and the job runs untracked.
-    pub required: bool,
 }
 
 impl Default for Config {
@@ -74,7 +71,6 @@ impl Default for Config {
             steps: vec![StepKind::Batch, StepKind::Srun, StepKind::Interactive],
             checkpoint_interval: 60.0,
             memory_detail: MemoryDetailSetting::Status,
-            required: false,
         }
     }
 }

@@ -27,6 +27,9 @@ pub mod gpu;
 pub mod proc;
 pub mod sampler;
 pub mod shell;
+#[cfg(feature = "spank")]
+mod spank;
+pub mod step;
 pub mod sys;
 pub mod tracker;
 pub mod tracking_file;

@@ -64,6 +64,13 @@ pub fn thread_cpu_seconds() -> f64 {
     }
 }
 
+/// The effective user id of the process (all threads share it: glibc's `seteuid` changes it
+/// for every thread).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// The kernel id of the calling thread.
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions and cannot fail.

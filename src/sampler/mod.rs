@@ -14,10 +14,10 @@
 //!   divided by wall time.
 
 mod cpu;
-mod gpus;
+pub(crate) mod gpus;
 mod options;
 pub mod stats;
-mod tree;
+pub(crate) mod tree;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;

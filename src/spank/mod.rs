@@ -1,0 +1,414 @@
+//! The SPANK plugin: the thin layer between Slurm and [`crate::step`].
+//!
+//! Built with `--features spank` into `libgpu_tracker.so`, installed by the admin and named in
+//! `plugstack.conf`:
+//!
+//! ```text
+//! optional /usr/lib/x86_64-linux-gnu/slurm/gpu_tracker.so config=/etc/slurm/gpu-tracker.toml
+//! ```
+//!
+//! The same file is loaded by sbatch/salloc (allocator context: registers `--gpu-track` and
+//! checks its value), srun (local: the same) and slurmstepd (remote: tracks the step). In every
+//! other context it does nothing. Every callback catches panics and errors, logs one
+//! `gpu-tracker:` line, and returns success: tracking never fails a job. The only refusal is of
+//! a malformed `--gpu-track` value at submission, before anything runs.
+
+mod ffi;
+
+use std::ffi::{c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::{self, Config, StepKind, Tracking};
+use crate::step::record::{self, JobInfo, StepInfo};
+use crate::step::spool::Spool;
+use crate::step::{StepSetup, StepTracker};
+use ffi::{Spank, spank_context, spank_item, spank_t};
+
+/// `plugin_name`, checked by Slurm's plugin loader.
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static plugin_name: [u8; 12] = *b"gpu_tracker\0";
+
+/// `plugin_type`: must be "spank".
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+
+/// `plugin_version`: the installed Slurm's `SLURM_VERSION_NUMBER` (major and minor must match
+/// the running Slurm's).
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static plugin_version: u32 = ffi::SLURM_VERSION_NUMBER;
+
+/// `spank_plugin_version`: this plugin's own version, for Slurm's logs.
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)]
+pub static spank_plugin_version: u32 = 1;
+
+/// Plugin state in this process (one slurmstepd serves one step).
+struct State {
+    /// `config=` from plugstack.conf (`None`: the default path).
+    config_path: Option<PathBuf>,
+    /// The value of `--gpu-track`: `None` when not given, `Some("")` for the bare flag.
+    option: Option<String>,
+    tracker: Option<StepTracker>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    config_path: None,
+    option: None,
+    tracker: None,
+});
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+static OPTION: ffi::OptionSpec = ffi::OptionSpec::new(
+    c"gpu-track",
+    c"[SECONDS|off]",
+    c"Track this job's memory, CPU and GPU use (gpu-tracker); sample every SECONDS \
+      (default: the site's interval); off: do not track where the site tracks every job.",
+    option_cb,
+);
+
+/// Runs a callback body: panics and errors become one log line; the result is always success
+/// for Slurm, except where `may_fail` (option checks at submission).
+fn guard(name: &str, may_fail: bool, body: impl FnOnce() -> Result<(), String>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(msg)) => {
+            ffi::log_error(&format!("gpu-tracker: {msg}"));
+            if may_fail { -1 } else { 0 }
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("unknown panic");
+            ffi::log_error(&format!(
+                "gpu-tracker: internal error in {name} ({what}); this step is not tracked"
+            ));
+            0
+        }
+    }
+}
+
+fn in_context(wanted: &[spank_context]) -> bool {
+    wanted.contains(&ffi::context())
+}
+
+/// Keeps Rust's default panic message off stderr: in a batch step, slurmstepd's stderr is the
+/// job's output file. `guard` logs the panic instead.
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
+}
+
+/// `slurm_spank_init`: registers `--gpu-track` (allocator, local, remote) and reads the
+/// `config=` argument.
+///
+/// # Safety
+/// Called by SPANK with a valid handle and argument vector.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    // SAFETY: SPANK passes `ac` valid strings in `av`.
+    let args = unsafe { ffi::args(ac, av) };
+    guard("init", false, || {
+        use spank_context::*;
+        if !in_context(&[S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE]) {
+            return Ok(());
+        }
+        quiet_panics();
+        let mut st = state();
+        for a in &args {
+            match a.split_once('=') {
+                Some(("config", p)) => st.config_path = Some(PathBuf::from(p)),
+                _ => ffi::log_error(&format!(
+                    "gpu-tracker: unknown plugstack.conf argument {a:?} (expected config=PATH)"
+                )),
+            }
+        }
+        drop(st);
+        Spank::new(sp)
+            .register(&OPTION)
+            .map_err(|e| format!("cannot register --gpu-track: {e}"))
+    })
+}
+
+/// The `--gpu-track` callback: checks the value (a bad one refuses the submission with a clear
+/// message) and remembers it.
+unsafe extern "C" fn option_cb(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    // SAFETY: SPANK passes null or a valid C string.
+    let value = unsafe { ffi::optarg(optarg) }.unwrap_or_default();
+    guard("option", remote == 0, || {
+        config::parse_track_option(&value)?;
+        state().option = Some(value);
+        Ok(())
+    })
+}
+
+fn step_kind(step_id: u32) -> StepKind {
+    match step_id {
+        record::STEP_BATCH => StepKind::Batch,
+        record::STEP_EXTERN => StepKind::Extern,
+        record::STEP_INTERACTIVE => StepKind::Interactive,
+        _ => StepKind::Srun,
+    }
+}
+
+fn kind_name(k: StepKind) -> &'static str {
+    match k {
+        StepKind::Batch => "batch",
+        StepKind::Srun => "srun",
+        StepKind::Interactive => "interactive",
+        StepKind::Extern => "extern",
+    }
+}
+
+/// Slurm's GPU index list (`0,2` or `0-3`), as numbers.
+fn parse_index_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b.min(a.saturating_add(1024)));
+                }
+            }
+            None => out.extend(part.parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+fn short_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+fn mb_to_bytes(mb: Option<u64>) -> Option<u64> {
+    mb.filter(|m| *m > 0).map(|m| m.saturating_mul(1 << 20))
+}
+
+/// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
+fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(), String> {
+    let cfg =
+        Config::load(config_path).map_err(|e| format!("settings not usable, tracking off: {e}"))?;
+    let interval = match cfg.decide(option) {
+        Ok(Tracking::Off) => return Ok(()),
+        Ok(Tracking::On { interval }) => interval,
+        // Too short for this site: track at the shortest interval allowed rather than not at all.
+        Err(_) if option.is_some() => cfg.min_interval,
+        Err(e) => return Err(e),
+    };
+    let step_id = sp
+        .u32_item(spank_item::S_JOB_STEPID)
+        .ok_or("no step id from SPANK")?;
+    let kind = step_kind(step_id);
+    if !cfg.tracks(kind) {
+        return Ok(());
+    }
+    let job_id = sp
+        .u32_item(spank_item::S_JOB_ID)
+        .ok_or("no job id from SPANK")?;
+    let uid = sp.u32_item(spank_item::S_JOB_UID).unwrap_or(u32::MAX);
+    // Slurm gives the job id and NO_VAL (0xfffffffe) as array ids of a job that is no array task.
+    let array_task = sp
+        .u32_item(spank_item::S_JOB_ARRAY_TASK_ID)
+        .filter(|t| *t < 0xffff_fffe);
+    let array_job = array_task
+        .and(sp.u32_item(spank_item::S_JOB_ARRAY_ID))
+        .filter(|a| *a != 0);
+    let gpus_var = if kind == StepKind::Srun {
+        "SLURM_STEP_GPUS"
+    } else {
+        "SLURM_JOB_GPUS"
+    };
+    let gpus = sp
+        .getenv(gpus_var)
+        .or_else(|| sp.getenv("SLURM_STEP_GPUS"))
+        .or_else(|| sp.getenv("SLURM_JOB_GPUS"))
+        .map(|s| parse_index_list(&s))
+        .unwrap_or_default();
+    let hostname = short_hostname();
+    let node = sp
+        .getenv("SLURMD_NODENAME")
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| hostname.clone());
+    let job = JobInfo {
+        id: job_id,
+        array_job_id: array_job,
+        array_task_id: array_job.and(array_task),
+        user: sp
+            .getenv("SLURM_JOB_USER")
+            .or_else(|| sp.getenv("USER"))
+            .unwrap_or_default(),
+        uid,
+        gid: sp.u32_item(spank_item::S_JOB_GID).unwrap_or(u32::MAX),
+        nodes: sp.u32_item(spank_item::S_JOB_NNODES),
+        alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_JOB_ALLOC_MEM)),
+        alloc_cores: sp.str_item(spank_item::S_JOB_ALLOC_CORES),
+    };
+    let step = StepInfo {
+        id: record::step_name(step_id),
+        kind: kind_name(kind).into(),
+        node,
+        hostname,
+        node_index: sp.u32_item(spank_item::S_JOB_NODEID),
+        alloc_cpus: sp.u16_item(spank_item::S_JOB_NCPUS).map(u32::from),
+        alloc_cores: sp.str_item(spank_item::S_STEP_ALLOC_CORES),
+        alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_STEP_ALLOC_MEM)),
+        alloc_gpus: gpus,
+        local_tasks: sp.u32_item(spank_item::S_JOB_LOCAL_TASK_COUNT),
+        total_tasks: sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT),
+        ..StepInfo::default()
+    };
+    let spool = Spool::open(&cfg.spool_dir).map_err(|e| format!("spool: {e}"))?;
+    let setup = StepSetup {
+        job,
+        step,
+        interval: Duration::from_secs_f64(interval),
+        checkpoint_interval: (cfg.checkpoint_interval > 0.0)
+            .then(|| Duration::from_secs_f64(cfg.checkpoint_interval)),
+        spool,
+        nvml_library: (!cfg.nvml_library.is_empty()).then(|| PathBuf::from(&cfg.nvml_library)),
+        cgroup_root: PathBuf::from(crate::cgroup::DEFAULT_ROOT),
+        proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
+    };
+    let name = setup.record_name();
+    let tracker = StepTracker::start(setup)?;
+    ffi::log_debug(&format!(
+        "gpu-tracker: tracking job {job_id} step {} every {interval} s into {}",
+        record::step_name(step_id),
+        name
+    ));
+    state().tracker = Some(tracker);
+    Ok(())
+}
+
+/// `slurm_spank_init_post_opt` (remote, root): starts tracking the step if it asked.
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_init_post_opt(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("init_post_opt", false, || {
+        if !in_context(&[spank_context::S_CTX_REMOTE]) {
+            return Ok(());
+        }
+        let (path, option) = {
+            let st = state();
+            let path = st.config_path.clone();
+            (
+                path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH)),
+                st.option.clone(),
+            )
+        };
+        start_step(Spank::new(sp), &path, option.as_deref())
+    })
+}
+
+fn task_pid(sp: Spank) -> Result<u32, String> {
+    sp.int_item(spank_item::S_TASK_PID)
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| "no task pid from SPANK".to_string())
+}
+
+/// `slurm_spank_task_post_fork` (remote, root, in slurmstepd): the task's pid and ids.
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_task_post_fork(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("task_post_fork", false, || {
+        let st = state();
+        let Some(t) = st.tracker.as_ref() else {
+            return Ok(());
+        };
+        let sp = Spank::new(sp);
+        let pid = task_pid(sp)?;
+        let local = sp
+            .int_item(spank_item::S_TASK_ID)
+            .and_then(|i| u32::try_from(i).ok());
+        let global = sp.u32_item(spank_item::S_TASK_GLOBAL_ID);
+        t.task_started(local, global, pid);
+        Ok(())
+    })
+}
+
+/// `slurm_spank_task_exit` (remote, root): the task's exit status and final cgroup counters.
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_task_exit(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("task_exit", false, || {
+        let st = state();
+        let Some(t) = st.tracker.as_ref() else {
+            return Ok(());
+        };
+        let sp = Spank::new(sp);
+        let pid = task_pid(sp)?;
+        t.task_ended(pid, sp.int_item(spank_item::S_TASK_EXIT_STATUS));
+        Ok(())
+    })
+}
+
+/// `slurm_spank_exit` (remote, root): stops the sampler and writes the final record.
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_exit(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("exit", false, || {
+        let tracker = state().tracker.take();
+        let Some(t) = tracker else {
+            return Ok(());
+        };
+        let (rec, written) = t.finish();
+        let path = written.map_err(|e| {
+            format!(
+                "job {} step {}: record not written: {e}",
+                rec.job.id, rec.step.id
+            )
+        })?;
+        ffi::log_debug(&format!("gpu-tracker: wrote {}", path.display()));
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_index_lists() {
+        assert_eq!(parse_index_list("0"), vec![0]);
+        assert_eq!(parse_index_list("0,2"), vec![0, 2]);
+        assert_eq!(parse_index_list("1-3,7"), vec![1, 2, 3, 7]);
+        assert_eq!(parse_index_list(""), Vec::<u32>::new());
+        assert_eq!(parse_index_list("x,1"), vec![1]);
+    }
+}

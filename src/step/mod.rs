@@ -1,0 +1,757 @@
+//! Tracking one Slurm job step on one node, as the SPANK plugin drives it inside slurmstepd.
+//! Nothing here knows SPANK: the plugin hands over plain facts (ids, pids, exit statuses) and
+//! this module does the rest, so it is tested without Slurm.
+//!
+//! Lifecycle (see `../shared/DESIGN.md` section 2 for why):
+//! - [`StepTracker::start`] (from `init_post_opt`, root): checks the spool, starts the sampler
+//!   thread. NVML is opened on its own thread, and only when the step has GPUs.
+//! - [`StepTracker::task_started`] (from `task_post_fork`, root): records the task and its
+//!   cgroup. Cheap: one small file read and a lock.
+//! - [`StepTracker::task_ended`] (from `task_exit`, root): the task's exit status and the final
+//!   counters of its cgroup, and of the step's cgroup after the last task (Slurm removes the
+//!   cgroups before `exit`).
+//! - [`StepTracker::finish`] (from `exit`): stops and joins the thread, writes the final record.
+//!
+//! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
+//! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
+
+pub mod record;
+pub mod spool;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::cgroup::{Cgroup, CgroupReading};
+use crate::gpu::{GpuConfig, GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::proc::{MemSplit, ProcFs};
+use crate::sampler::gpus::GpuAccumulator;
+use crate::sampler::{Target, Timepoint};
+use crate::sys;
+use crate::units::{MemUnit, TimeUnit, Units};
+use record::{JobInfo, SamplerStats, StepCpu, StepGpu, StepInfo, StepMemory, StepRecord};
+use record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
+use spool::Spool;
+
+/// What the plugin knows when a step starts.
+#[derive(Debug, Clone)]
+pub struct StepSetup {
+    /// The job.
+    pub job: JobInfo,
+    /// The step (start, end and elapsed are filled in here).
+    pub step: StepInfo,
+    /// Time between samples.
+    pub interval: Duration,
+    /// Time between rewrites of the running step's record; `None`: only the final record.
+    pub checkpoint_interval: Option<Duration>,
+    /// The spool.
+    pub spool: Spool,
+    /// The NVIDIA library; `None` turns GPUs off.
+    pub nvml_library: Option<PathBuf>,
+    /// Where the cgroup filesystem is.
+    pub cgroup_root: PathBuf,
+    /// Where procfs is.
+    pub proc_root: PathBuf,
+}
+
+impl StepSetup {
+    /// The record's file name: `<node>.<step>.json`.
+    pub fn record_name(&self) -> String {
+        format!("{}.{}.json", self.step.node, self.step.id)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Task {
+    local_id: Option<u32>,
+    global_id: Option<u32>,
+    pid: u32,
+    cgroup: Option<Cgroup>,
+    ended: bool,
+    status: Option<i32>,
+    final_cgroup: Option<CgroupReading>,
+    peak_rss: u64,
+    largest_hwm: u64,
+    cpu_sampled: f64,
+    max_threads: u64,
+    max_processes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    tasks: Vec<Task>,
+    step_cgroup: Option<Cgroup>,
+    final_step: Option<CgroupReading>,
+    last_step: Option<CgroupReading>,
+    stop: bool,
+    notes: Vec<String>,
+}
+
+/// What the sampler thread accumulates.
+#[derive(Default)]
+struct Acc {
+    samples: u64,
+    sample_us_total: f64,
+    sample_us_max: f64,
+    sampled_peak_rss: u64,
+    largest_hwm: u64,
+    max_cores: f64,
+    last_cpu: Option<(Instant, f64)>,
+    gpu: GpuAccumulator,
+    gpu_opened: bool,
+    gpu_devices: Vec<(Option<u32>, GpuInfo)>,
+    thread_cpu: f64,
+    notes: Vec<String>,
+}
+
+struct Inner {
+    setup: StepSetup,
+    started: Instant,
+    start_time: chrono::DateTime<chrono::Local>,
+    shared: Mutex<Shared>,
+    wake: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panic elsewhere never takes the data with it: the figures stay usable.
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One tracked step. See the module documentation for the order of calls.
+pub struct StepTracker {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<Acc>>,
+}
+
+/// The cgroup of a step, from one of its task's `/proc/<pid>/cgroup`: the path is cut after
+/// its `step_*` component (Slurm's task cgroups sit below it). On v2 the step's `user` child
+/// is taken when there is one: it holds the tasks but not slurmstepd itself.
+pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Option<Cgroup> {
+    let cut: String = proc_cgroup
+        .lines()
+        .map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (h, c, p) = (parts.next(), parts.next(), parts.next());
+            match (h, c, p) {
+                (Some(h), Some(c), Some(p)) => {
+                    let comps: Vec<&str> = p.split('/').collect();
+                    match comps.iter().rposition(|s| s.starts_with("step_")) {
+                        Some(i) => format!("{h}:{c}:{}\n", comps[..=i].join("/")),
+                        None => format!("{line}\n"),
+                    }
+                }
+                _ => format!("{line}\n"),
+            }
+        })
+        .collect();
+    let mut cg = Cgroup::from_proc_cgroup(cgroup_root, &cut).ok()?;
+    if cg.version == crate::cgroup::Version::V2 {
+        let user = cg.memory_dir.join("user");
+        if user.join("memory.current").exists() {
+            cg.cpu_dir = Some(user.clone());
+            cg.memory_dir = user;
+        }
+    }
+    Some(cg)
+}
+
+impl StepTracker {
+    /// Starts tracking: checks that the record can be written, then starts the sampler thread.
+    pub fn start(setup: StepSetup) -> Result<StepTracker, String> {
+        setup
+            .spool
+            .job_dir(setup.job.id)
+            .map_err(|e| format!("spool: {e}"))?;
+        let inner = Arc::new(Inner {
+            setup,
+            started: Instant::now(),
+            start_time: chrono::Local::now(),
+            shared: Mutex::new(Shared::default()),
+            wake: Condvar::new(),
+        });
+        let thread_inner = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name("gpu-tracker".into())
+            .spawn(move || run(&thread_inner))
+            .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
+        Ok(StepTracker {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// A task was started (its pid is in its cgroup by now).
+    pub fn task_started(&self, local_id: Option<u32>, global_id: Option<u32>, pid: u32) {
+        let s = &self.inner.setup;
+        let procfs = ProcFs::new(&s.proc_root);
+        let text = procfs.pid_cgroup(pid).ok();
+        let cgroup = text
+            .as_deref()
+            .and_then(|t| Cgroup::from_proc_cgroup(&s.cgroup_root, t).ok());
+        let step_cg = text
+            .as_deref()
+            .and_then(|t| step_cgroup_of(&s.cgroup_root, t));
+        let mut sh = self.inner.lock();
+        if sh.step_cgroup.is_none() {
+            sh.step_cgroup = step_cg;
+        }
+        // A task cgroup is the task's own only when it is below the step's.
+        let own = cgroup.filter(|c| {
+            sh.step_cgroup
+                .as_ref()
+                .is_some_and(|st| c.memory_dir != st.memory_dir)
+        });
+        sh.tasks.push(Task {
+            local_id,
+            global_id,
+            pid,
+            cgroup: own,
+            ..Task::default()
+        });
+        drop(sh);
+        self.inner.wake.notify_all();
+    }
+
+    /// A task ended with wait status `status` (as `waitpid` gives it). Reads the final counters
+    /// of its cgroup, and of the step's after the last task.
+    pub fn task_ended(&self, pid: u32, status: Option<i32>) {
+        let expected = self.inner.setup.step.local_tasks;
+        let mut sh = self.inner.lock();
+        if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == pid && !t.ended) {
+            t.ended = true;
+            t.status = status;
+            t.final_cgroup = t.cgroup.as_ref().and_then(|c| c.read().ok());
+        }
+        let ended = sh.tasks.iter().filter(|t| t.ended).count() as u32;
+        let all = expected.map_or(sh.tasks.iter().all(|t| t.ended), |n| ended >= n);
+        if all {
+            if let Some(r) = sh.step_cgroup.as_ref().and_then(|c| c.read().ok()) {
+                sh.final_step = Some(r);
+            }
+        }
+    }
+
+    /// Stops the thread and writes the final record. Returns the record and where it went.
+    pub fn finish(mut self) -> (StepRecord, Result<PathBuf, String>) {
+        self.inner.lock().stop = true;
+        self.inner.wake.notify_all();
+        let acc = match self.thread.take().map(|t| t.join()) {
+            Some(Ok(acc)) => acc,
+            _ => Acc {
+                notes: vec!["the sampler thread failed; figures are incomplete".into()],
+                ..Acc::default()
+            },
+        };
+        let rec = build(&self.inner, &acc, true);
+        let written = write(&self.inner, &rec);
+        (rec, written)
+    }
+}
+
+impl Drop for StepTracker {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.inner.lock().stop = true;
+            self.inner.wake.notify_all();
+            let _ = t.join();
+        }
+    }
+}
+
+fn write(inner: &Inner, rec: &StepRecord) -> Result<PathBuf, String> {
+    let s = &inner.setup;
+    s.spool
+        .write(s.job.id, &s.record_name(), rec.to_json().as_bytes())
+        .map_err(|e| e.to_string())
+}
+
+/// The sampler thread: samples every interval, checkpoints, returns what it gathered.
+fn run(inner: &Inner) -> Acc {
+    let s = &inner.setup;
+    let procfs = ProcFs::new(&s.proc_root);
+    let mut acc = Acc::default();
+    let mut gpu = if s.step.alloc_gpus.is_empty() {
+        LazyGpu::none()
+    } else {
+        match &s.nvml_library {
+            Some(lib) => crate::gpu::open_lazily(&GpuConfig {
+                nvml_lib: Some(lib.clone()),
+                disabled: false,
+            }),
+            None => {
+                acc.notes
+                    .push("GPU tracking is off in the site's settings".into());
+                LazyGpu::none()
+            }
+        }
+    };
+    let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
+    let mut next_sample = Instant::now();
+    loop {
+        {
+            let mut sh = inner.lock();
+            loop {
+                if sh.stop {
+                    break;
+                }
+                let now = Instant::now();
+                let due = next_checkpoint.map_or(next_sample, |c| c.min(next_sample));
+                if now >= due && !sh.tasks.is_empty() {
+                    break;
+                }
+                let wait = if sh.tasks.is_empty() {
+                    Duration::from_millis(200)
+                } else {
+                    due - now
+                };
+                sh = inner
+                    .wake
+                    .wait_timeout(sh, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            if sh.stop {
+                break;
+            }
+        }
+        let now = Instant::now();
+        if now >= next_sample {
+            sample(inner, &procfs, &mut acc, &mut gpu);
+            next_sample = now + s.interval;
+        }
+        if let Some(c) = next_checkpoint.filter(|c| now >= *c) {
+            let rec = build(inner, &acc, false);
+            if let Err(e) = write(inner, &rec) {
+                let note = format!("a checkpoint was not written: {e}");
+                if !acc.notes.contains(&note) {
+                    acc.notes.push(note);
+                }
+            }
+            next_checkpoint = s.checkpoint_interval.map(|d| c + d);
+        }
+    }
+    // One last sample unless the tasks are gone already: catches a late GPU reading.
+    let any_live = inner.lock().tasks.iter().any(|t| !t.ended);
+    if any_live {
+        sample(inner, &procfs, &mut acc, &mut gpu);
+    }
+    acc.thread_cpu = sys::thread_cpu_seconds();
+    acc
+}
+
+/// A GPU source restricted to the step's allocated devices.
+struct Allocated {
+    inner: Box<dyn GpuSource>,
+    map: Vec<usize>,
+    devices: Vec<GpuInfo>,
+}
+
+impl GpuSource for Allocated {
+    fn devices(&self) -> &[GpuInfo] {
+        &self.devices
+    }
+    fn read(&mut self, i: usize) -> Option<GpuReading> {
+        self.inner.read(*self.map.get(i)?)
+    }
+}
+
+/// Slurm's GPU indices mapped to NVML devices: by minor number (`/dev/nvidia<minor>`, what
+/// gres.conf's `File=` names), else by NVML index.
+pub fn map_allocated(alloc: &[u32], devices: &[GpuInfo]) -> Vec<(u32, usize)> {
+    let by_minor = devices.iter().all(|d| d.minor.is_some());
+    alloc
+        .iter()
+        .filter_map(|&a| {
+            devices
+                .iter()
+                .position(|d| {
+                    if by_minor {
+                        d.minor == Some(a)
+                    } else {
+                        d.index == a
+                    }
+                })
+                .map(|i| (a, i))
+        })
+        .collect()
+}
+
+fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
+    let t0 = Instant::now();
+    let s = &inner.setup;
+    let (tasks, step_cg) = {
+        let sh = inner.lock();
+        (
+            sh.tasks
+                .iter()
+                .filter(|t| !t.ended)
+                .map(|t| t.pid)
+                .collect::<Vec<_>>(),
+            sh.step_cgroup.clone(),
+        )
+    };
+    let tps = crate::proc::ticks_per_second() as f64;
+    let mut all_members: HashSet<u32> = HashSet::new();
+    let mut per_task = Vec::with_capacity(tasks.len());
+    let (mut step_private, mut step_shared) = (0u64, 0u64);
+    let mut cpu_sum = 0.0;
+    for &pid in &tasks {
+        let target = Target {
+            main: pid,
+            tree_roots: vec![pid],
+            exclude: vec![],
+            cgroup: None,
+            in_process: false,
+        };
+        let (mut private, mut shared, mut hwm, mut cpu, mut threads, mut n) =
+            (0u64, 0u64, 0u64, 0.0, 0u64, 0u64);
+        for p in crate::sampler::tree::members(procfs, &target) {
+            let (Ok(st), Ok(status)) = (procfs.pid_stat(p), procfs.pid_status(p)) else {
+                continue;
+            };
+            all_members.insert(p);
+            n += 1;
+            threads += status.threads;
+            cpu += (st.own_ticks() + st.reaped_ticks()) as f64 / tps;
+            hwm = hwm.max(status.hwm.unwrap_or(0));
+            if let Some(m) = MemSplit::from_status(&status) {
+                private += m.private;
+                shared = shared.max(m.shared);
+            }
+        }
+        step_private += private;
+        step_shared = step_shared.max(shared);
+        cpu_sum += cpu;
+        per_task.push((pid, private + shared, hwm, cpu, threads, n));
+    }
+    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
+    let step_reading = step_cg.as_ref().and_then(|c| c.read().ok());
+    if let Some(cg) = &step_cg {
+        if let Ok(p) = cg.procs() {
+            all_members.extend(p);
+        }
+    }
+    // CPU: the cgroup's counter when there is one, else the tasks' sampled sum.
+    let cpu_now = step_reading
+        .and_then(|r| r.cpu_ns)
+        .map_or(cpu_sum, |ns| ns as f64 / 1e9);
+    let now = Instant::now();
+    if let Some((t, c)) = acc.last_cpu {
+        let dt = now.duration_since(t).as_secs_f64();
+        if dt >= s.interval.as_secs_f64() / 2.0 {
+            acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
+        }
+    }
+    acc.last_cpu = Some((now, cpu_now));
+
+    {
+        let mut sh = inner.lock();
+        if step_reading.is_some() {
+            sh.last_step = step_reading;
+        }
+        for (pid, rss, hwm, cpu, threads, n) in per_task {
+            if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == pid) {
+                t.peak_rss = t.peak_rss.max(rss).max(hwm);
+                t.largest_hwm = t.largest_hwm.max(hwm);
+                t.cpu_sampled = t.cpu_sampled.max(cpu);
+                t.max_threads = t.max_threads.max(threads);
+                t.max_processes = t.max_processes.max(n);
+                acc.largest_hwm = acc.largest_hwm.max(hwm);
+            }
+        }
+    }
+
+    let mut unavailable = None;
+    if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
+        if !acc.gpu_opened {
+            // First reading: narrow the source to the step's GPUs, once.
+            acc.gpu_opened = true;
+            let pairs = map_allocated(&s.step.alloc_gpus, src.devices());
+            if pairs.len() < s.step.alloc_gpus.len() {
+                acc.notes.push(format!(
+                    "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
+                    s.step.alloc_gpus,
+                    src.devices().len(),
+                    pairs.len()
+                ));
+            }
+            acc.gpu_devices = pairs
+                .iter()
+                .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
+                .collect();
+            let full = std::mem::replace(src, Box::new(NoGpu));
+            *src = Box::new(Allocated {
+                devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
+                map: pairs.iter().map(|&(_, i)| i).collect(),
+                inner: full,
+            });
+        }
+        let units = Units {
+            ram: MemUnit::Bytes,
+            gpu_ram: MemUnit::Bytes,
+            time: TimeUnit::Seconds,
+        };
+        let mut tp = Timepoint::default();
+        let mut notes = Vec::new();
+        acc.gpu.sample(
+            src.as_mut(),
+            0,
+            &all_members,
+            s.interval.as_secs_f64(),
+            &units,
+            &mut tp,
+            &mut notes,
+        );
+        for n in notes {
+            if !acc.notes.contains(&n) {
+                acc.notes.push(n);
+            }
+        }
+    }
+    if let Some(m) = unavailable {
+        acc.notes.push(format!("GPUs not tracked: {m}"));
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6;
+    acc.samples += 1;
+    acc.sample_us_total += us;
+    acc.sample_us_max = acc.sample_us_max.max(us);
+}
+
+struct NoGpu;
+
+impl GpuSource for NoGpu {
+    fn devices(&self) -> &[GpuInfo] {
+        &[]
+    }
+    fn read(&mut self, _: usize) -> Option<GpuReading> {
+        None
+    }
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Local>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
+}
+
+/// The record as known now; `complete` for the final one.
+fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
+    let s = &inner.setup;
+    let sh = inner.lock();
+    let elapsed = inner.started.elapsed().as_secs_f64();
+    let now = chrono::Local::now();
+    let mut step = s.step.clone();
+    step.start = rfc3339(inner.start_time);
+    step.end = complete.then(|| rfc3339(now));
+    step.elapsed_seconds = elapsed;
+
+    let tasks: Vec<TaskRecord> = sh
+        .tasks
+        .iter()
+        .map(|t| {
+            let (exit_code, signal, core) = match t.status {
+                Some(w) if libc::WIFEXITED(w) => (Some(libc::WEXITSTATUS(w)), None, false),
+                Some(w) if libc::WIFSIGNALED(w) => {
+                    (None, Some(libc::WTERMSIG(w)), libc::WCOREDUMP(w))
+                }
+                _ => (None, None, false),
+            };
+            let cg_cpu = t.final_cgroup.and_then(|r| r.cpu_ns);
+            TaskRecord {
+                local_id: t.local_id,
+                global_id: t.global_id,
+                pid: t.pid,
+                ended: t.ended,
+                exit_code,
+                signal,
+                core_dumped: core,
+                peak_rss_bytes: t.peak_rss.max(t.largest_hwm),
+                cgroup_peak_bytes: t.final_cgroup.and_then(|r| r.peak).or_else(|| {
+                    t.cgroup
+                        .as_ref()
+                        .and_then(|c| c.read().ok())
+                        .and_then(|r| r.peak)
+                }),
+                cpu_seconds: cg_cpu.map_or(t.cpu_sampled, |ns| ns as f64 / 1e9),
+                cpu_source: if cg_cpu.is_some() {
+                    "cgroup"
+                } else {
+                    "sampled"
+                }
+                .into(),
+                max_threads: t.max_threads,
+                max_processes: t.max_processes,
+            }
+        })
+        .collect();
+
+    let reading = sh.final_step.or(sh.last_step);
+    let cg = sh.step_cgroup.as_ref();
+    let sampled_peak = acc.sampled_peak_rss.max(acc.largest_hwm);
+    let (peak, source, cache) = match (cg, reading.and_then(|r| r.peak)) {
+        (Some(c), Some(p)) => (p, c.peak_source().to_string(), c.peak_includes_page_cache()),
+        _ => (sampled_peak, "sampled".to_string(), false),
+    };
+    let memory = StepMemory {
+        peak_bytes: peak,
+        peak_source: source,
+        peak_includes_page_cache: cache,
+        sampled_peak_rss_bytes: sampled_peak,
+        limit_bytes: reading.and_then(|r| r.limit),
+        oom_kills: reading.and_then(|r| r.oom_kills),
+        limit_hits: reading.and_then(|r| r.limit_hits),
+        cgroup: cg.map(|c| c.memory_dir.display().to_string()),
+        cgroup_version: cg.map(|c| {
+            match c.version {
+                crate::cgroup::Version::V1 => "v1",
+                crate::cgroup::Version::V2 => "v2",
+            }
+            .to_string()
+        }),
+    };
+
+    let task_cpu: f64 = tasks.iter().map(|t| t.cpu_seconds).sum();
+    let (cpu_seconds, cpu_source) = match reading.and_then(|r| r.cpu_ns) {
+        Some(ns) => (ns as f64 / 1e9, "cgroup"),
+        None => (task_cpu, "sampled"),
+    };
+    let alloc_cpus = s
+        .step
+        .alloc_cpus
+        .filter(|n| *n > 0)
+        .unwrap_or_else(crate::proc::online_cpus);
+    let mean_cores = if elapsed > 0.0 {
+        cpu_seconds / elapsed
+    } else {
+        0.0
+    };
+    let cpu = StepCpu {
+        seconds: cpu_seconds,
+        source: cpu_source.into(),
+        alloc_cpus,
+        utilization_percent: 100.0 * mean_cores / f64::from(alloc_cpus),
+        mean_cores,
+        max_cores: acc
+            .max_cores
+            .max(if acc.samples <= 1 { mean_cores } else { 0.0 }),
+    };
+
+    let units = Units {
+        ram: MemUnit::Bytes,
+        gpu_ram: MemUnit::Bytes,
+        time: TimeUnit::Seconds,
+    };
+    let (usage, _, _, _) = acc.gpu.finish(&units);
+    let gpus: Vec<StepGpu> = if usage.is_empty() {
+        acc.gpu_devices
+            .iter()
+            .map(|(a, d)| StepGpu {
+                slurm_index: *a,
+                nvml_index: d.index,
+                minor: d.minor,
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+                memory_total_bytes: d.memory_total,
+                ..StepGpu::default()
+            })
+            .collect()
+    } else {
+        usage
+            .iter()
+            .map(|g| {
+                let dev = acc.gpu_devices.iter().find(|(_, d)| d.uuid == g.uuid);
+                StepGpu {
+                    slurm_index: dev.and_then(|(a, _)| *a),
+                    nvml_index: g.index,
+                    minor: dev.and_then(|(_, d)| d.minor),
+                    uuid: g.uuid.clone(),
+                    name: g.name.clone(),
+                    memory_total_bytes: g.memory_total as u64,
+                    peak_device_memory_bytes: g.max_used as u64,
+                    peak_step_memory_bytes: g.max_tracked as u64,
+                    mean_utilization_percent: g.mean_utilization_percent,
+                    max_utilization_percent: g.max_utilization_percent,
+                    energy_joules: g.energy_joules,
+                    lost: g.lost,
+                }
+            })
+            .collect()
+    };
+
+    let mut notes = acc.notes.clone();
+    notes.extend(sh.notes.iter().cloned());
+    if sh.step_cgroup.is_none() && !sh.tasks.is_empty() {
+        notes.push("no cgroup found for the step: memory and CPU are sampled".into());
+    }
+    let sampler = SamplerStats {
+        interval_seconds: s.interval.as_secs_f64(),
+        samples: acc.samples,
+        mean_sample_microseconds: if acc.samples > 0 {
+            acc.sample_us_total / acc.samples as f64
+        } else {
+            0.0
+        },
+        max_sample_microseconds: acc.sample_us_max,
+        cpu_seconds: acc.thread_cpu,
+        gpu_source: if acc.gpu_opened { "nvml" } else { "none" }.into(),
+        notes,
+    };
+    StepRecord {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        complete,
+        written_at: rfc3339(now),
+        tracker_version: env!("CARGO_PKG_VERSION").into(),
+        job: s.job.clone(),
+        step,
+        tasks,
+        memory,
+        cpu,
+        gpus,
+        sampler,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fixture::TempTree;
+
+    fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
+        GpuInfo {
+            index,
+            minor,
+            uuid: format!("GPU-{index}"),
+            name: "G".into(),
+            memory_total: 1,
+        }
+    }
+
+    #[test]
+    fn slurm_indices_map_to_minor_numbers_then_indices() {
+        let devs = [gpu(0, Some(1)), gpu(1, Some(0))];
+        assert_eq!(map_allocated(&[0], &devs), vec![(0, 1)]);
+        assert_eq!(map_allocated(&[1, 5], &devs), vec![(1, 0)]);
+        let no_minor = [gpu(0, None), gpu(1, Some(0))];
+        assert_eq!(map_allocated(&[1], &no_minor), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn the_step_cgroup_is_found_above_a_task() {
+        let t = TempTree::new("stepcg");
+        let step = "memory/slurm_n1/uid_1000/job_7/step_3";
+        t.write(&format!("{step}/memory.usage_in_bytes"), "1\n")
+            .write(&format!("{step}/task_0/memory.usage_in_bytes"), "1\n");
+        let proc = "11:memory:/slurm_n1/uid_1000/job_7/step_3/task_0\n0::/\n";
+        let cg = step_cgroup_of(t.path(), proc).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(step));
+        let v2 = "system.slice/n1_slurmstepd.scope/job_7/step_3";
+        t.write(&format!("{v2}/memory.current"), "1\n")
+            .write(&format!("{v2}/user/memory.current"), "1\n")
+            .write(&format!("{v2}/user/task_0/memory.current"), "1\n");
+        let cg = step_cgroup_of(t.path(), &format!("0::/{v2}/user/task_0\n")).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(v2).join("user"));
+    }
+}

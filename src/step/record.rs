@@ -1,0 +1,346 @@
+//! The record of one job step on one node: what the plugin writes to
+//! `<spool>/<jobid>/<node>.<step>.json` and what reports read back. The format is versioned
+//! (`schema_version`) and documented field by field in `slurm/RECORD.md`; a reader refuses a
+//! version newer than it knows.
+//!
+//! Units are fixed: bytes, seconds, percent, joules. Times are RFC 3339 with the node's offset.
+
+use serde::{Deserialize, Serialize};
+
+/// Value of [`StepRecord::schema`].
+pub const SCHEMA: &str = "gpu-tracker/step";
+/// Value of [`StepRecord::schema_version`] written by this build.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One job step on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Format version; readers refuse versions newer than theirs.
+    pub schema_version: u32,
+    /// `false` while the step runs (a checkpoint) or when it never finished (slurmstepd killed).
+    pub complete: bool,
+    /// When this file was written.
+    pub written_at: String,
+    /// gpu-tracker version that wrote it.
+    pub tracker_version: String,
+    /// The job.
+    pub job: JobInfo,
+    /// The step on this node.
+    pub step: StepInfo,
+    /// Every task of the step on this node.
+    pub tasks: Vec<TaskRecord>,
+    /// Memory of the whole step on this node.
+    pub memory: StepMemory,
+    /// CPU of the whole step on this node.
+    pub cpu: StepCpu,
+    /// The GPUs allocated to the step on this node.
+    pub gpus: Vec<StepGpu>,
+    /// How the figures were taken.
+    pub sampler: SamplerStats,
+}
+
+/// The job a step belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Slurm job id.
+    pub id: u32,
+    /// Array job id (the `%A` of `<A>_<a>`), when the job is an array task.
+    pub array_job_id: Option<u32>,
+    /// Array task id, when the job is an array task.
+    pub array_task_id: Option<u32>,
+    /// User name (empty when it could not be looked up).
+    pub user: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Nodes in the job.
+    pub nodes: Option<u32>,
+    /// Memory allocated to the job on this node, bytes (`None`: no limit set).
+    pub alloc_memory_bytes: Option<u64>,
+    /// Cores allocated to the job on this node, in Slurm's list format.
+    pub alloc_cores: Option<String>,
+}
+
+/// The step itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// `batch`, `extern`, `interactive`, or the step number.
+    pub id: String,
+    /// `batch`, `srun`, `interactive` or `extern`.
+    pub kind: String,
+    /// Slurm node name (several slurmd can share one host).
+    pub node: String,
+    /// Host name of the machine.
+    pub hostname: String,
+    /// Index of this node in the step's node list.
+    pub node_index: Option<u32>,
+    /// Step start (when tracking began, before the first task).
+    pub start: String,
+    /// Step end on this node; `None` while it runs.
+    pub end: Option<String>,
+    /// Seconds from start to end (or to this checkpoint).
+    pub elapsed_seconds: f64,
+    /// CPUs allocated to the job on this node (Slurm's `S_JOB_NCPUS`).
+    pub alloc_cpus: Option<u32>,
+    /// Cores allocated to the step on this node, in Slurm's list format.
+    pub alloc_cores: Option<String>,
+    /// Memory allocated to the step on this node, bytes.
+    pub alloc_memory_bytes: Option<u64>,
+    /// GPUs allocated, as Slurm's indices (`SLURM_STEP_GPUS` / `SLURM_JOB_GPUS`).
+    pub alloc_gpus: Vec<u32>,
+    /// Tasks of the step on this node.
+    pub local_tasks: Option<u32>,
+    /// Tasks of the step over all nodes.
+    pub total_tasks: Option<u32>,
+}
+
+/// One task: the process slurmstepd started, and its descendants.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Task id on this node.
+    pub local_id: Option<u32>,
+    /// Task id over the step (`SLURM_PROCID`).
+    pub global_id: Option<u32>,
+    /// Pid of the task's first process.
+    pub pid: u32,
+    /// Whether the task has ended.
+    pub ended: bool,
+    /// Exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// Whether it dumped core.
+    pub core_dumped: bool,
+    /// Peak resident memory of the task's processes, bytes: the largest sampled sum, raised to
+    /// the largest per-process high-water mark (`VmHWM`, exact).
+    pub peak_rss_bytes: u64,
+    /// Peak of the task's own cgroup (includes page cache), where Slurm made one.
+    pub cgroup_peak_bytes: Option<u64>,
+    /// CPU seconds used by the task's processes.
+    pub cpu_seconds: f64,
+    /// `cgroup` (exact, from the task's cgroup) or `sampled` (last reading of its processes).
+    pub cpu_source: String,
+    /// Most threads at once, over the task's processes.
+    pub max_threads: u64,
+    /// Most processes at once.
+    pub max_processes: u64,
+}
+
+/// Memory of the step on this node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepMemory {
+    /// Peak memory of the step: the cgroup's peak counter when there is one (catches every
+    /// spike), else the largest sampled sum of the tasks' resident memory.
+    pub peak_bytes: u64,
+    /// Where `peak_bytes` comes from: the counter's file name, or `sampled`.
+    pub peak_source: String,
+    /// Whether `peak_bytes` counts page cache (cgroup counters do).
+    pub peak_includes_page_cache: bool,
+    /// Largest sampled sum of the tasks' resident memory (no page cache), bytes.
+    pub sampled_peak_rss_bytes: u64,
+    /// Memory limit of the step's cgroup, bytes (`None`: unlimited or unknown).
+    pub limit_bytes: Option<u64>,
+    /// Processes of the step killed by the kernel's OOM killer (`None`: the kernel does not say).
+    pub oom_kills: Option<u64>,
+    /// Times the memory limit was hit.
+    pub limit_hits: Option<u64>,
+    /// The step's cgroup directory (memory controller), when found.
+    pub cgroup: Option<String>,
+    /// `v1` or `v2`.
+    pub cgroup_version: Option<String>,
+}
+
+/// CPU of the step on this node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepCpu {
+    /// CPU seconds used by the step's processes.
+    pub seconds: f64,
+    /// `cgroup` (the step cgroup's counter) or `sampled` (sum over the tasks).
+    pub source: String,
+    /// Cores the utilization is measured against (the allocation on this node).
+    pub alloc_cpus: u32,
+    /// CPU seconds / (elapsed × `alloc_cpus`), percent.
+    pub utilization_percent: f64,
+    /// Mean cores busy (CPU seconds / elapsed).
+    pub mean_cores: f64,
+    /// Most cores busy over one sampling interval.
+    pub max_cores: f64,
+}
+
+/// One GPU allocated to the step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepGpu {
+    /// Slurm's index of the GPU (per gres.conf order), when the allocation named it.
+    pub slurm_index: Option<u32>,
+    /// NVML's index.
+    pub nvml_index: u32,
+    /// Minor number of `/dev/nvidia<minor>`.
+    pub minor: Option<u32>,
+    /// UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Memory size, bytes.
+    pub memory_total_bytes: u64,
+    /// Peak memory in use on the device by anyone, bytes (sampled).
+    pub peak_device_memory_bytes: u64,
+    /// Peak memory of the step's processes on the device, bytes (sampled).
+    pub peak_step_memory_bytes: u64,
+    /// Mean utilization, percent; `None` where the device does not report it (MIG).
+    pub mean_utilization_percent: Option<f64>,
+    /// Highest utilization seen, percent.
+    pub max_utilization_percent: Option<f64>,
+    /// Energy used by the device during the step, joules.
+    pub energy_joules: Option<f64>,
+    /// Whether the device fell off the bus during the step.
+    pub lost: bool,
+}
+
+/// How the figures were taken.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplerStats {
+    /// Seconds between samples.
+    pub interval_seconds: f64,
+    /// Samples taken.
+    pub samples: u64,
+    /// Mean time one sample took, microseconds.
+    pub mean_sample_microseconds: f64,
+    /// Longest sample, microseconds.
+    pub max_sample_microseconds: f64,
+    /// CPU seconds the sampler thread used.
+    pub cpu_seconds: f64,
+    /// `nvml`, or `none` (no GPUs allocated, or NVML unavailable: see `notes`).
+    pub gpu_source: String,
+    /// Things a reader should know (estimates, failures).
+    pub notes: Vec<String>,
+}
+
+/// Why a record file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not JSON, or not a step record.
+    #[error("not a gpu-tracker step record: {0}")]
+    Corrupt(String),
+    /// Written by a newer gpu-tracker.
+    #[error(
+        "record format version {0} is newer than this gpu-tracker understands ({SCHEMA_VERSION})"
+    )]
+    FutureVersion(u32),
+}
+
+impl StepRecord {
+    /// Parses a record, checking the schema name and version first so that a newer format gets
+    /// its own error rather than a confusing field error.
+    pub fn from_json(text: &str) -> Result<StepRecord, RecordError> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| RecordError::Corrupt(e.to_string()))?;
+        if v.get("schema").and_then(|s| s.as_str()) != Some(SCHEMA) {
+            return Err(RecordError::Corrupt(format!(
+                "no \"schema\": \"{SCHEMA}\" field"
+            )));
+        }
+        let version = v
+            .get("schema_version")
+            .and_then(|s| s.as_u64())
+            .ok_or_else(|| RecordError::Corrupt("no schema_version".into()))?;
+        if version > u64::from(SCHEMA_VERSION) {
+            return Err(RecordError::FutureVersion(
+                u32::try_from(version).unwrap_or(u32::MAX),
+            ));
+        }
+        serde_json::from_value(v).map_err(|e| RecordError::Corrupt(e.to_string()))
+    }
+
+    /// The record as pretty JSON, newline-terminated.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// The file name part of a step id: `4294967291` is `batch`, and so on.
+pub fn step_name(step_id: u32) -> String {
+    match step_id {
+        STEP_BATCH => "batch".into(),
+        STEP_EXTERN => "extern".into(),
+        STEP_INTERACTIVE => "interactive".into(),
+        n => n.to_string(),
+    }
+}
+
+/// Slurm's step id of the batch step.
+pub const STEP_BATCH: u32 = 0xffff_fffb;
+/// Slurm's step id of the extern step.
+pub const STEP_EXTERN: u32 = 0xffff_fffc;
+/// Slurm's step id of the interactive step (`salloc` with `use_interactive_step`).
+pub const STEP_INTERACTIVE: u32 = 0xffff_fffa;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StepRecord {
+        StepRecord {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            complete: true,
+            written_at: "2026-11-23T10:00:00+00:00".into(),
+            tracker_version: "0.1.0".into(),
+            job: JobInfo {
+                id: 42,
+                user: "alice".into(),
+                uid: 1001,
+                ..Default::default()
+            },
+            step: StepInfo {
+                id: "batch".into(),
+                kind: "batch".into(),
+                node: "n1".into(),
+                ..Default::default()
+            },
+            tasks: vec![TaskRecord {
+                pid: 77,
+                peak_rss_bytes: 300 << 20,
+                ..Default::default()
+            }],
+            memory: StepMemory::default(),
+            cpu: StepCpu::default(),
+            gpus: vec![],
+            sampler: SamplerStats::default(),
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_newer_or_foreign_files() {
+        let r = sample();
+        assert_eq!(StepRecord::from_json(&r.to_json()).unwrap(), r);
+        let newer = r.to_json().replace(
+            &format!("\"schema_version\": {SCHEMA_VERSION}"),
+            "\"schema_version\": 99",
+        );
+        assert!(matches!(
+            StepRecord::from_json(&newer),
+            Err(RecordError::FutureVersion(99))
+        ));
+        assert!(matches!(
+            StepRecord::from_json("{\"x\": 1}"),
+            Err(RecordError::Corrupt(_))
+        ));
+        assert!(matches!(
+            StepRecord::from_json("{\"schema\": \"gpu-tracker/step\", \"sch"),
+            Err(RecordError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn step_names() {
+        assert_eq!(step_name(0xffff_fffb), "batch");
+        assert_eq!(step_name(0xffff_fffc), "extern");
+        assert_eq!(step_name(0xffff_fffa), "interactive");
+        assert_eq!(step_name(3), "3");
+    }
+}
