@@ -144,7 +144,12 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
 /// message) and remembers it.
 unsafe extern "C" fn option_cb(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     // SAFETY: SPANK passes null or a valid C string.
-    let value = unsafe { ffi::optarg(optarg) }.unwrap_or_default();
+    let mut value = unsafe { ffi::optarg(optarg) }.unwrap_or_default();
+    // sbatch exports a bare `--gpu-track` to the job's environment as the text "(null)" (a NULL
+    // printed with %s, seen on 22.05), and srun steps inside the job read it back from there.
+    if value == "(null)" {
+        value.clear();
+    }
     guard("option", remote == 0, || {
         config::parse_track_option(&value)?;
         state().option = Some(value);

@@ -536,6 +536,26 @@ fn rfc3339(t: chrono::DateTime<chrono::Local>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
 }
 
+/// OOM kills in the step. On v1 the kernel counts a kill in the victim's own memory cgroup (a
+/// task's, when Slurm made one) even when the limit hit was the job's, and the counter is not
+/// hierarchical: the step's count and its tasks' add up. On v2 `memory.events` of the step
+/// already includes its children.
+fn step_oom_kills(
+    cg: Option<&Cgroup>,
+    reading: Option<CgroupReading>,
+    tasks: &[TaskRecord],
+) -> Option<u64> {
+    let own = reading.and_then(|r| r.oom_kills);
+    match cg.map(|c| c.version) {
+        Some(crate::cgroup::Version::V1) => {
+            let in_tasks = tasks.iter().filter_map(|t| t.oom_kills).sum::<u64>();
+            own.map(|o| o + in_tasks)
+                .or((in_tasks > 0).then_some(in_tasks))
+        }
+        _ => own,
+    }
+}
+
 /// The record as known now; `complete` for the final one.
 fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
     let s = &inner.setup;
@@ -559,6 +579,15 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 _ => (None, None, false),
             };
             let cg_cpu = t.final_cgroup.and_then(|r| r.cpu_ns);
+            let cg_now = t
+                .final_cgroup
+                .or_else(|| t.cgroup.as_ref().and_then(|c| c.read().ok()));
+            let cg_peak = cg_now.and_then(|r| r.peak);
+            let sampled = t.peak_rss.max(t.largest_hwm);
+            let (peak, source) = match cg_peak {
+                Some(c) if c >= sampled => (c, "cgroup"),
+                _ => (sampled, "sampled"),
+            };
             TaskRecord {
                 local_id: t.local_id,
                 global_id: t.global_id,
@@ -567,20 +596,13 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 exit_code,
                 signal,
                 core_dumped: core,
-                peak_rss_bytes: t.peak_rss.max(t.largest_hwm),
-                cgroup_peak_bytes: t.final_cgroup.and_then(|r| r.peak).or_else(|| {
-                    t.cgroup
-                        .as_ref()
-                        .and_then(|c| c.read().ok())
-                        .and_then(|r| r.peak)
-                }),
+                peak_memory_bytes: peak,
+                peak_source: source.into(),
+                sampled_peak_rss_bytes: sampled,
+                cgroup_peak_bytes: cg_peak,
+                oom_kills: cg_now.and_then(|r| r.oom_kills),
                 cpu_seconds: cg_cpu.map_or(t.cpu_sampled, |ns| ns as f64 / 1e9),
-                cpu_source: if cg_cpu.is_some() {
-                    "cgroup"
-                } else {
-                    "sampled"
-                }
-                .into(),
+                cpu_source: if cg_cpu.is_some() { "cgroup" } else { "sampled" }.into(),
                 max_threads: t.max_threads,
                 max_processes: t.max_processes,
             }
@@ -600,7 +622,7 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         peak_includes_page_cache: cache,
         sampled_peak_rss_bytes: sampled_peak,
         limit_bytes: reading.and_then(|r| r.limit),
-        oom_kills: reading.and_then(|r| r.oom_kills),
+        oom_kills: step_oom_kills(cg, reading, &tasks),
         limit_hits: reading.and_then(|r| r.limit_hits),
         cgroup: cg.map(|c| c.memory_dir.display().to_string()),
         cgroup_version: cg.map(|c| {

@@ -114,11 +114,19 @@ pub struct TaskRecord {
     pub signal: Option<i32>,
     /// Whether it dumped core.
     pub core_dumped: bool,
-    /// Peak resident memory of the task's processes, bytes: the largest sampled sum, raised to
-    /// the largest per-process high-water mark (`VmHWM`, exact).
-    pub peak_rss_bytes: u64,
+    /// Peak memory of the task, bytes: the larger of `cgroup_peak_bytes` (exact, catches every
+    /// spike, includes page cache) and `sampled_peak_rss_bytes`.
+    pub peak_memory_bytes: u64,
+    /// `cgroup` or `sampled`: which of the two `peak_memory_bytes` is.
+    pub peak_source: String,
+    /// Peak resident memory of the task's processes: the largest sampled sum, raised to the
+    /// largest per-process high-water mark (`VmHWM`) seen. No page cache; a process that lived
+    /// between two samples is not in it.
+    pub sampled_peak_rss_bytes: u64,
     /// Peak of the task's own cgroup (includes page cache), where Slurm made one.
     pub cgroup_peak_bytes: Option<u64>,
+    /// Processes of the task killed by the OOM killer, where the task's cgroup says.
+    pub oom_kills: Option<u64>,
     /// CPU seconds used by the task's processes.
     pub cpu_seconds: f64,
     /// `cgroup` (exact, from the task's cgroup) or `sampled` (last reading of its processes).
@@ -304,7 +312,7 @@ mod tests {
             },
             tasks: vec![TaskRecord {
                 pid: 77,
-                peak_rss_bytes: 300 << 20,
+                peak_memory_bytes: 300 << 20,
                 ..Default::default()
             }],
             memory: StepMemory::default(),
