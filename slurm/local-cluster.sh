@@ -344,6 +344,7 @@ batch_as() {
         sleep 0.2
     done
     out=$STATE/jobs/$u/job-$id.out
+    LAST_JOB=$id
     echo "batch job $id as $u ($st), output $out:"
     sed 's/^/  | /' "$out" || true
     [[ $st == COMPLETED ]] || fail "batch job $id ended $st"
@@ -428,14 +429,28 @@ cmd_env() {
     printf 'export GPU_TRACKER_CLUSTER_DIR=%q\n' "$STATE"
 }
 
-# demo: brings the cluster up and runs one small batch job (some memory, one simulated GPU) as
-# the test user. Once the SPANK plugin exists, the output file ends with the tracked summary.
+# demo: brings the cluster up and runs one tracked batch job as the test user: two srun steps,
+# some memory, one SIMULATED GPU. Shows the job's output and the records the plugin wrote.
 cmd_demo() {
     cmd_up
     step "demo job" "$STATE/log/slurmd.log"
+    local f i
+    # With SIMULATED GPUs, the fake NVML gives 1 GiB on GPU <i> to a process whose command line
+    # holds SIMGPU<i>_HOLD: the python step is named so (built at run time, so that srun's own
+    # command line does not hold the marker).
     # shellcheck disable=SC2016  # expanded in the job, not here
-    batch_as "${TEST_USERS[0]}" -J demo --gres=gpu:1 --mem=500M \
-        --wrap 'echo "GPUs: $CUDA_VISIBLE_DEVICES"; srun sh -c "head -c 100000000 /dev/zero | sort >/dev/null; echo step done"'
+    batch_as "${TEST_USERS[0]}" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
+        --wrap 'echo "GPUs: $SLURM_JOB_GPUS"; srun -n 2 sh -c "head -c 100000000 /dev/zero | sort >/dev/null"; srun -n 1 bash -c '\''m=SIMGPU${SLURM_STEP_GPUS:-0}; exec -a ${m}_HOLD python3 -c "import time; b = bytearray(200 << 20); time.sleep(2)"'\''; echo done'
+    for ((i = 0; i < 50; i++)); do
+        [[ -n $(grep -L '"complete": true' "$STATE/spool/gpu-tracker/$LAST_JOB"/*.json 2>/dev/null) ]] || break
+        sleep 0.2
+    done
+    echo
+    echo "records of job $LAST_JOB (root-only; gpu-tracker-report will summarize them):"
+    for f in "$STATE/spool/gpu-tracker/$LAST_JOB"/*.json; do
+        echo "== $f"
+        cat "$f"
+    done
     STEP=""
 }
 

@@ -81,8 +81,8 @@ fn job_field(id: u32, key: &str) -> Option<String> {
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
 }
 
-/// Submits `script` as the test user, waits for the job to end, returns its state and output.
-fn run_job(name: &str, script: &str) -> Job {
+/// Submits `script` as the test user; returns the job id.
+fn submit(name: &str, script: &str) -> u32 {
     cluster();
     let dir = state_dir().join("jobs").join(USER);
     let path = dir.join(format!("{name}.sh"));
@@ -100,13 +100,19 @@ fn run_job(name: &str, script: &str) -> Job {
         "sbatch failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let id: u32 = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .trim()
         .split(';')
         .next()
         .unwrap()
         .parse()
-        .unwrap();
+        .unwrap()
+}
+
+/// Submits `script` as the test user, waits for the job to end, returns its state and output.
+fn run_job(name: &str, script: &str) -> Job {
+    let id = submit(name, script);
+    let dir = state_dir().join("jobs").join(USER);
     let started = Instant::now();
     let state = loop {
         let st = job_field(id, "JobState").unwrap_or_default();
@@ -254,7 +260,11 @@ fn only_steps_that_ask_are_tracked() {
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let recs = final_records(job.id, &["1"]);
     std::thread::sleep(Duration::from_millis(500));
-    let recs = if recs.len() == 1 { records(job.id) } else { recs };
+    let recs = if recs.len() == 1 {
+        records(job.id)
+    } else {
+        recs
+    };
     assert_eq!(recs.keys().collect::<Vec<_>>(), ["1"], "{:?}", recs.keys());
     assert_eq!(recs["1"].sampler.interval_seconds, 0.5);
     let plain = run_job("untracked-plain", "#!/bin/bash\necho fine\n");
@@ -397,4 +407,35 @@ fn a_broken_settings_file_leaves_jobs_running_untracked_and_says_why() {
             .any(|l| l.contains("settings not usable") && l.contains("spool_dri")),
         "slurmd's log says why: {lines:?}"
     );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // The cluster's settings checkpoint every 5 s.
+    let h = hog();
+    let id = submit(
+        "checkpoint",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track\n{h} --mb 50 --hold-ms 9000\n"),
+    );
+    let path = state_dir()
+        .join("spool/gpu-tracker")
+        .join(id.to_string())
+        .join(format!("{}.batch.json", node()));
+    let started = Instant::now();
+    let checkpoint = loop {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            break StepRecord::from_json(&text).unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!checkpoint.complete, "{checkpoint:?}");
+    assert!(checkpoint.step.end.is_none());
+    assert_eq!(job_field(id, "JobState").as_deref(), Some("RUNNING"));
+    assert!(checkpoint.tasks[0].sampled_peak_rss_bytes >= 50_000_000);
+    let recs = final_records(id, &["batch"]);
+    assert!(recs["batch"].complete);
+    assert!(recs["batch"].step.elapsed_seconds >= 9.0);
 }

@@ -602,7 +602,12 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 cgroup_peak_bytes: cg_peak,
                 oom_kills: cg_now.and_then(|r| r.oom_kills),
                 cpu_seconds: cg_cpu.map_or(t.cpu_sampled, |ns| ns as f64 / 1e9),
-                cpu_source: if cg_cpu.is_some() { "cgroup" } else { "sampled" }.into(),
+                cpu_source: if cg_cpu.is_some() {
+                    "cgroup"
+                } else {
+                    "sampled"
+                }
+                .into(),
                 max_threads: t.max_threads,
                 max_processes: t.max_processes,
             }
