@@ -446,7 +446,7 @@ cmd_demo() {
         sleep 0.2
     done
     echo
-    echo "records of job $LAST_JOB (root-only; gpu-tracker-report will summarize them):"
+    echo "records of job $LAST_JOB (readable by root and the job's user; gpu-tracker-report will summarize them):"
     for f in "$STATE/spool/gpu-tracker/$LAST_JOB"/*.json; do
         echo "== $f"
         cat "$f"

@@ -439,3 +439,59 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
     assert!(recs["batch"].complete);
     assert!(recs["batch"].step.elapsed_seconds >= 9.0);
 }
+
+/// Runs `sh -c script` as `user`; returns whether it succeeded.
+fn as_user_ok(user: &str, script: &str) -> bool {
+    Command::new("runuser")
+        .args(["-u", user, "--", "sh", "-c", script])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let job = run_job("private", "#!/bin/bash\n#SBATCH --gpu-track\necho hi\n");
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let recs = final_records(job.id, &["batch"]);
+    assert!(
+        recs["batch"].sampler.notes.is_empty(),
+        "{:?}",
+        recs["batch"].sampler.notes
+    );
+    let dir = state_dir()
+        .join("spool/gpu-tracker")
+        .join(job.id.to_string());
+    let file = dir.join(format!("{}.batch.json", node()));
+    let f = file.display();
+    let d = dir.display();
+    assert!(
+        as_user_ok(USER, &format!("grep -q gpu-tracker/step {f}")),
+        "the job's user reads it"
+    );
+    assert!(
+        as_user_ok(USER, &format!("ls {d} >/dev/null")),
+        "and lists the job's directory"
+    );
+    assert!(
+        !as_user_ok(USER, &format!("echo x >> {f}")),
+        "but cannot change it"
+    );
+    assert!(
+        !as_user_ok(USER, &format!("touch {d}/extra.json")),
+        "or add files"
+    );
+    assert!(!as_user_ok(USER, &format!("rm -f {f}")) || file.exists());
+    assert!(file.exists());
+    assert!(
+        !as_user_ok("gtuser2", &format!("cat {f}")),
+        "another user cannot read it"
+    );
+    assert!(
+        !as_user_ok("gtuser2", &format!("ls {d}")),
+        "or list the job's directory"
+    );
+}

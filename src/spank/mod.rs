@@ -274,7 +274,9 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         total_tasks: sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT),
         ..StepInfo::default()
     };
-    let spool = Spool::open(&cfg.spool_dir).map_err(|e| format!("spool: {e}"))?;
+    let spool = Spool::open(&cfg.spool_dir)
+        .map_err(|e| format!("spool: {e}"))?
+        .readable_by(uid);
     let setup = StepSetup {
         job,
         step,

@@ -162,15 +162,22 @@ pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Optio
 impl StepTracker {
     /// Starts tracking: checks that the record can be written, then starts the sampler thread.
     pub fn start(setup: StepSetup) -> Result<StepTracker, String> {
-        setup
-            .spool
-            .job_dir(setup.job.id)
-            .map_err(|e| format!("spool: {e}"))?;
+        let mut shared = Shared::default();
+        if let Err(e) = setup.spool.share_job_dir(setup.job.id) {
+            // Still writable by root: track, and say the user cannot read the records.
+            setup
+                .spool
+                .job_dir(setup.job.id)
+                .map_err(|e| format!("spool: {e}"))?;
+            shared
+                .notes
+                .push(format!("records are readable by root only: {e}"));
+        }
         let inner = Arc::new(Inner {
             setup,
             started: Instant::now(),
             start_time: chrono::Local::now(),
-            shared: Mutex::new(Shared::default()),
+            shared: Mutex::new(shared),
             wake: Condvar::new(),
         });
         let thread_inner = Arc::clone(&inner);

@@ -29,6 +29,7 @@ pub enum SpoolError {
 #[derive(Debug, Clone)]
 pub struct Spool {
     root: PathBuf,
+    reader: Option<u32>,
 }
 
 fn io_err(p: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -66,7 +67,31 @@ impl Spool {
         check_dir(root, sys::euid())?;
         Ok(Spool {
             root: root.to_path_buf(),
+            reader: None,
         })
+    }
+
+    /// Records written from now on (and their job directory) are readable by user `uid` as
+    /// well, through a POSIX ACL: the job's user reads them, cannot change them, and other
+    /// users cannot read them. Root (uid 0) needs no grant.
+    pub fn readable_by(mut self, uid: u32) -> Spool {
+        self.reader = (uid != 0 && uid != u32::MAX).then_some(uid);
+        self
+    }
+
+    /// Makes the job directory and gives the reader access to it. An error here means the
+    /// filesystem refuses ACLs: records are then readable by root only.
+    pub fn share_job_dir(&self, job_id: u32) -> Result<PathBuf, SpoolError> {
+        let dir = self.job_dir(job_id)?;
+        if let Some(uid) = self.reader {
+            sys::grant_user_read(&dir, uid, true).map_err(|e| {
+                SpoolError::Io(
+                    dir.clone(),
+                    std::io::Error::new(e.kind(), format!("ACL for uid {uid}: {e}")),
+                )
+            })?;
+        }
+        Ok(dir)
     }
 
     /// The spool directory.
@@ -111,6 +136,10 @@ impl Spool {
                 .open(&tmp)
                 .map_err(io_err(&tmp))?;
             f.write_all(contents).map_err(io_err(&tmp))?;
+            if let Some(uid) = self.reader {
+                // Where ACLs are refused the record stays root-only (share_job_dir said so).
+                let _ = sys::grant_user_read(&tmp, uid, false);
+            }
             f.sync_all().map_err(io_err(&tmp))?;
             let m = f.metadata().map_err(io_err(&tmp))?;
             if m.uid() != owner || owner != sys::euid() {
@@ -153,6 +182,23 @@ mod tests {
         let names: Vec<_> = fs::read_dir(root.join("7")).unwrap().flatten().collect();
         assert_eq!(names.len(), 1);
         assert!(s.write(7, "../x.json", b"").is_err());
+    }
+
+    #[test]
+    fn a_reader_gets_read_access_through_an_acl() {
+        let t = TempTree::new("spool-acl");
+        let s = Spool::open(&t.path().join("spool"))
+            .unwrap()
+            .readable_by(4242);
+        let dir = s.share_job_dir(9).unwrap();
+        let p = s.write(9, "n1.batch.json", b"{}").unwrap();
+        // An access ACL shows its mask in the group bits of the mode: r-x on the directory,
+        // r-- on the file; others get nothing.
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o750);
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
+        let plain = Spool::open(&t.path().join("spool")).unwrap().readable_by(0);
+        let q = plain.write(10, "n1.0.json", b"{}").unwrap();
+        assert_eq!(fs::metadata(&q).unwrap().mode() & 0o777, 0o600);
     }
 
     #[test]
