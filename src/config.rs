@@ -27,6 +27,18 @@ pub enum StepKind {
     Extern,
 }
 
+impl StepKind {
+    /// The name used in settings and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Batch => "batch",
+            StepKind::Srun => "srun",
+            StepKind::Interactive => "interactive",
+            StepKind::Extern => "extern",
+        }
+    }
+}
+
 /// How per-process memory is split into private and shared pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -242,6 +254,13 @@ mod tests {
             assert!(e.contains(key), "{t}: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+    }
+
+    #[test]
+    fn step_kind_names_are_the_settings_names() {
+        let c = parse("steps = [\"batch\", \"srun\", \"interactive\", \"extern\"]").unwrap();
+        let names: Vec<_> = c.steps.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["batch", "srun", "interactive", "extern"]);
     }
 
     #[test]

@@ -166,15 +166,6 @@ fn step_kind(step_id: u32) -> StepKind {
     }
 }
 
-fn kind_name(k: StepKind) -> &'static str {
-    match k {
-        StepKind::Batch => "batch",
-        StepKind::Srun => "srun",
-        StepKind::Interactive => "interactive",
-        StepKind::Extern => "extern",
-    }
-}
-
 /// Slurm's GPU index list (`0,2` or `0-3`), as numbers.
 fn parse_index_list(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -262,7 +253,7 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     };
     let step = StepInfo {
         id: record::step_name(step_id),
-        kind: kind_name(kind).into(),
+        kind: kind.as_str().into(),
         node,
         hostname,
         node_index: sp.u32_item(spank_item::S_JOB_NODEID),

@@ -131,21 +131,15 @@ pub struct StepTracker {
 /// its `step_*` component (Slurm's task cgroups sit below it). On v2 the step's `user` child
 /// is taken when there is one: it holds the tasks but not slurmstepd itself.
 pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Option<Cgroup> {
-    let cut: String = proc_cgroup
-        .lines()
-        .map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (h, c, p) = (parts.next(), parts.next(), parts.next());
-            match (h, c, p) {
-                (Some(h), Some(c), Some(p)) => {
-                    let comps: Vec<&str> = p.split('/').collect();
-                    match comps.iter().rposition(|s| s.starts_with("step_")) {
-                        Some(i) => format!("{h}:{c}:{}\n", comps[..=i].join("/")),
-                        None => format!("{line}\n"),
-                    }
-                }
-                _ => format!("{line}\n"),
-            }
+    let cut: String = crate::cgroup::parse::parse_proc_cgroup(proc_cgroup)
+        .into_iter()
+        .map(|l| {
+            let comps: Vec<&str> = l.path.split('/').collect();
+            let path = match comps.iter().rposition(|c| c.starts_with("step_")) {
+                Some(i) => comps[..=i].join("/"),
+                None => l.path.clone(),
+            };
+            format!("{}:{}:{path}\n", l.hierarchy, l.controllers.join(","))
         })
         .collect();
     let mut cg = Cgroup::from_proc_cgroup(cgroup_root, &cut).ok()?;
@@ -199,9 +193,15 @@ impl StepTracker {
         let cgroup = text
             .as_deref()
             .and_then(|t| Cgroup::from_proc_cgroup(&s.cgroup_root, t).ok());
-        let step_cg = text
-            .as_deref()
-            .and_then(|t| step_cgroup_of(&s.cgroup_root, t));
+        // The step's cgroup is found once, from the first task (each task costs slurmstepd's
+        // launch path a file read, not a directory walk).
+        let known = self.inner.lock().step_cgroup.is_some();
+        let step_cg = if known {
+            None
+        } else {
+            text.as_deref()
+                .and_then(|t| step_cgroup_of(&s.cgroup_root, t))
+        };
         let mut sh = self.inner.lock();
         if sh.step_cgroup.is_none() {
             sh.step_cgroup = step_cg;
