@@ -70,6 +70,11 @@ pub struct Config {
     pub checkpoint_interval: f64,
     /// How the private/shared memory split is read.
     pub memory_detail: MemoryDetailSetting,
+    /// Append the job's summary to the output of tracked batch jobs, and print a step's summary
+    /// on the terminal of `srun --gpu-track` outside batch jobs.
+    pub summary: bool,
+    /// Days `gpu-tracker-report --purge` keeps records; 0 keeps them for ever.
+    pub retention_days: f64,
 }
 
 impl Default for Config {
@@ -83,6 +88,8 @@ impl Default for Config {
             steps: vec![StepKind::Batch, StepKind::Srun, StepKind::Interactive],
             checkpoint_interval: 60.0,
             memory_detail: MemoryDetailSetting::Status,
+            summary: true,
+            retention_days: 180.0,
         }
     }
 }
@@ -134,6 +141,9 @@ impl Config {
         }
         if !(c.checkpoint_interval.is_finite() && c.checkpoint_interval >= 0.0) {
             return bad("checkpoint_interval", "must be 0 or more seconds".into());
+        }
+        if !(c.retention_days.is_finite() && c.retention_days >= 0.0) {
+            return bad("retention_days", "must be 0 (keep) or more days".into());
         }
         if c.steps.is_empty() {
             return bad(
@@ -248,6 +258,7 @@ mod tests {
             ("interval = 0.2", "`interval`"),
             ("min_interval = 0.01", "`min_interval`"),
             ("checkpoint_interval = -1.0", "`checkpoint_interval`"),
+            ("retention_days = -3", "retention_days"),
             ("steps = []", "`steps`"),
         ] {
             let e = parse(t).unwrap_err().to_string();

@@ -25,6 +25,7 @@ pub mod cgroup;
 pub mod config;
 pub mod gpu;
 pub mod proc;
+pub mod report;
 pub mod sampler;
 pub mod shell;
 #[cfg(feature = "spank")]

@@ -116,6 +116,51 @@ pub fn grant_user_read(path: &std::path::Path, uid: u32, dir: bool) -> std::io::
     }
 }
 
+/// Appends `text` to the file already open on descriptor `fd` (the job's output, inherited by
+/// slurmstepd), without opening any path. Refuses unless the descriptor is a regular file owned
+/// by `uid` with one link: a file Slurm opened for that user, not one a user pointed at
+/// something of root's.
+pub fn write_to_job_output(fd: i32, text: &[u8], uid: u32) -> Result<(), String> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable stat buffer; fstat only reads `fd`'s metadata.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(format!(
+            "descriptor {fd}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("descriptor {fd} is not a regular file"));
+    }
+    if st.st_uid != uid {
+        return Err(format!(
+            "descriptor {fd} is a file owned by uid {}, not the job's user ({uid})",
+            st.st_uid
+        ));
+    }
+    if st.st_nlink != 1 {
+        return Err(format!(
+            "descriptor {fd} is a file with {} links",
+            st.st_nlink
+        ));
+    }
+    let mut rest = text;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is valid for `rest.len()` bytes; write only reads it.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("descriptor {fd}: {e}"));
+        }
+        rest = &rest[usize::try_from(n).unwrap_or(rest.len()).min(rest.len())..];
+    }
+    Ok(())
+}
+
 /// The kernel id of the calling thread.
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions and cannot fail.
@@ -306,6 +351,32 @@ pub fn spawn_shell(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_output_is_written_only_to_the_users_own_plain_file() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("gt-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out");
+        let f = std::fs::File::create(&path).unwrap();
+        let me = f.metadata().unwrap().uid();
+        write_to_job_output(f.as_raw_fd(), b"summary\n", me).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "summary\n");
+        // Someone else's file (as a root-owned target is to a job's user), or a second link.
+        let e = write_to_job_output(f.as_raw_fd(), b"x", me + 1).unwrap_err();
+        assert!(e.contains("owned by uid"), "{e}");
+        std::fs::hard_link(&path, dir.join("link")).unwrap();
+        let e = write_to_job_output(f.as_raw_fd(), b"x", me).unwrap_err();
+        assert!(e.contains("2 links"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "summary\n");
+        let null = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        assert!(write_to_job_output(null.as_raw_fd(), b"x", me).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn shell_codes() {

@@ -169,6 +169,29 @@ impl Spank {
         Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
 
+    /// The step's command line (`S_JOB_ARGV`), copied.
+    pub fn argv(self) -> Option<Vec<String>> {
+        let mut argc: c_int = 0;
+        let mut argv: *const *const c_char = std::ptr::null();
+        // SAFETY: the item takes an `int *` and a `char ***`; SPANK points the latter at its own
+        // array of `argc` strings.
+        let rc = unsafe {
+            spank_get_item(
+                self.0,
+                spank_item::S_JOB_ARGV,
+                &mut argc as *mut c_int,
+                &mut argv as *mut *const *const c_char,
+            )
+        };
+        if check(rc).is_err() || argv.is_null() {
+            return None;
+        }
+        let n = usize::try_from(argc).unwrap_or(0).min(4096);
+        // SAFETY: `argv` holds `argc` valid C strings for the duration of this callback; they are
+        // copied here (DESIGN.md: S_JOB_ARGV points into live memory).
+        Some(unsafe { args(n as c_int, argv as *mut *mut c_char) })
+    }
+
     /// A variable of the job's environment.
     pub fn getenv(self, name: &str) -> Option<String> {
         let name = CString::new(name).ok()?;

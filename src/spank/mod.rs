@@ -55,12 +55,17 @@ struct State {
     /// The value of `--gpu-track`: `None` when not given, `Some("")` for the bare flag.
     option: Option<String>,
     tracker: Option<StepTracker>,
+    /// Where the tracked step's records go, and whether the site wants end-of-job summaries.
+    spool_dir: Option<PathBuf>,
+    summary: bool,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     config_path: None,
     option: None,
     tracker: None,
+    spool_dir: None,
+    summary: false,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -250,6 +255,9 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         nodes: sp.u32_item(spank_item::S_JOB_NNODES),
         alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_JOB_ALLOC_MEM)),
         alloc_cores: sp.str_item(spank_item::S_JOB_ALLOC_CORES),
+        name: sp
+            .getenv("SLURM_JOB_NAME")
+            .map(|n| record::clean_text(&n, 100)),
     };
     let step = StepInfo {
         id: record::step_name(step_id),
@@ -263,6 +271,10 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         alloc_gpus: gpus,
         local_tasks: sp.u32_item(spank_item::S_JOB_LOCAL_TASK_COUNT),
         total_tasks: sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT),
+        command: sp
+            .argv()
+            .filter(|a| !a.is_empty())
+            .map(|a| record::clean_text(&a.join(" "), 200)),
         ..StepInfo::default()
     };
     let spool = Spool::open(&cfg.spool_dir)
@@ -286,7 +298,10 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         record::step_name(step_id),
         name
     ));
-    state().tracker = Some(tracker);
+    let mut st = state();
+    st.tracker = Some(tracker);
+    st.spool_dir = Some(cfg.spool_dir.clone());
+    st.summary = cfg.summary;
     Ok(())
 }
 
@@ -370,31 +385,103 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
     })
 }
 
-/// `slurm_spank_exit` (remote, root): stops the sampler and writes the final record.
+/// How long the batch step waits for other steps' records to be final before it writes the
+/// job's summary (a step's record lands just after its tasks end).
+const BATCH_SUMMARY_WAIT: Duration = Duration::from_secs(3);
+/// How long `srun` waits for its step's record before printing the summary.
+const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
+
+/// `slurm_spank_exit`. Remote (slurmstepd, root): stops the sampler and writes the final
+/// record; the batch step then appends the job's summary to the job's output through the
+/// descriptor slurmstepd already holds (never by path). Local (`srun` outside a batch job, as the
+/// user): prints the step's summary on the user's terminal.
 ///
 /// # Safety
 /// Called by SPANK with a valid handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_exit(
-    _sp: spank_t,
-    _ac: c_int,
-    _av: *mut *mut c_char,
-) -> c_int {
+pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
     guard("exit", false, || {
-        let tracker = state().tracker.take();
+        if in_context(&[spank_context::S_CTX_LOCAL]) {
+            return srun_summary(Spank::new(sp));
+        }
+        let (tracker, spool_dir, summary) = {
+            let mut st = state();
+            (st.tracker.take(), st.spool_dir.take(), st.summary)
+        };
         let Some(t) = tracker else {
             return Ok(());
         };
         let (rec, written) = t.finish();
-        let path = written.map_err(|e| {
-            format!(
-                "job {} step {}: record not written: {e}",
+        match written {
+            Ok(path) => ffi::log_debug(&format!("gpu-tracker: wrote {}", path.display())),
+            Err(e) => ffi::log_error(&format!(
+                "gpu-tracker: job {} step {}: record not written: {e}",
                 rec.job.id, rec.step.id
-            )
-        })?;
-        ffi::log_debug(&format!("gpu-tracker: wrote {}", path.display()));
-        Ok(())
+            )),
+        }
+        if rec.step.id != "batch" || !summary {
+            return Ok(());
+        }
+        let Some(root) = spool_dir else {
+            return Ok(());
+        };
+        let Some(text) =
+            crate::report::end_of_job_text(&root, rec.job.id, None, BATCH_SUMMARY_WAIT)
+        else {
+            return Ok(());
+        };
+        // slurmstepd's descriptor 2 is the batch script's stderr file (the job's output file
+        // unless --error names another), opened by Slurm for the user and open until now.
+        crate::sys::write_to_job_output(2, format!("\n{text}").as_bytes(), rec.job.uid).map_err(
+            |e| {
+                format!(
+                    "job {}: summary not written to the job's output: {e}",
+                    rec.job.id
+                )
+            },
+        )
     })
+}
+
+/// The step's summary on the terminal of an `srun --gpu-track` run outside a batch script (in a
+/// batch script the job's summary covers the step).
+fn srun_summary(sp: Spank) -> Result<(), String> {
+    if std::env::var("ENVIRONMENT").is_ok_and(|e| e == "BATCH") {
+        return Ok(());
+    }
+    let (path, option) = {
+        let st = state();
+        (
+            st.config_path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH)),
+            st.option.clone(),
+        )
+    };
+    let Ok(cfg) = Config::load(&path) else {
+        return Ok(());
+    };
+    let on = matches!(cfg.decide(option.as_deref()), Ok(Tracking::On { .. }))
+        || option.as_deref().is_some_and(|o| o != "off");
+    if !on || !cfg.summary || !cfg.tracks(StepKind::Srun) {
+        return Ok(());
+    }
+    let (Some(job), Some(step)) = (
+        sp.u32_item(spank_item::S_JOB_ID),
+        sp.u32_item(spank_item::S_JOB_STEPID),
+    ) else {
+        return Ok(());
+    };
+    let name = record::step_name(step);
+    let text = crate::report::end_of_job_text(&cfg.spool_dir, job, Some(&name), SRUN_SUMMARY_WAIT)
+        .unwrap_or_else(|| {
+            format!(
+                "gpu-tracker: no record of job {job} step {name} readable on this host; run gpu-tracker-report {job}.{name} on the node\n"
+            )
+        });
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(text.as_bytes());
+    Ok(())
 }
 
 #[cfg(test)]

@@ -84,6 +84,10 @@ struct Shared {
     tasks: Vec<Task>,
     step_cgroup: Option<Cgroup>,
     final_step: Option<CgroupReading>,
+    /// The job's cgroup on this node (the `job_*` above the step's), memory only.
+    job_cgroup: Option<Cgroup>,
+    /// Its latest reading: at every sample, and when the step's last task ended.
+    job_reading: Option<CgroupReading>,
     last_step: Option<CgroupReading>,
     stop: bool,
     notes: Vec<String>,
@@ -153,6 +157,20 @@ pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Optio
     Some(cg)
 }
 
+/// The job's cgroup above a step's: the nearest ancestor named `job_*`, memory counters only.
+fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
+    let dir = step.memory_dir.ancestors().skip(1).find(|d| {
+        d.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("job_"))
+    })?;
+    Some(Cgroup {
+        version: step.version,
+        memory_dir: dir.to_path_buf(),
+        cpu_dir: None,
+    })
+}
+
 impl StepTracker {
     /// Starts tracking: checks that the record can be written, then starts the sampler thread.
     pub fn start(setup: StepSetup) -> Result<StepTracker, String> {
@@ -204,6 +222,7 @@ impl StepTracker {
         };
         let mut sh = self.inner.lock();
         if sh.step_cgroup.is_none() {
+            sh.job_cgroup = step_cg.as_ref().and_then(job_cgroup_of);
             sh.step_cgroup = step_cg;
         }
         // A task cgroup is the task's own only when it is below the step's.
@@ -238,6 +257,9 @@ impl StepTracker {
         if all {
             if let Some(r) = sh.step_cgroup.as_ref().and_then(|c| c.read().ok()) {
                 sh.final_step = Some(r);
+            }
+            if let Some(r) = sh.job_cgroup.as_ref().and_then(|c| c.read().ok()) {
+                sh.job_reading = Some(r);
             }
         }
     }
@@ -298,6 +320,7 @@ fn run(inner: &Inner) -> Acc {
     };
     let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
     let mut next_sample = Instant::now();
+    let mut announced = false;
     loop {
         {
             let mut sh = inner.lock();
@@ -330,7 +353,14 @@ fn run(inner: &Inner) -> Acc {
             sample(inner, &procfs, &mut acc, &mut gpu);
             next_sample = now + s.interval;
         }
-        if let Some(c) = next_checkpoint.filter(|c| now >= *c) {
+        // A first (incomplete) record right after the first sample: the end-of-job summary
+        // then knows of every step, even one whose final record is still being written.
+        let first = acc.samples == 1 && !announced;
+        announced = true;
+        if let Some(c) = next_checkpoint
+            .filter(|c| now >= *c)
+            .or(first.then_some(now))
+        {
             let rec = build(inner, &acc, false);
             if let Err(e) = write(inner, &rec) {
                 let note = format!("a checkpoint was not written: {e}");
@@ -338,7 +368,9 @@ fn run(inner: &Inner) -> Acc {
                     acc.notes.push(note);
                 }
             }
-            next_checkpoint = s.checkpoint_interval.map(|d| c + d);
+            if !first {
+                next_checkpoint = s.checkpoint_interval.map(|d| c + d);
+            }
         }
     }
     // One last sample unless the tasks are gone already: catches a late GPU reading.
@@ -390,7 +422,7 @@ pub fn map_allocated(alloc: &[u32], devices: &[GpuInfo]) -> Vec<(u32, usize)> {
 fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
     let t0 = Instant::now();
     let s = &inner.setup;
-    let (tasks, step_cg) = {
+    let (tasks, step_cg, job_cg) = {
         let sh = inner.lock();
         (
             sh.tasks
@@ -399,8 +431,10 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
                 .map(|t| t.pid)
                 .collect::<Vec<_>>(),
             sh.step_cgroup.clone(),
+            sh.job_cgroup.clone(),
         )
     };
+    let job_reading = job_cg.as_ref().and_then(|c| c.read().ok());
     let tps = crate::proc::ticks_per_second() as f64;
     let mut all_members: HashSet<u32> = HashSet::new();
     let mut per_task = Vec::with_capacity(tasks.len());
@@ -459,6 +493,10 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
         let mut sh = inner.lock();
         if step_reading.is_some() {
             sh.last_step = step_reading;
+        }
+        // Not after the last task ended: that reading is final.
+        if job_reading.is_some() && sh.tasks.iter().any(|t| !t.ended) {
+            sh.job_reading = job_reading;
         }
         for (pid, rss, hwm, cpu, threads, n) in per_task {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == pid) {
@@ -644,6 +682,8 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
             }
             .to_string()
         }),
+        job_peak_bytes: sh.job_reading.and_then(|r| r.peak),
+        job_limit_bytes: sh.job_reading.and_then(|r| r.limit),
     };
 
     let task_cpu: f64 = tasks.iter().map(|t| t.cpu_seconds).sum();
@@ -787,5 +827,10 @@ mod tests {
             .write(&format!("{v2}/user/task_0/memory.current"), "1\n");
         let cg = step_cgroup_of(t.path(), &format!("0::/{v2}/user/task_0\n")).unwrap();
         assert_eq!(cg.memory_dir, t.path().join(v2).join("user"));
+        let job = job_cgroup_of(&cg).unwrap();
+        assert_eq!(
+            job.memory_dir,
+            t.path().join("system.slice/n1_slurmstepd.scope/job_7")
+        );
     }
 }

@@ -62,6 +62,10 @@ pub struct JobInfo {
     pub alloc_memory_bytes: Option<u64>,
     /// Cores allocated to the job on this node, in Slurm's list format.
     pub alloc_cores: Option<String>,
+    /// Job name (`--job-name`), control characters removed. Added in 0.1 without a version
+    /// change: older records lack it.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// The step itself.
@@ -95,6 +99,9 @@ pub struct StepInfo {
     pub local_tasks: Option<u32>,
     /// Tasks of the step over all nodes.
     pub total_tasks: Option<u32>,
+    /// The step's command line (at most 200 characters, control characters removed).
+    #[serde(default)]
+    pub command: Option<String>,
 }
 
 /// One task: the process slurmstepd started, and its descendants.
@@ -159,6 +166,13 @@ pub struct StepMemory {
     pub cgroup: Option<String>,
     /// `v1` or `v2`.
     pub cgroup_version: Option<String>,
+    /// Peak memory of the whole job on this node (its cgroup, every step together), read when
+    /// this step's last task ended, bytes. The figure `--mem` is compared with.
+    #[serde(default)]
+    pub job_peak_bytes: Option<u64>,
+    /// Memory limit of the job's cgroup on this node, bytes.
+    #[serde(default)]
+    pub job_limit_bytes: Option<u64>,
 }
 
 /// CPU of the step on this node.
@@ -270,6 +284,20 @@ impl StepRecord {
     }
 }
 
+/// `text` with control characters (terminal escapes, newlines, NULs) replaced by `?`, and cut to
+/// `max` characters: for text that came from the user (job names, command lines).
+pub fn clean_text(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
 /// The file name part of a step id: `4294967291` is `batch`, and so on.
 pub fn step_name(step_id: u32) -> String {
     match step_id {
@@ -286,6 +314,48 @@ pub const STEP_BATCH: u32 = 0xffff_fffb;
 pub const STEP_EXTERN: u32 = 0xffff_fffc;
 /// Slurm's step id of the interactive step (`salloc` with `use_interactive_step`).
 pub const STEP_INTERACTIVE: u32 = 0xffff_fffa;
+
+/// Records for other modules' tests.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::*;
+
+    /// A complete record of job 42 (user alice, uid 1001), `step` on `node`, one task.
+    pub fn record(node: &str, step: &str) -> StepRecord {
+        StepRecord {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            complete: true,
+            written_at: "2026-11-23T10:00:00+00:00".into(),
+            tracker_version: "0.1.0".into(),
+            job: JobInfo {
+                id: 42,
+                user: "alice".into(),
+                uid: 1001,
+                ..Default::default()
+            },
+            step: StepInfo {
+                id: step.into(),
+                kind: if step == "batch" { "batch" } else { "srun" }.into(),
+                node: node.into(),
+                start: "2026-11-23T09:59:00+00:00".into(),
+                end: Some("2026-11-23T10:00:00+00:00".into()),
+                elapsed_seconds: 60.0,
+                ..Default::default()
+            },
+            tasks: vec![TaskRecord {
+                pid: 77,
+                ended: true,
+                exit_code: Some(0),
+                ..Default::default()
+            }],
+            memory: StepMemory::default(),
+            cpu: StepCpu::default(),
+            gpus: vec![],
+            sampler: SamplerStats::default(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -342,6 +412,27 @@ mod tests {
             StepRecord::from_json("{\"schema\": \"gpu-tracker/step\", \"sch"),
             Err(RecordError::Corrupt(_))
         ));
+    }
+
+    #[test]
+    fn user_text_loses_control_characters() {
+        assert_eq!(clean_text("a\x1b[2Jb\nc\u{9b}d", 50), "a?[2Jb?c?d");
+        assert_eq!(clean_text("abcdef", 3), "abc…");
+        assert_eq!(clean_text("ünï", 3), "ünï");
+    }
+
+    #[test]
+    fn older_records_without_the_newer_optional_fields_still_parse() {
+        let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        v["job"].as_object_mut().unwrap().remove("name");
+        v["step"].as_object_mut().unwrap().remove("command");
+        v["memory"]
+            .as_object_mut()
+            .unwrap()
+            .remove("job_peak_bytes");
+        let r = StepRecord::from_json(&v.to_string()).unwrap();
+        assert_eq!(r.job.name, None);
+        assert_eq!(r.memory.job_peak_bytes, None);
     }
 
     #[test]

@@ -1,0 +1,444 @@
+//! `gpu-tracker-report`: reads the records the Slurm plugin wrote and prints a job's summary,
+//! the merged records as JSON, a one-line-per-job listing, or purges old records.
+//!
+//! It needs no privileges and is not setuid: it shows what the file permissions let the caller
+//! read (a user's own jobs; root: every job).
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+use chrono::{DateTime, FixedOffset, Local, NaiveDate, NaiveDateTime, TimeZone};
+use clap::Parser;
+use gpu_tracker::config::{self, Config};
+use gpu_tracker::report::listing::{self, Filter};
+use gpu_tracker::report::text::{TextOptions, render};
+use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
+use gpu_tracker::units::{MemUnit, TimeUnit};
+
+/// Exit status: everything shown.
+const OK: u8 = 0;
+/// Exit status: the spool or settings could not be used, or a purge left something behind.
+const FAILED: u8 = 1;
+/// Exit status: bad command line.
+const USAGE: u8 = 2;
+/// Exit status: no such job (neither in the spool nor known to Slurm).
+const UNKNOWN_JOB: u8 = 3;
+/// Exit status: Slurm knows the job, but it was not tracked.
+const NOT_TRACKED: u8 = 4;
+/// Exit status: some record is incomplete (the step runs, or was killed before its final
+/// record); what there is was shown.
+const INCOMPLETE: u8 = 5;
+/// Exit status: some record is corrupt; the readable ones were shown.
+const CORRUPT: u8 = 6;
+/// Exit status: some record is from a newer gpu-tracker; the readable ones were shown.
+const FUTURE_SCHEMA: u8 = 7;
+/// Exit status: the job's records exist but are not readable by the caller.
+const DENIED: u8 = 8;
+
+/// Shows what a Slurm job used (peak memory, CPU, GPU memory and utilization, time), from the
+/// records gpu-tracker's Slurm plugin wrote. With no JOB, lists your jobs (or --user's, or
+/// --all) one line each.
+///
+/// Exit status: 0 shown; 1 error; 2 usage; 3 unknown job; 4 job not tracked; 5 incomplete
+/// records; 6 corrupt record; 7 record from a newer gpu-tracker; 8 not readable by you. When
+/// several apply the highest is returned, and the readable records are still shown.
+#[derive(Debug, Parser)]
+#[command(name = "gpu-tracker-report", version)]
+struct Args {
+    /// Job: JOBID, JOBID.STEP (STEP: batch, extern, interactive or a number), ARRAYID_TASK.
+    job: Option<String>,
+    /// Output: text (the summary) or json (the merged records, see RECORD.md).
+    #[arg(short = 'f', long = "format", default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+    /// Memory unit: bytes, kilobytes, megabytes, gigabytes or terabytes (decimal, as in
+    /// gpu-tracker); default: MiB/GiB as Slurm's --mem.
+    #[arg(long = "ru", value_name = "RAM_UNIT")]
+    ru: Option<MemUnit>,
+    /// Time unit: seconds, minutes, hours or days; default: HH:MM:SS.
+    #[arg(long = "tu", value_name = "TIME_UNIT")]
+    tu: Option<TimeUnit>,
+    /// Add a row per task under each step.
+    #[arg(long = "tasks")]
+    tasks: bool,
+    /// List the jobs of this user (name or uid).
+    #[arg(
+        short = 'u',
+        long = "user",
+        value_name = "NAME",
+        conflicts_with = "job"
+    )]
+    user: Option<String>,
+    /// List jobs that ended at or after DATE: YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], or an age
+    /// such as 7d, 12h, 30m.
+    #[arg(
+        short = 'S',
+        long = "since",
+        value_name = "DATE",
+        conflicts_with = "job"
+    )]
+    since: Option<String>,
+    /// List every user's jobs (root sees all; others see only what they may read).
+    #[arg(short = 'a', long = "all", conflicts_with_all = ["job", "user"])]
+    all: bool,
+    /// Remove records older than the site's retention_days (or --older-than). Run as the
+    /// spool's owner (root), from cron or the Epilog.
+    #[arg(long = "purge", conflicts_with_all = ["job", "user", "all", "since"])]
+    purge: bool,
+    /// With --purge: age in days.
+    #[arg(long = "older-than", value_name = "DAYS", requires = "purge")]
+    older_than: Option<f64>,
+    /// Settings file of the plugin [env: GPU_TRACKER_CONFIG; default /etc/slurm/gpu-tracker.toml].
+    #[arg(long = "config", value_name = "PATH", env = "GPU_TRACKER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Spool directory (overrides the settings file's spool_dir).
+    #[arg(long = "spool", value_name = "DIR", env = "GPU_TRACKER_SPOOL")]
+    spool: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("gpu-tracker-report: {first}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    ExitCode::from(run(&args).unwrap_or_else(|(code, msg)| {
+        eprintln!("gpu-tracker-report: {msg}");
+        code
+    }))
+}
+
+type Failure = (u8, String);
+
+fn settings(args: &Args) -> Result<Config, Failure> {
+    let path = args.config.clone().or_else(|| {
+        let p = PathBuf::from(config::DEFAULT_PATH);
+        p.exists().then_some(p)
+    });
+    let mut cfg = match path {
+        Some(p) => Config::load(&p).map_err(|e| (FAILED, e.to_string()))?,
+        None => Config::default(),
+    };
+    if let Some(s) = &args.spool {
+        cfg.spool_dir = s.clone();
+    }
+    Ok(cfg)
+}
+
+fn run(args: &Args) -> Result<u8, Failure> {
+    let cfg = settings(args)?;
+    if args.purge {
+        return purge(&cfg, args.older_than);
+    }
+    match &args.job {
+        Some(spec) => show_job(&cfg, args, spec),
+        None => list(&cfg, args),
+    }
+}
+
+/// `JOBID`, `JOBID.STEP`, `ARRAY_TASK`, `ARRAY_TASK.STEP`.
+#[derive(Debug, PartialEq)]
+struct JobSpec {
+    job: Option<u32>,
+    array: Option<(u32, u32)>,
+    step: Option<String>,
+}
+
+fn parse_spec(s: &str) -> Result<JobSpec, String> {
+    let bad = || format!("{s:?} is not a job id (JOBID, JOBID.STEP or ARRAYID_TASK)");
+    let (id, step) = match s.split_once('.') {
+        Some((i, st)) => {
+            let ok = matches!(st, "batch" | "extern" | "interactive")
+                || (!st.is_empty() && st.chars().all(|c| c.is_ascii_digit()));
+            if !ok {
+                return Err(bad());
+            }
+            (i, Some(st.to_string()))
+        }
+        None => (s, None),
+    };
+    let num = |t: &str| t.parse::<u32>().map_err(|_| bad());
+    match id.split_once('_') {
+        Some((a, t)) => Ok(JobSpec {
+            job: None,
+            array: Some((num(a)?, num(t)?)),
+            step,
+        }),
+        None => Ok(JobSpec {
+            job: Some(num(id)?),
+            array: None,
+            step,
+        }),
+    }
+}
+
+/// Whether Slurm knows `id` (a job id or `A_T`): asks `scontrol`, then `sacct`. `None` when
+/// neither could be run.
+fn slurm_knows(id: &str) -> Option<bool> {
+    let quiet = |mut c: Command| c.stdin(Stdio::null()).stderr(Stdio::null()).output().ok();
+    let mut sc = Command::new("scontrol");
+    sc.args(["-o", "show", "job", id]);
+    let scontrol = quiet(sc);
+    if scontrol
+        .as_ref()
+        .is_some_and(|o| o.status.success() && !o.stdout.is_empty())
+    {
+        return Some(true);
+    }
+    let mut sa = Command::new("sacct");
+    sa.args(["-n", "-X", "-o", "JobID", "-j", id]);
+    let sacct = quiet(sa);
+    if sacct.as_ref().is_some_and(|o| {
+        o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty()
+    }) {
+        return Some(true);
+    }
+    (scontrol.is_some() || sacct.is_some()).then_some(false)
+}
+
+fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
+    match slurm_knows(spec) {
+        Some(true) => (
+            NOT_TRACKED,
+            format!(
+                "job {spec} was not tracked (no records in {}); submit it with --gpu-track",
+                spool.display()
+            ),
+        ),
+        Some(false) => (
+            UNKNOWN_JOB,
+            format!(
+                "unknown job {spec}: Slurm does not know it and {} has no records of it",
+                spool.display()
+            ),
+        ),
+        None => (
+            UNKNOWN_JOB,
+            format!(
+                "no records of job {spec} in {} (Slurm could not be asked whether it ran)",
+                spool.display()
+            ),
+        ),
+    }
+}
+
+fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
+    let spec = parse_spec(spec_text).map_err(|m| (USAGE, m))?;
+    let root = &cfg.spool_dir;
+    let job_id = match (spec.job, spec.array) {
+        (Some(j), _) => j,
+        (None, Some((a, t))) => listing::find_array_task(root, a, t)
+            .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?
+            .ok_or_else(|| not_found(&format!("{a}_{t}"), root))?,
+        (None, None) => return Err((USAGE, "no job given".into())),
+    };
+    let mut records: JobRecords = match report::load_job(root, job_id) {
+        Ok(r) => r,
+        Err(LoadError::NoRecords(..)) => return Err(not_found(&job_id.to_string(), root)),
+        Err(e @ LoadError::Denied(..)) => return Err((DENIED, e.to_string())),
+        Err(e) => return Err((FAILED, e.to_string())),
+    };
+    if let Some(st) = &spec.step {
+        records = records.only_step(st);
+        if records.records.is_empty() && records.problems.is_empty() {
+            return Err((
+                NOT_TRACKED,
+                format!("job {job_id} has no record of step {st}"),
+            ));
+        }
+    }
+    let summary = Summary::from_records(&records.records);
+    if args.format == "json" {
+        print!("{}", records.to_json(&summary));
+    } else if records.records.is_empty() {
+        println!("gpu-tracker: job {job_id}: no readable record");
+        for p in &records.problems {
+            println!("Note:          {}", p.message());
+        }
+    } else {
+        let o = TextOptions {
+            ram: args.ru,
+            time: args.tu,
+            tasks: args.tasks,
+        };
+        print!("{}", render(&summary, &records.problems, &o));
+    }
+    let code = records
+        .problems
+        .iter()
+        .map(|p| match p {
+            Problem::Incomplete { .. } => INCOMPLETE,
+            Problem::Corrupt { .. } | Problem::Unreadable { .. } => CORRUPT,
+            Problem::FutureVersion { .. } => FUTURE_SCHEMA,
+        })
+        .max()
+        .unwrap_or(OK);
+    for p in &records.problems {
+        eprintln!("gpu-tracker-report: job {job_id}: {}", p.message());
+    }
+    Ok(code)
+}
+
+/// `--since`: a date, a date and time (local), or an age (`7d`, `12h`, `30m`).
+fn parse_since(s: &str) -> Result<DateTime<FixedOffset>, String> {
+    let now = Local::now();
+    if let Some(n) = s.strip_suffix(['d', 'h', 'm']) {
+        if let Ok(n) = n.parse::<i64>() {
+            let d = match s.chars().last() {
+                Some('d') => chrono::Duration::days(n),
+                Some('h') => chrono::Duration::hours(n),
+                _ => chrono::Duration::minutes(n),
+            };
+            return Ok((now - d).fixed_offset());
+        }
+    }
+    let local = |n: NaiveDateTime| {
+        Local
+            .from_local_datetime(&n)
+            .earliest()
+            .map(|t| t.fixed_offset())
+    };
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        if let Some(t) = d.and_hms_opt(0, 0, 0).and_then(local) {
+            return Ok(t);
+        }
+    }
+    for f in [
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Some(t) = NaiveDateTime::parse_from_str(s, f).ok().and_then(local) {
+            return Ok(t);
+        }
+    }
+    DateTime::parse_from_rfc3339(s).map_err(|_| {
+        format!("--since {s:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], or an age like 7d")
+    })
+}
+
+fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
+    let filter = Filter {
+        user: if args.all {
+            None
+        } else {
+            // Without --user: your own jobs, by uid.
+            Some(
+                args.user
+                    .clone()
+                    .unwrap_or_else(|| gpu_tracker::sys::euid().to_string()),
+            )
+        },
+        since: args
+            .since
+            .as_deref()
+            .map(parse_since)
+            .transpose()
+            .map_err(|m| (USAGE, m))?,
+    };
+    let root = &cfg.spool_dir;
+    let scan =
+        listing::scan(root, &filter).map_err(|e| (FAILED, format!("{}: {e}", root.display())))?;
+    if args.format == "json" {
+        let docs: Vec<serde_json::Value> = scan
+            .jobs
+            .iter()
+            .map(|(_, s)| serde_json::to_value(s).unwrap_or_default())
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "schema": "gpu-tracker/job-list",
+                "schema_version": 1,
+                "jobs": docs,
+            }))
+            .unwrap_or_default()
+        );
+    } else {
+        println!("{}", listing::header());
+        for (j, s) in &scan.jobs {
+            let incomplete = j
+                .problems
+                .iter()
+                .any(|p| matches!(p, Problem::Incomplete { .. }));
+            println!("{}", listing::line(s, incomplete));
+        }
+    }
+    if scan.unreadable > 0 && gpu_tracker::sys::euid() == 0 {
+        eprintln!(
+            "gpu-tracker-report: {} job directories could not be read",
+            scan.unreadable
+        );
+    }
+    Ok(OK)
+}
+
+fn purge(cfg: &Config, older_than: Option<f64>) -> Result<u8, Failure> {
+    let days = older_than.unwrap_or(cfg.retention_days);
+    if !(days.is_finite() && days >= 0.0) {
+        return Err((
+            USAGE,
+            format!("--older-than {days}: expected days, 0 or more"),
+        ));
+    }
+    if days == 0.0 && older_than.is_none() {
+        println!("gpu-tracker-report: retention_days is 0: records are kept for ever");
+        return Ok(OK);
+    }
+    let age = std::time::Duration::from_secs_f64(days * 86400.0);
+    let p = listing::purge(&cfg.spool_dir, age)
+        .map_err(|e| (FAILED, format!("{}: {e}", cfg.spool_dir.display())))?;
+    println!(
+        "gpu-tracker-report: removed the records of {} job(s) older than {days} days, kept {}",
+        p.removed.len(),
+        p.kept
+    );
+    for e in &p.errors {
+        eprintln!("gpu-tracker-report: {e}");
+    }
+    Ok(if p.errors.is_empty() { OK } else { FAILED })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_specs() {
+        assert_eq!(
+            parse_spec("12").unwrap(),
+            JobSpec {
+                job: Some(12),
+                array: None,
+                step: None
+            }
+        );
+        assert_eq!(
+            parse_spec("12.batch").unwrap().step.as_deref(),
+            Some("batch")
+        );
+        assert_eq!(parse_spec("7_3.0").unwrap().array, Some((7, 3)));
+        for bad in ["", "x", "12.", "12.foo", "1_", "_2", "12.0.1", "-1"] {
+            assert!(parse_spec(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn since_dates_and_ages() {
+        assert!(parse_since("2026-11-01").is_ok());
+        assert!(parse_since("2026-11-01T10:30").is_ok());
+        let week = parse_since("7d").unwrap();
+        let age = Local::now().fixed_offset() - week;
+        assert_eq!(age.num_days(), 7);
+        assert!(parse_since("last week").is_err());
+    }
+}

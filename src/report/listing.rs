@@ -1,0 +1,288 @@
+//! Many jobs at once: the admin's one-line-per-job listing, finding an array task's job, and
+//! removing old records (`--purge`).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, FixedOffset};
+
+use super::summary::Summary;
+use super::{JobRecords, job_ids, load_job};
+
+/// Which jobs a listing shows.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only this user's jobs (name, or uid as digits); `None`: every user's.
+    pub user: Option<String>,
+    /// Only jobs that ended (or last wrote) at or after this time.
+    pub since: Option<DateTime<FixedOffset>>,
+}
+
+impl Filter {
+    fn accepts(&self, s: &Summary) -> bool {
+        if let Some(u) = &self.user {
+            let matches = *u == s.user || u.parse::<u32>().is_ok_and(|id| id == s.uid);
+            if !matches {
+                return false;
+            }
+        }
+        if let Some(since) = self.since {
+            let end = s
+                .end
+                .as_deref()
+                .and_then(|e| DateTime::parse_from_rfc3339(e).ok());
+            if end.is_some_and(|e| e < since) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The result of scanning the spool.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Jobs that passed the filter, oldest id first.
+    pub jobs: Vec<(JobRecords, Summary)>,
+    /// Job directories the caller may not read.
+    pub unreadable: usize,
+}
+
+/// Reads every job in the spool that the caller may read and `filter` accepts.
+pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
+    let mut out = Scan::default();
+    for id in job_ids(root)? {
+        match load_job(root, id) {
+            Ok(j) if !j.records.is_empty() => {
+                let s = Summary::from_records(&j.records);
+                if filter.accepts(&s) {
+                    out.jobs.push((j, s));
+                }
+            }
+            Ok(_) => {}
+            Err(super::LoadError::Denied(..)) => out.unreadable += 1,
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The job id of array task `<array>_<task>`, found among the records the caller can read.
+pub fn find_array_task(root: &Path, array: u32, task: u32) -> io::Result<Option<u32>> {
+    // The array's own id is usually its last task's job id: look there first.
+    let mut ids = job_ids(root)?;
+    ids.retain(|i| *i >= array);
+    for id in ids {
+        if let Ok(j) = load_job(root, id) {
+            if j.records
+                .iter()
+                .any(|r| r.job.array_job_id == Some(array) && r.job.array_task_id == Some(task))
+            {
+                return Ok(Some(id));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Header of [`line`].
+pub fn header() -> String {
+    format!(
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5}  {}",
+        "JOBID", "USER", "ELAPSED", "PEAK MEM/REQUESTED", "CPU", "GPU", "ADVICE"
+    )
+}
+
+/// One line for a job: id, user, elapsed, peak memory against the request, CPU efficiency,
+/// mean GPU utilization, and the codes of its advice (`-`: none).
+pub fn line(s: &Summary, incomplete: bool) -> String {
+    let id = match (s.array_job_id, s.array_task_id) {
+        (Some(a), Some(t)) => format!("{}({a}_{t})", s.job_id),
+        _ => s.job_id.to_string(),
+    };
+    let gib = |b: u64| format!("{:.2}G", b as f64 / f64::from(1u32 << 30));
+    let peak = s.memory.iter().map(|m| m.peak_bytes).max().unwrap_or(0);
+    let req = s.memory.iter().filter_map(|m| m.requested_bytes).max();
+    let mem = format!("{}/{}", gib(peak), req.map_or_else(|| "-".into(), gib));
+    let gpu = {
+        let u: Vec<f64> = s
+            .gpus
+            .iter()
+            .filter_map(|g| g.mean_utilization_percent)
+            .collect();
+        if u.is_empty() {
+            "-".into()
+        } else {
+            format!("{:.0}%", u.iter().sum::<f64>() / u.len() as f64)
+        }
+    };
+    let mut codes: Vec<&str> = s.advice.iter().map(|a| a.code).collect();
+    codes.dedup();
+    if incomplete {
+        codes.push("incomplete");
+    }
+    if s.any_failed() {
+        codes.push("failed-tasks");
+    }
+    let secs = s.elapsed_seconds.round() as u64;
+    format!(
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5}  {}",
+        id,
+        s.user,
+        format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60),
+        mem,
+        s.cpu
+            .efficiency_percent
+            .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
+        gpu,
+        if codes.is_empty() {
+            "-".into()
+        } else {
+            codes.join(",")
+        }
+    )
+}
+
+/// What a purge did.
+#[derive(Debug, Default)]
+pub struct Purged {
+    /// Job directories removed.
+    pub removed: Vec<u32>,
+    /// Job directories kept because something in them is newer than the cut-off.
+    pub kept: usize,
+    /// Entries that could not be removed, with why.
+    pub errors: Vec<String>,
+}
+
+/// Removes the job directories in which nothing was written for `age`. Only plain files directly
+/// in a job directory are removed, never followed through links; a directory owned by someone
+/// other than the spool's owner is left alone and reported.
+pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
+    let cut = SystemTime::now()
+        .checked_sub(age)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let owner = fs::symlink_metadata(root)?.uid();
+    let mut out = Purged::default();
+    for id in job_ids(root)? {
+        let dir = root.join(id.to_string());
+        let Ok(meta) = fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != owner {
+            out.errors.push(format!(
+                "{}: not a directory owned by the spool's owner; left alone",
+                dir.display()
+            ));
+            continue;
+        }
+        let mut newest = meta.modified()?;
+        let mut files = Vec::new();
+        for e in fs::read_dir(&dir)? {
+            let e = e?;
+            let m = fs::symlink_metadata(e.path())?;
+            newest = newest.max(m.modified()?);
+            files.push((e.path(), m));
+        }
+        if newest >= cut {
+            out.kept += 1;
+            continue;
+        }
+        let mut ok = true;
+        for (p, m) in files {
+            if m.is_dir() {
+                out.errors
+                    .push(format!("{}: unexpected directory; left alone", p.display()));
+                ok = false;
+                continue;
+            }
+            if let Err(e) = fs::remove_file(&p) {
+                out.errors.push(format!("{}: {e}", p.display()));
+                ok = false;
+            }
+        }
+        if ok {
+            match fs::remove_dir(&dir) {
+                Ok(()) => out.removed.push(id),
+                Err(e) => out.errors.push(format!("{}: {e}", dir.display())),
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fixture::TempTree;
+    use crate::step::record::tests_support::record;
+
+    fn set_old(path: &Path) {
+        let old = SystemTime::now() - Duration::from_secs(10 * 86400);
+        let f = fs::File::options()
+            .write(true)
+            .open(path)
+            .or_else(|_| fs::File::open(path))
+            .unwrap();
+        f.set_modified(old).unwrap();
+    }
+
+    #[test]
+    fn purge_removes_only_old_job_directories() {
+        let t = TempTree::new("purge");
+        let mut r = record("n1", "batch");
+        r.job.id = 1;
+        t.write("1/n1.batch.json", &r.to_json());
+        r.job.id = 2;
+        t.write("2/n1.batch.json", &r.to_json());
+        t.write("notes/x", "not a job");
+        set_old(&t.path().join("1/n1.batch.json"));
+        set_old(&t.path().join("1"));
+        let p = purge(t.path(), Duration::from_secs(86400)).unwrap();
+        assert_eq!(p.removed, vec![1]);
+        assert_eq!(p.kept, 1);
+        assert!(!t.path().join("1").exists());
+        assert!(t.path().join("2/n1.batch.json").exists());
+        assert!(t.path().join("notes/x").exists());
+    }
+
+    #[test]
+    fn listing_filters_by_user_and_finds_array_tasks() {
+        let t = TempTree::new("listing");
+        let mut r = record("n1", "batch");
+        r.job.id = 11;
+        r.job.array_job_id = Some(10);
+        r.job.array_task_id = Some(1);
+        t.write("11/n1.batch.json", &r.to_json());
+        let mut b = record("n1", "batch");
+        b.job.id = 12;
+        b.job.user = "bob".into();
+        b.job.uid = 1002;
+        t.write("12/n1.batch.json", &b.to_json());
+        let all = scan(t.path(), &Filter::default()).unwrap();
+        assert_eq!(all.jobs.len(), 2);
+        let bob = scan(
+            t.path(),
+            &Filter {
+                user: Some("1002".into()),
+                since: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(bob.jobs.len(), 1);
+        assert!(line(&bob.jobs[0].1, false).starts_with("12 "));
+        assert_eq!(find_array_task(t.path(), 10, 1).unwrap(), Some(11));
+        assert_eq!(find_array_task(t.path(), 10, 2).unwrap(), None);
+        let later = scan(
+            t.path(),
+            &Filter {
+                user: None,
+                since: DateTime::parse_from_rfc3339("2026-11-24T00:00:00+00:00").ok(),
+            },
+        )
+        .unwrap();
+        assert!(later.jobs.is_empty());
+    }
+}

@@ -1,0 +1,327 @@
+//! Reading a job's records back: loading them from the spool (with every problem named), the
+//! job summary and its advice, and the text, JSON and one-line renderings that the end-of-job
+//! summary and `gpu-tracker-report` print.
+//!
+//! Reading needs no privileges: a user sees the records the file permissions (the POSIX ACL the
+//! plugin grants) let them read, root sees all.
+
+pub mod listing;
+pub mod summary;
+pub mod text;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::step::record::{RecordError, StepRecord};
+pub use summary::Summary;
+
+/// What went wrong with one record file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Problem {
+    /// The step is still running, or its slurmstepd ended without writing the final record.
+    Incomplete {
+        /// The record's file name.
+        file: String,
+        /// When the checkpoint was written.
+        written_at: String,
+    },
+    /// Not a record (truncated, edited, not JSON).
+    Corrupt {
+        /// The file name.
+        file: String,
+        /// The parser's message.
+        error: String,
+    },
+    /// Written by a newer gpu-tracker.
+    FutureVersion {
+        /// The file name.
+        file: String,
+        /// Its format version.
+        version: u32,
+    },
+    /// Not readable by the caller.
+    Unreadable {
+        /// The file name.
+        file: String,
+        /// The system's message.
+        error: String,
+    },
+}
+
+impl Problem {
+    /// One line for people.
+    pub fn message(&self) -> String {
+        match self {
+            Problem::Incomplete { file, written_at } => format!(
+                "{file}: incomplete (step still running, or killed before its final record; last written {written_at})"
+            ),
+            Problem::Corrupt { file, error } => format!("{file}: corrupt record: {error}"),
+            Problem::FutureVersion { file, version } => format!(
+                "{file}: written in record format {version}, newer than this gpu-tracker-report understands ({}); update gpu-tracker",
+                crate::step::record::SCHEMA_VERSION
+            ),
+            Problem::Unreadable { file, error } => format!("{file}: cannot read: {error}"),
+        }
+    }
+}
+
+/// The records of one job that could be read, and what could not.
+#[derive(Debug, Clone, Default)]
+pub struct JobRecords {
+    /// The job id.
+    pub job_id: u32,
+    /// Readable records (including incomplete ones), ordered by node then step.
+    pub records: Vec<StepRecord>,
+    /// Every problem found.
+    pub problems: Vec<Problem>,
+}
+
+/// Why a job's records could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// No directory for the job in the spool.
+    #[error("no records of job {0} in {1}")]
+    NoRecords(u32, PathBuf),
+    /// The job's directory exists but the caller may not read it.
+    #[error("records of job {0} exist but are not readable by you ({1})")]
+    Denied(u32, PathBuf),
+    /// Another I/O error.
+    #[error("{0}: {1}")]
+    Io(PathBuf, #[source] io::Error),
+}
+
+/// The job directory of `job_id` in the spool at `root`.
+pub fn job_dir(root: &Path, job_id: u32) -> PathBuf {
+    root.join(job_id.to_string())
+}
+
+/// Loads every record of `job_id`.
+pub fn load_job(root: &Path, job_id: u32) -> Result<JobRecords, LoadError> {
+    let dir = job_dir(root, job_id);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(LoadError::NoRecords(job_id, root.to_path_buf()));
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(LoadError::Denied(job_id, dir));
+        }
+        Err(e) => return Err(LoadError::Io(dir, e)),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut out = JobRecords {
+        job_id,
+        ..JobRecords::default()
+    };
+    for name in names {
+        let path = dir.join(&name);
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                out.problems.push(Problem::Unreadable {
+                    file: name,
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        match StepRecord::from_json(&text) {
+            Ok(r) => {
+                if !r.complete {
+                    out.problems.push(Problem::Incomplete {
+                        file: name.clone(),
+                        written_at: r.written_at.clone(),
+                    });
+                }
+                out.records.push(r);
+            }
+            Err(RecordError::Corrupt(error)) => {
+                out.problems.push(Problem::Corrupt { file: name, error })
+            }
+            Err(RecordError::FutureVersion(version)) => out.problems.push(Problem::FutureVersion {
+                file: name,
+                version,
+            }),
+        }
+    }
+    out.records.sort_by(|a, b| {
+        (a.step.node.as_str(), step_order(&a.step.id))
+            .cmp(&(b.step.node.as_str(), step_order(&b.step.id)))
+    });
+    Ok(out)
+}
+
+/// Sort key of a step id: batch, interactive, extern, then numbered steps in order.
+pub fn step_order(id: &str) -> (u8, u64) {
+    match id {
+        "batch" => (0, 0),
+        "interactive" => (1, 0),
+        "extern" => (3, 0),
+        n => (2, n.parse().unwrap_or(u64::MAX)),
+    }
+}
+
+/// Job ids that have a directory in the spool, smallest first (directories the caller cannot
+/// read are listed too: the spool itself is world-readable).
+pub fn job_ids(root: &Path) -> io::Result<Vec<u32>> {
+    let mut ids: Vec<u32> = fs::read_dir(root)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The JSON document `gpu-tracker-report --format json` prints: the job's summary, every
+/// readable record, and the problems. Documented in `slurm/RECORD.md`.
+#[derive(Debug, Serialize)]
+pub struct JobDocument<'a> {
+    /// Always `gpu-tracker/job`.
+    pub schema: &'static str,
+    /// Version of this document's format.
+    pub schema_version: u32,
+    /// The merged figures (bytes, seconds, percent, joules).
+    pub summary: &'a Summary,
+    /// The step records as the plugin wrote them.
+    pub records: &'a [StepRecord],
+    /// Records that could not be used, and incomplete ones.
+    pub problems: &'a [Problem],
+}
+
+/// Value of [`JobDocument::schema`].
+pub const JOB_SCHEMA: &str = "gpu-tracker/job";
+/// Value of [`JobDocument::schema_version`].
+pub const JOB_SCHEMA_VERSION: u32 = 1;
+
+impl JobRecords {
+    /// Only the records of step `step` (`batch`, `0`, ...), with their problems.
+    pub fn only_step(mut self, step: &str) -> JobRecords {
+        self.records.retain(|r| r.step.id == step);
+        let prefix = format!(".{step}.json");
+        self.problems.retain(|p| {
+            let f = match p {
+                Problem::Incomplete { file, .. }
+                | Problem::Corrupt { file, .. }
+                | Problem::FutureVersion { file, .. }
+                | Problem::Unreadable { file, .. } => file,
+            };
+            f.ends_with(&prefix)
+        });
+        self
+    }
+
+    /// The merged JSON document, pretty, newline-terminated.
+    pub fn to_json(&self, summary: &Summary) -> String {
+        let doc = JobDocument {
+            schema: JOB_SCHEMA,
+            schema_version: JOB_SCHEMA_VERSION,
+            summary,
+            records: &self.records,
+            problems: &self.problems,
+        };
+        let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// The summary printed at the end of a job (all of its steps) or of an interactive step
+/// (`step`): waits up to `wait` for records still being finished (a step's record lands just
+/// after its tasks end), then renders what is there. `None` when there is no record at all.
+pub fn end_of_job_text(
+    root: &Path,
+    job_id: u32,
+    step: Option<&str>,
+    wait: std::time::Duration,
+) -> Option<String> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let mut j = load_job(root, job_id).ok();
+        if let (Some(jr), Some(st)) = (j.take(), step) {
+            j = Some(jr.only_step(st));
+        }
+        let settled = j.as_ref().is_some_and(|j| {
+            !j.records.is_empty()
+                && j.problems
+                    .iter()
+                    .all(|p| !matches!(p, Problem::Incomplete { .. }))
+        });
+        if settled || std::time::Instant::now() >= deadline {
+            let j = j.filter(|j| !j.records.is_empty())?;
+            let s = Summary::from_records(&j.records);
+            return Some(text::render(&s, &j.problems, &text::TextOptions::default()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fixture::TempTree;
+    use crate::step::record::tests_support::record;
+
+    #[test]
+    fn loads_records_and_names_every_problem() {
+        let t = TempTree::new("load");
+        let mut a = record("n1", "batch");
+        a.job.id = 5;
+        let mut b = record("n1", "0");
+        b.job.id = 5;
+        b.complete = false;
+        t.write("5/n1.batch.json", &a.to_json())
+            .write("5/n1.0.json", &b.to_json())
+            .write(
+                "5/n1.1.json",
+                "{\"schema\": \"gpu-tracker/step\", \"schema_vers",
+            )
+            .write(
+                "5/n1.2.json",
+                &a.to_json()
+                    .replace("\"schema_version\": 1", "\"schema_version\": 7"),
+            );
+        let j = load_job(t.path(), 5).unwrap();
+        assert_eq!(j.records.len(), 2);
+        assert_eq!(j.records[0].step.id, "batch");
+        assert!(
+            j.problems
+                .iter()
+                .any(|p| matches!(p, Problem::Incomplete { file, .. } if file == "n1.0.json"))
+        );
+        assert!(
+            j.problems
+                .iter()
+                .any(|p| matches!(p, Problem::Corrupt { file, .. } if file == "n1.1.json"))
+        );
+        assert!(
+            j.problems
+                .iter()
+                .any(|p| matches!(p, Problem::FutureVersion { version: 7, .. }))
+        );
+        assert!(matches!(
+            load_job(t.path(), 6),
+            Err(LoadError::NoRecords(6, _))
+        ));
+        let only = j.only_step("0");
+        assert_eq!(only.records.len(), 1);
+        assert_eq!(only.problems.len(), 1);
+        assert_eq!(job_ids(t.path()).unwrap(), vec![5]);
+    }
+
+    #[test]
+    fn steps_sort_batch_first_then_by_number() {
+        let mut ids = vec!["10", "extern", "2", "batch"];
+        ids.sort_by_key(|i| step_order(i));
+        assert_eq!(ids, vec!["batch", "2", "10", "extern"]);
+    }
+}

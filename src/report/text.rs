@@ -1,0 +1,315 @@
+//! The summary as text: what the end of a job's output shows, and what
+//! `gpu-tracker-report <jobid>` prints.
+
+use std::fmt::Write;
+
+use super::Problem;
+use super::summary::{Summary, TaskFailure};
+use crate::units::{MemUnit, TimeUnit};
+
+/// How figures are shown.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextOptions {
+    /// Memory unit (`--ru`); `None`: binary units scaled to the figure (MiB, GiB), as `--mem`.
+    pub ram: Option<MemUnit>,
+    /// Time unit (`--tu`); `None`: `[D-]HH:MM:SS`, as Slurm prints times.
+    pub time: Option<TimeUnit>,
+    /// One row per task under each step.
+    pub tasks: bool,
+}
+
+impl TextOptions {
+    fn mem(&self, bytes: u64) -> String {
+        match self.ram {
+            Some(u) => format!("{:.3} {}", u.from_bytes(bytes), short_mem(u)),
+            None => {
+                let b = bytes as f64;
+                let (k, m, g, t) = (
+                    1024.0,
+                    1024.0f64.powi(2),
+                    1024.0f64.powi(3),
+                    1024.0f64.powi(4),
+                );
+                if b >= t {
+                    format!("{:.2} TiB", b / t)
+                } else if b >= g {
+                    format!("{:.2} GiB", b / g)
+                } else if b >= m {
+                    format!("{:.1} MiB", b / m)
+                } else if b >= k {
+                    format!("{:.0} KiB", b / k)
+                } else {
+                    format!("{bytes} B")
+                }
+            }
+        }
+    }
+
+    fn time(&self, seconds: f64) -> String {
+        match self.time {
+            Some(u) => format!("{:.3} {}", seconds / u.seconds(), u.as_str()),
+            None => {
+                let s = seconds.round().max(0.0) as u64;
+                let (d, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+                if d > 0 {
+                    format!("{d}-{h:02}:{m:02}:{sec:02}")
+                } else {
+                    format!("{h:02}:{m:02}:{sec:02}")
+                }
+            }
+        }
+    }
+}
+
+fn short_mem(u: MemUnit) -> &'static str {
+    match u {
+        MemUnit::Bytes => "B",
+        MemUnit::Kilobytes => "kB",
+        MemUnit::Megabytes => "MB",
+        MemUnit::Gigabytes => "GB",
+        MemUnit::Terabytes => "TB",
+    }
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+}
+
+fn failure(f: &TaskFailure) -> String {
+    let who = f
+        .global_id
+        .map_or_else(|| "a task".into(), |g| format!("task {g}"));
+    match (f.exit_code, f.signal) {
+        (_, Some(sig)) => format!("{who} killed by {}", crate::sys::signal_name(sig)),
+        (Some(c), None) => format!("{who} exit code {c}"),
+        (None, None) => format!("{who} failed"),
+    }
+}
+
+/// The line that opens and closes the summary in a job's output.
+pub const RULE: &str =
+    "==============================================================================";
+
+/// Renders the summary; `problems` are listed after it.
+pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let array = match (s.array_job_id, s.array_task_id) {
+        (Some(a), Some(t)) => format!(" (array {a}_{t})"),
+        _ => String::new(),
+    };
+    let _ = writeln!(w, "{RULE}");
+    let _ = writeln!(w, "gpu-tracker summary of job {}{array}", s.job_id);
+    let _ = writeln!(w, "{RULE}");
+    if let Some(n) = &s.name {
+        let _ = writeln!(w, "Job name:      {n}");
+    }
+    let _ = writeln!(w, "User:          {} (uid {})", s.user, s.uid);
+    let mut nodes = s.nodes.join(",");
+    if let Some(n) = s.job_nodes.filter(|n| *n as usize > s.nodes.len()) {
+        let _ = write!(
+            nodes,
+            " ({} of {n} nodes; the others keep their records in their own spool)",
+            s.nodes.len()
+        );
+    }
+    let _ = writeln!(w, "Nodes:         {nodes}");
+    let state = if s.complete {
+        format!("{} step record(s), all final", s.steps.len())
+    } else {
+        let open: Vec<String> = s
+            .steps
+            .iter()
+            .filter(|st| !st.complete)
+            .map(|st| format!("{} on {}", st.id, st.node))
+            .collect();
+        format!(
+            "INCOMPLETE: still running or killed before its final record: {}",
+            open.join(", ")
+        )
+    };
+    let _ = writeln!(w, "Records:       {state}");
+    let _ = writeln!(w, "Elapsed:       {}", o.time(s.elapsed_seconds));
+    let _ = writeln!(
+        w,
+        "CPU:           {} efficiency: {} CPU time over {} allocated core(s); at most {:.1} cores busy",
+        pct(s.cpu.efficiency_percent),
+        o.time(s.cpu.seconds),
+        s.cpu.alloc_cpus,
+        s.cpu.max_cores
+    );
+    for m in &s.memory {
+        let label = if s.memory.len() > 1 {
+            format!("Memory ({}):", m.node)
+        } else {
+            "Memory:".into()
+        };
+        let req = match (m.requested_bytes, m.percent_of_request) {
+            (Some(r), Some(p)) => format!(" of {} requested ({p:.0}%)", o.mem(r)),
+            _ => " (no memory limit)".into(),
+        };
+        let cache = if m.includes_page_cache {
+            ", page cache included"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            w,
+            "{label:<15}peak {}{req} [{}{cache}]",
+            o.mem(m.peak_bytes),
+            m.source
+        );
+    }
+    for g in &s.gpus {
+        let idx = g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string());
+        let node = if s.nodes.len() > 1 {
+            format!(" on {}", g.node)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            w,
+            "GPU {idx}{node}:{:<width$}{} ({})",
+            "",
+            g.name,
+            g.uuid,
+            width = 9usize.saturating_sub(idx.len() + node.len()).max(1)
+        );
+        let energy = g
+            .energy_joules
+            .map_or_else(|| "n/a".into(), |j| format!("{:.1} kJ", j / 1e3));
+        let _ = writeln!(
+            w,
+            "               memory: {} by the job's processes, {} in use on the device (of {})",
+            o.mem(g.job_peak_bytes),
+            o.mem(g.device_peak_bytes),
+            o.mem(g.memory_total_bytes)
+        );
+        let _ = writeln!(
+            w,
+            "               utilization: mean {}, max {}; energy {energy}",
+            pct(g.mean_utilization_percent),
+            pct(g.max_utilization_percent)
+        );
+    }
+    if s.steps.len() > 1 || s.nodes.len() > 1 || o.tasks {
+        let _ = writeln!(w, "Steps:");
+        let _ = writeln!(
+            w,
+            "  {:<11} {:<12} {:>10} {:>6} {:>11} {:>5}  RESULT",
+            "STEP", "NODE", "ELAPSED", "CPU", "PEAK MEM", "TASKS"
+        );
+        for st in &s.steps {
+            let result = if !st.complete {
+                "incomplete".to_string()
+            } else if st.failed.is_empty() {
+                "ok".to_string()
+            } else {
+                st.failed.iter().map(failure).collect::<Vec<_>>().join("; ")
+            };
+            let _ = writeln!(
+                w,
+                "  {:<11} {:<12} {:>10} {:>5.0}% {:>11} {:>5}  {result}",
+                st.id,
+                st.node,
+                o.time(st.elapsed_seconds),
+                st.cpu_efficiency_percent,
+                o.mem(st.peak_memory_bytes),
+                st.tasks
+            );
+            if let Some(c) = &st.command {
+                let c: String = c.chars().take(70).collect();
+                let _ = writeln!(w, "  {:<11} command: {c}", "");
+            }
+            if o.tasks {
+                for t in &st.task_records {
+                    let end = match (t.exit_code, t.signal) {
+                        (_, Some(sig)) => crate::sys::signal_name(sig),
+                        (Some(c), None) => format!("exit {c}"),
+                        (None, None) if !t.ended => "running".into(),
+                        (None, None) => "?".into(),
+                    };
+                    let _ = writeln!(
+                        w,
+                        "    task {:<5} pid {:<8} {:>10} cpu {:>10} peak mem {:>11}  threads {:<4} {end}",
+                        t.global_id.map_or_else(|| "?".into(), |g| g.to_string()),
+                        t.pid,
+                        "",
+                        o.time(t.cpu_seconds),
+                        o.mem(t.peak_memory_bytes),
+                        t.max_threads
+                    );
+                }
+            }
+        }
+    } else if let Some(st) = s.steps.first() {
+        if !st.failed.is_empty() {
+            let f: Vec<String> = st.failed.iter().map(failure).collect();
+            let _ = writeln!(w, "Failed tasks:  {}", f.join("; "));
+        }
+    }
+    for e in &s.oom {
+        let limit = e
+            .limit_bytes
+            .map_or_else(String::new, |l| format!(" (limit {})", o.mem(l)));
+        let _ = writeln!(
+            w,
+            "OOM kills:     step {} on {}: {} process(es) killed by the kernel for memory; peak {}{limit}",
+            e.step,
+            e.node,
+            e.kills,
+            o.mem(e.peak_bytes)
+        );
+    }
+    if s.advice.is_empty() {
+        let _ = writeln!(w, "Advice:        none; the job used what it asked for.");
+    } else {
+        let _ = writeln!(w, "Advice:");
+        for a in &s.advice {
+            let _ = writeln!(w, "  * {}", a.message);
+        }
+    }
+    for p in problems {
+        let _ = writeln!(w, "Note:          {}", p.message());
+    }
+    let _ = writeln!(w, "{RULE}");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::record::tests_support::record;
+
+    #[test]
+    fn renders_the_figures_with_the_chosen_units() {
+        let mut r = record("n1", "batch");
+        r.job.alloc_memory_bytes = Some(4 << 30);
+        r.memory.peak_bytes = 3 << 30;
+        r.tasks[0].exit_code = Some(2);
+        let s = Summary::from_records(&[r]);
+        let text = render(&s, &[], &TextOptions::default());
+        assert!(text.contains("Elapsed:       00:01:00"), "{text}");
+        assert!(
+            text.contains("peak 3.00 GiB of 4.00 GiB requested (75%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Failed tasks:  task ? exit code 2")
+                || text.contains("a task exit code 2"),
+            "{text}"
+        );
+        let text = render(
+            &s,
+            &[],
+            &TextOptions {
+                ram: Some(MemUnit::Megabytes),
+                time: Some(TimeUnit::Minutes),
+                tasks: true,
+            },
+        );
+        assert!(text.contains("peak 3221.225 MB"), "{text}");
+        assert!(text.contains("1.000 minutes"), "{text}");
+        assert!(text.contains("pid 77"), "{text}");
+    }
+}
