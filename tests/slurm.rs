@@ -83,13 +83,23 @@ fn job_field(id: u32, key: &str) -> Option<String> {
 
 /// Submits `script` as the test user; returns the job id.
 fn submit(name: &str, script: &str) -> u32 {
+    submit_as(USER, name, script, &[])
+}
+
+/// Submits `script` as `user` with extra sbatch arguments; returns the job id. The output goes
+/// to `<state>/jobs/<user>/<name>-<jobid>.out` unless `extra` names another.
+fn submit_as(user: &str, name: &str, script: &str, extra: &[&str]) -> u32 {
     cluster();
-    let dir = state_dir().join("jobs").join(USER);
+    let dir = state_dir().join("jobs").join(user);
     let path = dir.join(format!("{name}.sh"));
     std::fs::write(&path, script).unwrap();
-    let out = Command::new("runuser")
-        .args(["-u", USER, "--", "sbatch", "--parsable", "-J", name, "-o"])
-        .arg(dir.join(format!("{name}-%j.out")))
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", user, "--", "sbatch", "--parsable", "-J", name]);
+    if !extra.contains(&"-o") {
+        cmd.arg("-o").arg(dir.join(format!("{name}-%j.out")));
+    }
+    let out = cmd
+        .args(extra)
         .arg(&path)
         .env("SLURM_CONF", slurm_conf())
         .current_dir(&dir)
@@ -112,7 +122,12 @@ fn submit(name: &str, script: &str) -> u32 {
 /// Submits `script` as the test user, waits for the job to end, returns its state and output.
 fn run_job(name: &str, script: &str) -> Job {
     let id = submit(name, script);
-    let dir = state_dir().join("jobs").join(USER);
+    wait_job(USER, name, id)
+}
+
+/// Waits for job `id` to end; returns its state and output.
+fn wait_job(user: &str, name: &str, id: u32) -> Job {
+    let dir = state_dir().join("jobs").join(user);
     let started = Instant::now();
     let state = loop {
         let st = job_field(id, "JobState").unwrap_or_default();
@@ -424,17 +439,25 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
         .join(id.to_string())
         .join(format!("{}.batch.json", node()));
     let started = Instant::now();
+    // The first checkpoint comes right after the first sample; the next after 5 s, with the
+    // 50 MB in it.
     let checkpoint = loop {
         if let Ok(text) = std::fs::read_to_string(&path) {
-            break StepRecord::from_json(&text).unwrap();
+            let r = StepRecord::from_json(&text).unwrap();
+            assert!(!r.complete, "{r:?}");
+            assert!(r.step.end.is_none());
+            if r.tasks
+                .first()
+                .is_some_and(|t| t.sampled_peak_rss_bytes >= 50_000_000)
+            {
+                break r;
+            }
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(!checkpoint.complete, "{checkpoint:?}");
-    assert!(checkpoint.step.end.is_none());
     assert_eq!(job_field(id, "JobState").as_deref(), Some("RUNNING"));
-    assert!(checkpoint.tasks[0].sampled_peak_rss_bytes >= 50_000_000);
+    assert!(!checkpoint.complete);
     let recs = final_records(id, &["batch"]);
     assert!(recs["batch"].complete);
     assert!(recs["batch"].step.elapsed_seconds >= 9.0);
@@ -494,4 +517,514 @@ fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
         !as_user_ok("gtuser2", &format!("ls {d}")),
         "or list the job's directory"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The end-of-job summary and gpu-tracker-report.
+
+const RULE: &str = "==============================================================================";
+
+/// The job's output once its summary has been appended (the batch step writes it in its
+/// `exit`, which can come just after the job is reported ended).
+fn output_with_summary(user: &str, name: &str, id: u32) -> String {
+    let path = state_dir()
+        .join("jobs")
+        .join(user)
+        .join(format!("{name}-{id}.out"));
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.trim_end().ends_with(RULE) || started.elapsed() > Duration::from_secs(15) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The summary at the end of an output: from the rule that opens it.
+fn summary_of(output: &str) -> &str {
+    let open = output
+        .find(&format!("{RULE}\ngpu-tracker summary"))
+        .unwrap_or_else(|| panic!("no summary in the job's output:\n{output}"));
+    &output[open..]
+}
+
+/// `gpu-tracker-report ARGS` run as `user` with the cluster's settings: (exit code, stdout,
+/// stderr).
+fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
+    cluster();
+    static COPIED: OnceLock<PathBuf> = OnceLock::new();
+    let bin = COPIED.get_or_init(|| {
+        let dst = state_dir().join("bin/gpu-tracker-report");
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_gpu-tracker-report"),
+            dst.with_extension("new"),
+        )
+        .unwrap();
+        std::fs::rename(dst.with_extension("new"), &dst).unwrap();
+        dst
+    });
+    let out = Command::new("runuser")
+        .args(["-u", user, "--", "env"])
+        .arg(format!("SLURM_CONF={}", slurm_conf().display()))
+        .arg(format!(
+            "GPU_TRACKER_CONFIG={}",
+            state_dir().join("gpu-tracker.toml").display()
+        ))
+        .arg(bin)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let dir = state_dir().join("jobs").join(USER);
+    // The holder runs from a script so that the marker is on the holder's command line only
+    // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it).
+    std::fs::write(
+        dir.join("hold-gpu0.sh"),
+        format!("#!/bin/bash\nexec {h} --mb 100 --hold-ms 1500 --marker SIMGPU0_HOLD\n"),
+    )
+    .unwrap();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G --gres=gpu:2\n\
+         srun -n1 bash {}\n\
+         srun -n1 bash -c 'exit 3'\n\
+         echo script-done\n",
+        dir.join("hold-gpu0.sh").display()
+    );
+    // A job name with a terminal escape in it: the summary must not pass it on.
+    let name = "summary\x1b[2Jjob";
+    let id = submit_as(USER, "summary", &script, &["-J", name]);
+    let job = wait_job(USER, "summary", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let output = output_with_summary(USER, "summary", id);
+    assert!(output.contains("script-done"));
+    let sum = summary_of(&output);
+    assert!(
+        sum.trim_end().ends_with(RULE),
+        "the output ends with it: {sum}"
+    );
+    assert!(!output.contains('\x1b'), "no control character: {sum}");
+    assert!(sum.contains("Job name:      summary?[2Jjob"), "{sum}");
+    assert!(sum.contains(&format!("gpu-tracker summary of job {id}\n")));
+    assert!(sum.contains("User:          gtuser (uid 1001)"), "{sum}");
+    assert!(sum.contains("3 step record(s), all final"), "{sum}");
+    assert!(sum.contains("of 2.00 GiB requested"), "{sum}");
+    // Both GPUs, with UUID and model; GPU 0 held 1 GiB by the job's holder, GPU 1 idle.
+    assert!(
+        sum.contains("SIMULATED GPU 0 (test fake) (GPU-00000000-5151-4d55-8000-000000000000)"),
+        "{sum}"
+    );
+    assert!(
+        sum.contains(
+            "memory: 1.00 GiB by the job's processes, 1.25 GiB in use on the device (of 16.00 GiB)"
+        ),
+        "{sum}"
+    );
+    assert!(sum.contains("utilization: mean 37%, max 37%"), "{sum}");
+    assert!(sum.contains("utilization: mean 0%, max 0%"), "{sum}");
+    // Per step: the failing task with its exit code.
+    let step1 = sum
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(step1.contains("task 0 exit code 3"), "{step1}");
+    // Advice: the idle GPU by UUID, a smaller --mem (the job peaked near 100 MB of 2 GiB).
+    assert!(
+        sum.contains("GPU 1 on ")
+            && sum.contains("(GPU-11111111-5151-4d55-8000-111111111111) was allocated but idle"),
+        "{sum}"
+    );
+    assert!(sum.contains("--gres=gpu:1 per node"), "{sum}");
+    assert!(sum.contains("for example --mem=256M"), "{sum}");
+
+    // The report, as the job's user: the same summary, exit 0.
+    let (code, text, err) = report_as(USER, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(text, sum, "the report prints what the job's output got");
+    // Units and per-task rows.
+    let (code, text, _) = report_as(
+        USER,
+        &[
+            &id.to_string(),
+            "--ru",
+            "megabytes",
+            "--tu",
+            "seconds",
+            "--tasks",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(text.contains(" MB of 2147.484 MB requested"), "{text}");
+    assert!(text.contains(" seconds"), "{text}");
+    assert!(text.contains("    task 0     pid "), "{text}");
+    // One step.
+    let (code, text, _) = report_as(USER, &[&format!("{id}.1")]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(&format!("summary of job {id}, step 1")),
+        "{text}"
+    );
+    assert!(text.contains("1 step record(s)"), "{text}");
+    assert!(
+        text.contains("[largest step"),
+        "the step's own peak, not the job's: {text}"
+    );
+    // JSON: one document with the summary and every record.
+    let (code, json, _) = report_as(USER, &[&id.to_string(), "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema"], "gpu-tracker/job");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["summary"]["job_id"], id);
+    assert_eq!(v["records"].as_array().unwrap().len(), 3);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    let codes: Vec<&str> = v["summary"]["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["code"].as_str().unwrap())
+        .collect();
+    assert!(
+        codes.contains(&"gpu-idle") && codes.contains(&"memory-over-requested"),
+        "{codes:?}"
+    );
+    assert_eq!(v["summary"]["gpus"][0]["job_peak_bytes"], 1u64 << 30);
+
+    // Another user sees nothing of it: a distinct exit code and no figures.
+    let (code, text, err) = report_as("gtuser2", &[&id.to_string()]);
+    assert_eq!(code, 8, "{text}{err}");
+    assert!(
+        text.is_empty() && err.contains("not readable by you"),
+        "{text}{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_oom_job_and_a_job_that_used_its_request_get_the_advice_they_should() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let id = submit(
+        "oom-summary",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track --mem=200M\nsrun {h} --mb 400 --hold-ms 500\n"),
+    );
+    wait_job(USER, "oom-summary", id);
+    let output = output_with_summary(USER, "oom-summary", id);
+    let sum = summary_of(&output);
+    let oom = sum
+        .lines()
+        .find(|l| l.starts_with("OOM kills:"))
+        .unwrap_or_else(|| panic!("{sum}"));
+    assert!(
+        oom.contains("step 0 on ") && oom.contains("(limit 200.0 MiB)"),
+        "{oom}"
+    );
+    assert!(
+        sum.contains("Step 0 on ") && sum.contains("was killed for memory"),
+        "{sum}"
+    );
+    assert!(sum.contains("of its 200 MiB limit"), "{sum}");
+    assert!(sum.contains("for example --mem=512M"), "{sum}");
+    assert!(
+        !sum.contains("Request less"),
+        "no smaller request after an OOM kill: {sum}"
+    );
+    assert!(sum.contains("task 0 killed by SIGKILL"), "{sum}");
+
+    // A job that used what it asked for: no advice.
+    let id = submit(
+        "fits",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track --mem=300M\n{h} --mb 200 --hold-ms 300\n"),
+    );
+    wait_job(USER, "fits", id);
+    let output = output_with_summary(USER, "fits", id);
+    let sum = summary_of(&output);
+    assert!(
+        sum.contains("Advice:        none; the job used what it asked for."),
+        "{sum}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn array_tasks_have_their_own_summaries_and_are_found_by_array_id() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let first = submit_as(
+        USER,
+        "array",
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track --array=1-2\n{h} --mb $((SLURM_ARRAY_TASK_ID * 50)) --hold-ms 300\n"
+        ),
+        &[
+            "-o",
+            &state_dir()
+                .join("jobs")
+                .join(USER)
+                .join("array-%A_%a.out")
+                .display()
+                .to_string(),
+        ],
+    );
+    // The array's id is its first job's; each task has a job id of its own.
+    for task in [1u32, 2] {
+        let spec = format!("{first}_{task}");
+        let started = Instant::now();
+        let path = state_dir()
+            .join("jobs")
+            .join(USER)
+            .join(format!("array-{spec}.out"));
+        let output = loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.trim_end().ends_with(RULE) {
+                break text;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{spec}: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let sum = summary_of(&output);
+        assert!(sum.contains(&format!("(array {spec})")), "{sum}");
+        let (code, text, err) = report_as(USER, &[&spec, "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["summary"]["array_job_id"], first);
+        assert_eq!(v["summary"]["array_task_id"], task);
+        let peak = v["records"][0]["tasks"][0]["peak_memory_bytes"]
+            .as_u64()
+            .unwrap();
+        let want = 50_000_000 * u64::from(task);
+        assert!((want..want + 30_000_000).contains(&peak), "{spec}: {peak}");
+    }
+    let (code, _, err) = report_as(USER, &[&format!("{first}_7")]);
+    assert_eq!(code, 3, "no task 7: {err}");
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn the_admin_listing_shows_every_users_jobs_to_root_and_only_their_own_to_a_user() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let script = "#!/bin/bash\n#SBATCH --gpu-track --mem=2G\nsleep 1\n";
+    let mine = submit_as(USER, "listing", script, &[]);
+    let theirs = submit_as("gtuser2", "listing", script, &[]);
+    wait_job(USER, "listing", mine);
+    wait_job("gtuser2", "listing", theirs);
+    final_records(mine, &["batch"]);
+    final_records(theirs, &["batch"]);
+    let line = |text: &str, id: u32| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+            .map(str::to_string)
+    };
+    let (code, all, err) = report_as("root", &["--all", "--since", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(all.starts_with("JOBID"), "{all}");
+    let l = line(&all, mine).unwrap_or_else(|| panic!("{all}"));
+    assert!(
+        l.contains(" gtuser ") && l.contains("/2.00G") && l.contains("memory-over-requested"),
+        "{l}"
+    );
+    assert!(line(&all, theirs).unwrap().contains(" gtuser2 "), "{all}");
+    let (_, by_user, _) = report_as("root", &["--user", "gtuser2", "--since", "1h"]);
+    assert!(
+        line(&by_user, theirs).is_some() && line(&by_user, mine).is_none(),
+        "{by_user}"
+    );
+    // A user lists only their own jobs, whatever they ask for.
+    let (code, own, _) = report_as(USER, &["--all", "--since", "1h"]);
+    assert_eq!(code, 0);
+    assert!(
+        line(&own, mine).is_some() && line(&own, theirs).is_none(),
+        "{own}"
+    );
+    let (_, other, _) = report_as(USER, &["--user", "gtuser2"]);
+    assert!(line(&other, theirs).is_none(), "{other}");
+    // --since in the future hides them.
+    let (_, none, _) = report_as("root", &["--all", "--since", "2999-01-01"]);
+    assert_eq!(none.lines().count(), 1, "{none}");
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // Unknown to Slurm and to the spool.
+    let (code, _, err) = report_as(USER, &["3999999"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("unknown job 3999999"), "{err}");
+    let (code, _, _) = report_as(USER, &["12x"]);
+    assert_eq!(code, 2);
+    // Known to Slurm, not tracked.
+    let plain = run_job("not-tracked", "#!/bin/bash\necho plain\n");
+    let (code, _, err) = report_as(USER, &[&plain.id.to_string()]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("was not tracked"), "{err}");
+    // A running step: its checkpoint is shown, marked incomplete.
+    let h = hog();
+    let running = submit(
+        "running",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track\n{h} --mb 30 --hold-ms 6000\n"),
+    );
+    let started = Instant::now();
+    let (code, text, _) = loop {
+        let r = report_as(USER, &[&running.to_string()]);
+        if r.0 != 3 && r.0 != 4 {
+            break r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{r:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(code, 5, "{text}");
+    assert!(
+        text.contains("INCOMPLETE: still running or killed before its final record: batch"),
+        "{text}"
+    );
+    wait_job(USER, "running", running);
+    final_records(running, &["batch"]);
+    assert_eq!(report_as(USER, &[&running.to_string()]).0, 0);
+    // A corrupt record and one from a newer gpu-tracker (put there by root): the good one is
+    // still shown; the exit code names the worse problem.
+    let dir = state_dir()
+        .join("spool/gpu-tracker")
+        .join(running.to_string());
+    let good = std::fs::read_to_string(dir.join(format!("{}.batch.json", node()))).unwrap();
+    std::fs::write(dir.join("othernode.batch.json"), &good[..good.len() / 2]).unwrap();
+    let (code, text, err) = report_as("root", &[&running.to_string()]);
+    assert_eq!(code, 6, "{err}");
+    assert!(
+        text.contains("gpu-tracker summary of job")
+            && text.contains("othernode.batch.json: corrupt record"),
+        "{text}"
+    );
+    std::fs::write(
+        dir.join("future.batch.json"),
+        good.replace("\"schema_version\": 1", "\"schema_version\": 9"),
+    )
+    .unwrap();
+    let (code, text, _) = report_as("root", &[&running.to_string(), "--format", "json"]);
+    assert_eq!(code, 7);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 1);
+    let kinds: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["future_version", "corrupt"]);
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_job_whose_output_is_a_symlink_to_a_root_file_leaves_that_file_untouched() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let victim = state_dir().join("root-owned-victim");
+    std::fs::write(&victim, "root's data\n").unwrap();
+    let before = std::fs::metadata(&victim).unwrap();
+    let dir = state_dir().join("jobs").join(USER);
+    let link = dir.join("victim-link.out");
+    let _ = std::fs::remove_file(&link);
+    assert!(as_user_ok(
+        USER,
+        &format!("ln -s {} {}", victim.display(), link.display())
+    ));
+    let link_arg = link.display().to_string();
+    let id = submit_as(
+        USER,
+        "symlinked",
+        "#!/bin/bash\n#SBATCH --gpu-track\necho job-ran\n",
+        &["-o", &link_arg],
+    );
+    wait_job(USER, "symlinked", id);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = std::fs::metadata(&victim).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's data\n");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (after.uid(), after.mode(), after.mtime()),
+        (before.uid(), before.mode(), before.mtime())
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_interactive_srun_prints_its_summary_on_the_terminal() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    cluster();
+    let out = Command::new("runuser")
+        .args([
+            "-u",
+            USER,
+            "--",
+            "srun",
+            "--gpu-track",
+            "--mem=500M",
+            &h,
+            "--mb",
+            "80",
+            "--hold-ms",
+            "300",
+        ])
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(state_dir().join("jobs").join(USER))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let sum = summary_of(&err);
+    assert!(sum.contains(", step 0\n"), "{sum}");
+    assert!(sum.contains("1 step record(s), all final"), "{sum}");
+    assert!(sum.contains("of 500.0 MiB requested"), "{sum}");
+    // An untracked srun prints nothing of ours.
+    let out = Command::new("runuser")
+        .args(["-u", USER, "--", "srun", "true"])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("gpu-tracker"));
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn purge_removes_old_records_only_and_only_for_root() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let spool = state_dir().join("spool/gpu-tracker");
+    let old = spool.join("3999998");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("vm.batch.json"), "{}").unwrap();
+    for p in [old.join("vm.batch.json"), old.clone()] {
+        assert!(
+            Command::new("touch")
+                .args(["-h", "-d", "2020-01-01"])
+                .arg(&p)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let recent = run_job("recent", "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n");
+    final_records(recent.id, &["batch"]);
+    // A user cannot purge.
+    let (code, _, err) = report_as(USER, &["--purge", "--older-than", "30"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(old.exists());
+    let (code, out, err) = report_as("root", &["--purge", "--older-than", "30"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!old.exists(), "{out}");
+    assert!(spool.join(recent.id.to_string()).exists());
 }

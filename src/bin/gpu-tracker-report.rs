@@ -255,7 +255,10 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             ));
         }
     }
-    let summary = Summary::from_records(&records.records);
+    let summary = match &spec.step {
+        Some(st) => Summary::of_step(&records.records, st),
+        None => Summary::from_records(&records.records),
+    };
     if args.format == "json" {
         print!("{}", records.to_json(&summary));
     } else if records.records.is_empty() {

@@ -165,6 +165,12 @@ pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
         .checked_sub(age)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let owner = fs::symlink_metadata(root)?.uid();
+    if crate::sys::euid() != owner {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("only the spool's owner (uid {owner}) may purge it"),
+        ));
+    }
     let mut out = Purged::default();
     for id in job_ids(root)? {
         let dir = root.join(id.to_string());

@@ -246,10 +246,10 @@ pub fn end_of_job_text(
 ) -> Option<String> {
     let deadline = std::time::Instant::now() + wait;
     loop {
-        let mut j = load_job(root, job_id).ok();
-        if let (Some(jr), Some(st)) = (j.take(), step) {
-            j = Some(jr.only_step(st));
-        }
+        let j = load_job(root, job_id).ok().map(|j| match step {
+            Some(st) => j.only_step(st),
+            None => j,
+        });
         let settled = j.as_ref().is_some_and(|j| {
             !j.records.is_empty()
                 && j.problems
@@ -258,7 +258,10 @@ pub fn end_of_job_text(
         });
         if settled || std::time::Instant::now() >= deadline {
             let j = j.filter(|j| !j.records.is_empty())?;
-            let s = Summary::from_records(&j.records);
+            let s = match step {
+                Some(st) => Summary::of_step(&j.records, st),
+                None => Summary::from_records(&j.records),
+            };
             return Some(text::render(&s, &j.problems, &text::TextOptions::default()));
         }
         std::thread::sleep(std::time::Duration::from_millis(100));

@@ -21,6 +21,9 @@ pub struct Summary {
     pub array_task_id: Option<u32>,
     /// Job name (control characters removed).
     pub name: Option<String>,
+    /// The one step summarised, when not the whole job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_step: Option<String>,
     /// User name.
     pub user: String,
     /// User id.
@@ -381,6 +384,18 @@ impl Summary {
             }
         }
         s.advice = advise(&s);
+        s
+    }
+
+    /// The summary of one step's records (`<job>.<step>`): like [`Summary::from_records`], but
+    /// memory is the step's own peak, not the whole job's.
+    pub fn of_step(records: &[StepRecord], step: &str) -> Summary {
+        let mut own: Vec<StepRecord> = records.to_vec();
+        for r in &mut own {
+            r.memory.job_peak_bytes = None;
+        }
+        let mut s = Summary::from_records(&own);
+        s.only_step = Some(step.to_string());
         s
     }
 

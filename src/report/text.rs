@@ -99,7 +99,11 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         _ => String::new(),
     };
     let _ = writeln!(w, "{RULE}");
-    let _ = writeln!(w, "gpu-tracker summary of job {}{array}", s.job_id);
+    let step = s
+        .only_step
+        .as_deref()
+        .map_or_else(String::new, |st| format!(", step {st}"));
+    let _ = writeln!(w, "gpu-tracker summary of job {}{array}{step}", s.job_id);
     let _ = writeln!(w, "{RULE}");
     if let Some(n) = &s.name {
         let _ = writeln!(w, "Job name:      {n}");
@@ -167,14 +171,8 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         } else {
             String::new()
         };
-        let _ = writeln!(
-            w,
-            "GPU {idx}{node}:{:<width$}{} ({})",
-            "",
-            g.name,
-            g.uuid,
-            width = 9usize.saturating_sub(idx.len() + node.len()).max(1)
-        );
+        let label = format!("GPU {idx}{node}:");
+        let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
         let energy = g
             .energy_joules
             .map_or_else(|| "n/a".into(), |j| format!("{:.1} kJ", j / 1e3));
@@ -217,7 +215,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
                 o.mem(st.peak_memory_bytes),
                 st.tasks
             );
-            if let Some(c) = &st.command {
+            if let Some(c) = st.command.as_ref().filter(|_| st.id != "batch") {
                 let c: String = c.chars().take(70).collect();
                 let _ = writeln!(w, "  {:<11} command: {c}", "");
             }

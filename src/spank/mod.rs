@@ -58,6 +58,8 @@ struct State {
     /// Where the tracked step's records go, and whether the site wants end-of-job summaries.
     spool_dir: Option<PathBuf>,
     summary: bool,
+    /// In `srun` (local context): the job and step it launched, from `local_user_init`.
+    launched: Option<(u32, u32)>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -66,6 +68,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     tracker: None,
     spool_dir: None,
     summary: false,
+    launched: None,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -385,6 +388,32 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
     })
 }
 
+/// `slurm_spank_local_user_init` (`srun`, as the user): remembers the job and step launched
+/// (SPANK gives them here, not at `exit`).
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_local_user_init(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("local_user_init", false, || {
+        if !in_context(&[spank_context::S_CTX_LOCAL]) {
+            return Ok(());
+        }
+        let sp = Spank::new(sp);
+        if let (Some(job), Some(step)) = (
+            sp.u32_item(spank_item::S_JOB_ID),
+            sp.u32_item(spank_item::S_JOB_STEPID),
+        ) {
+            state().launched = Some((job, step));
+        }
+        Ok(())
+    })
+}
+
 /// How long the batch step waits for other steps' records to be final before it writes the
 /// job's summary (a step's record lands just after its tasks end).
 const BATCH_SUMMARY_WAIT: Duration = Duration::from_secs(3);
@@ -399,10 +428,14 @@ const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// # Safety
 /// Called by SPANK with a valid handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_exit(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
     guard("exit", false, || {
         if in_context(&[spank_context::S_CTX_LOCAL]) {
-            return srun_summary(Spank::new(sp));
+            return srun_summary();
         }
         let (tracker, spool_dir, summary) = {
             let mut st = state();
@@ -445,33 +478,32 @@ pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, _ac: c_int, _av: *mut *mu
 
 /// The step's summary on the terminal of an `srun --gpu-track` run outside a batch script (in a
 /// batch script the job's summary covers the step).
-fn srun_summary(sp: Spank) -> Result<(), String> {
+fn srun_summary() -> Result<(), String> {
     if std::env::var("ENVIRONMENT").is_ok_and(|e| e == "BATCH") {
         return Ok(());
     }
-    let (path, option) = {
+    let (path, option, launched) = {
         let st = state();
         (
             st.config_path
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH)),
             st.option.clone(),
+            st.launched,
         )
+    };
+    let Some((job, step)) = launched else {
+        return Ok(());
     };
     let Ok(cfg) = Config::load(&path) else {
         return Ok(());
     };
+
     let on = matches!(cfg.decide(option.as_deref()), Ok(Tracking::On { .. }))
         || option.as_deref().is_some_and(|o| o != "off");
     if !on || !cfg.summary || !cfg.tracks(StepKind::Srun) {
         return Ok(());
     }
-    let (Some(job), Some(step)) = (
-        sp.u32_item(spank_item::S_JOB_ID),
-        sp.u32_item(spank_item::S_JOB_STEPID),
-    ) else {
-        return Ok(());
-    };
     let name = record::step_name(step);
     let text = crate::report::end_of_job_text(&cfg.spool_dir, job, Some(&name), SRUN_SUMMARY_WAIT)
         .unwrap_or_else(|| {
