@@ -188,8 +188,9 @@ build_plugin() {
     local cargo
     cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
     [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
-    echo "building the plugin (cargo build --release --features spank) ..."
+    echo "building the plugin and gpu-tracker-report (cargo build --release --features spank) ..."
     (cd "$REPO" && "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
+        "$cargo" build --release --locked --bin gpu-tracker-report &&
         { real_gpus || "$cargo" build --release --locked -p fake-nvml; }) >"$STATE/log/build.log" 2>&1
 }
 
@@ -441,16 +442,24 @@ cmd_demo() {
     # shellcheck disable=SC2016  # expanded in the job, not here
     batch_as "${TEST_USERS[0]}" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
         --wrap 'echo "GPUs: $SLURM_JOB_GPUS"; srun -n 2 sh -c "head -c 100000000 /dev/zero | sort >/dev/null"; srun -n 1 bash -c '\''m=SIMGPU${SLURM_STEP_GPUS:-0}; exec -a ${m}_HOLD python3 -c "import time; b = bytearray(200 << 20); time.sleep(2)"'\''; echo done'
+    # The batch step appends the summary in its exit, just after the job is reported ended.
     for ((i = 0; i < 50; i++)); do
-        [[ -n $(grep -L '"complete": true' "$STATE/spool/gpu-tracker/$LAST_JOB"/*.json 2>/dev/null) ]] || break
+        tail -n 1 "$STATE/jobs/${TEST_USERS[0]}/job-$LAST_JOB.out" | grep -q '^=====' && break
         sleep 0.2
     done
     echo
-    echo "records of job $LAST_JOB (readable by root and the job's user; gpu-tracker-report will summarize them):"
-    for f in "$STATE/spool/gpu-tracker/$LAST_JOB"/*.json; do
-        echo "== $f"
-        cat "$f"
-    done
+    echo "the end of the job's output (the summary the plugin appended):"
+    sed -n '/^=====/,$p' "$STATE/jobs/${TEST_USERS[0]}/job-$LAST_JOB.out"
+    if [[ -x $REPO/target/release/gpu-tracker-report ]]; then
+        install -d -m 0755 "$STATE/bin"
+        install -m 0755 "$REPO/target/release/gpu-tracker-report" "$STATE/bin/gpu-tracker-report"
+        echo
+        echo "the job's user reads it again later: gpu-tracker-report $LAST_JOB --tasks"
+        as_user "${TEST_USERS[0]}" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
+            "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --tasks || true
+    fi
+    echo
+    echo "records (JSON, slurm/RECORD.md): $STATE/spool/gpu-tracker/$LAST_JOB/"
     STEP=""
 }
 

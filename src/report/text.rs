@@ -229,10 +229,9 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
                     };
                     let _ = writeln!(
                         w,
-                        "    task {:<5} pid {:<8} {:>10} cpu {:>10} peak mem {:>11}  threads {:<4} {end}",
+                        "    task {:<5} pid {:<8} cpu {:>10} peak mem {:>11}  threads {:<4} {end}",
                         t.global_id.map_or_else(|| "?".into(), |g| g.to_string()),
                         t.pid,
-                        "",
                         o.time(t.cpu_seconds),
                         o.mem(t.peak_memory_bytes),
                         t.max_threads
