@@ -17,7 +17,7 @@ plain=() tracked=()
 as_user srun true # warm up
 for ((i = 0; i < N; i++)); do
     t0=$(date +%s%N); as_user srun true; t1=$(date +%s%N)
-    as_user srun --gpu-track true; t2=$(date +%s%N)
+    as_user srun --gpu-track true 2>/dev/null; t2=$(date +%s%N)  # its summary (timed) to /dev/null
     plain+=($(((t1 - t0) / 1000))) tracked+=($(((t2 - t1) / 1000)))
 done
 mp=$(printf '%s\n' "${plain[@]}" | median) mt=$(printf '%s\n' "${tracked[@]}" | median)
@@ -26,7 +26,7 @@ echo "srun true, median of $N: plain $((mp / 1000)) ms, --gpu-track $((mt / 1000
 # slurmstepd's VmRSS (kB) of the step's slurmstepd, read 3 s into a 4 s step.
 stepd_rss() {
     local opt=$1 pid="" i job
-    as_user srun $opt sleep 4 &
+    as_user srun $opt sleep 4 2>/dev/null &
     local srun_pid=$!
     for ((i = 0; i < 50; i++)); do
         job=$(squeue -h -u gtuser -o %A -t R | sort -n | tail -1)
