@@ -619,7 +619,11 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     assert!(sum.contains(&format!("gpu-tracker summary of job {id}\n")));
     assert!(sum.contains("User:          gtuser (uid 1001)"), "{sum}");
     assert!(sum.contains("3 step record(s), all final"), "{sum}");
-    assert!(sum.contains("of 2.00 GiB requested"), "{sum}");
+    assert!(
+        sum.contains("of 2.00 GiB requested (")
+            && sum.contains("[job cgroup, page cache included]"),
+        "the job's own peak, all steps together: {sum}"
+    );
     // Both GPUs, with UUID and model; GPU 0 held 1 GiB by the job's holder, GPU 1 idle.
     assert!(
         sum.contains("SIMULATED GPU 0 (test fake) (GPU-00000000-5151-4d55-8000-000000000000)"),

@@ -634,6 +634,12 @@ mod tests {
         assert!(s.advice.iter().all(|a| a.code != "cpu-idle"));
     }
 
+    fn s1_with_job_peak() -> StepRecord {
+        let mut r = record("n1", "1");
+        r.memory.job_peak_bytes = Some(3 * GIB);
+        r
+    }
+
     #[test]
     fn steps_merge_into_the_job() {
         let mut b = job(GIB, 4 * GIB);
@@ -653,5 +659,11 @@ mod tests {
         assert_eq!(s.steps[1].command.as_deref(), Some("python?[2J train.py"));
         // Incomplete figures give no memory advice.
         assert!(s.advice.iter().all(|a| a.code != "memory-over-requested"));
+        // Two steps at once peak higher together than either: the job cgroup's peak counts.
+        let mut both = s1_with_job_peak();
+        both.memory.peak_bytes = GIB;
+        let s = Summary::from_records(&[both]);
+        assert_eq!(s.memory[0].peak_bytes, 3 * GIB);
+        assert_eq!(s.memory[0].source, "job cgroup");
     }
 }
