@@ -246,6 +246,16 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         Err(e @ LoadError::Denied(..)) => return Err((DENIED, e.to_string())),
         Err(e) => return Err((FAILED, e.to_string())),
     };
+    if records.records.is_empty() && records.problems.is_empty() {
+        // The plugin makes the directory when tracking starts and writes the first record after
+        // the first sample.
+        return Err((
+            INCOMPLETE,
+            format!(
+                "job {job_id}: tracking started but no record is written yet (the step is starting, or was killed before its first record)"
+            ),
+        ));
+    }
     if let Some(st) = &spec.step {
         records = records.only_step(st);
         if records.records.is_empty() && records.problems.is_empty() {
