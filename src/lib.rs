@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod cgroup;
+pub mod cli;
 pub mod config;
 pub mod gpu;
 pub mod proc;

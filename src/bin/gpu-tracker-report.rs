@@ -96,19 +96,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker-report") {
         Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind::*;
-            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("gpu-tracker-report: {first}");
-            return ExitCode::from(USAGE);
-        }
+        Err(code) => return code,
     };
     ExitCode::from(run(&args).unwrap_or_else(|(code, msg)| {
         eprintln!("gpu-tracker-report: {msg}");

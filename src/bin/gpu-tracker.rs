@@ -85,19 +85,9 @@ impl From<anyhow::Error> for Fail {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker") {
         Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind::*;
-            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("gpu-tracker: {first}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     match run(args) {
         Ok(code) => ExitCode::from(code),

@@ -53,6 +53,16 @@ pub enum Problem {
 }
 
 impl Problem {
+    /// The record file it is about.
+    pub fn file(&self) -> &str {
+        match self {
+            Problem::Incomplete { file, .. }
+            | Problem::Corrupt { file, .. }
+            | Problem::FutureVersion { file, .. }
+            | Problem::Unreadable { file, .. } => file,
+        }
+    }
+
     /// One line for people.
     pub fn message(&self) -> String {
         match self {
@@ -208,15 +218,7 @@ impl JobRecords {
     pub fn only_step(mut self, step: &str) -> JobRecords {
         self.records.retain(|r| r.step.id == step);
         let prefix = format!(".{step}.json");
-        self.problems.retain(|p| {
-            let f = match p {
-                Problem::Incomplete { file, .. }
-                | Problem::Corrupt { file, .. }
-                | Problem::FutureVersion { file, .. }
-                | Problem::Unreadable { file, .. } => file,
-            };
-            f.ends_with(&prefix)
-        });
+        self.problems.retain(|p| p.file().ends_with(&prefix));
         self
     }
 

@@ -362,34 +362,9 @@ mod tests {
     use super::*;
 
     fn sample() -> StepRecord {
-        StepRecord {
-            schema: SCHEMA.into(),
-            schema_version: SCHEMA_VERSION,
-            complete: true,
-            written_at: "2026-11-23T10:00:00+00:00".into(),
-            tracker_version: "0.1.0".into(),
-            job: JobInfo {
-                id: 42,
-                user: "alice".into(),
-                uid: 1001,
-                ..Default::default()
-            },
-            step: StepInfo {
-                id: "batch".into(),
-                kind: "batch".into(),
-                node: "n1".into(),
-                ..Default::default()
-            },
-            tasks: vec![TaskRecord {
-                pid: 77,
-                peak_memory_bytes: 300 << 20,
-                ..Default::default()
-            }],
-            memory: StepMemory::default(),
-            cpu: StepCpu::default(),
-            gpus: vec![],
-            sampler: SamplerStats::default(),
-        }
+        let mut r = tests_support::record("n1", "batch");
+        r.tasks[0].peak_memory_bytes = 300 << 20;
+        r
     }
 
     #[test]
