@@ -10,7 +10,12 @@
 #
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
 # GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),
-# GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; slurmd gets the next one; default 16817).
+# GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; slurmd gets the next one; default 16817),
+# GPU_TRACKER_CONTAIN_SPANK=1 (Slurm 24.05+: SlurmdParameters=contain_spank, with the job
+# container plugin that it exists for, so the task callbacks run in the job's namespace).
+#
+# Works on Slurm 22.05 (Debian 12, cgroup v1) and, inside the test guests of slurm/vm.sh, on
+# Slurm 24.11 and 26.05 with cgroup v2: the cgroup plugin follows /sys/fs/cgroup.
 set -euo pipefail
 
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
@@ -21,8 +26,10 @@ CONF=$STATE/slurm.conf
 TRACKER_CONF=$STATE/gpu-tracker.toml
 NODE=$(hostname -s)
 TEST_USERS=(gtuser gtuser2)
-# Slurm, and what building the plugin needs (Slurm's headers, libclang for bindgen, a C linker).
-PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev libclang-dev gcc libc6-dev)
+# Slurm, and what building the plugin needs (Slurm's headers, libclang for bindgen, a C linker)
+# unless GPU_TRACKER_PLUGIN names a plugin built elsewhere (the test guests of slurm/vm.sh).
+PACKAGES=(slurmctld slurmd slurm-client munge)
+[[ -n ${GPU_TRACKER_PLUGIN:-} ]] || PACKAGES+=(libslurm-dev libclang-dev gcc libc6-dev)
 export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 
 STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0
@@ -129,10 +136,29 @@ write_config() {
     cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$hw")
     real=$((mem * 95 / 100)) defmem=$((real / cpus < 1024 ? real / cpus : 1024))
     read -r ctld slurmd < <(pick_ports)
-    # Needs cgroup v1 controllers (this machine): real per-task memory limits. slurmd makes its
-    # hierarchy at the top of each controller (memory/slurm_<node>/uid_U/job_J/step_S/task_T), so
-    # it works although this shell sits in a nested memory cgroup (/process_api/...).
-    [[ -d /sys/fs/cgroup/memory && -d /sys/fs/cgroup/cpuset ]] || fail "no cgroup v1 memory/cpuset controllers"
+    # Real per-task memory limits need the cgroup controllers. On v1 slurmd makes its hierarchy
+    # at the top of each controller (memory/slurm_<node>/uid_U/job_J/step_S/task_T), so it works
+    # although this shell sits in a nested memory cgroup (/process_api/...). On v2 (the test
+    # guests) slurmd asks systemd for <node>_slurmstepd.scope and builds job_J/step_S below it.
+    local cgplugin=cgroup/v1
+    if [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]]; then
+        cgplugin=cgroup/v2
+        grep -qw memory /sys/fs/cgroup/cgroup.controllers || fail "cgroup v2 without the memory controller"
+    else
+        [[ -d /sys/fs/cgroup/memory && -d /sys/fs/cgroup/cpuset ]] || fail "no cgroup v1 memory/cpuset controllers"
+    fi
+    local contain="" container=""
+    if [[ ${GPU_TRACKER_CONTAIN_SPANK:-0} == 1 ]]; then
+        slurm_at_least 24.05 || fail "contain_spank needs Slurm 24.05 or newer (this is $(slurm_version))"
+        contain="SlurmdParameters=contain_spank"
+        # contain_spank runs the task callbacks in the job container's namespace; 26.05 renamed
+        # JobContainerType=job_container/tmpfs to NamespaceType=namespace/tmpfs.
+        if slurm_at_least 26.05; then
+            container="NamespaceType=namespace/tmpfs"
+        else
+            container="JobContainerType=job_container/tmpfs"
+        fi
+    fi
     gpus=$(gpu_files)
     put_file "$CONF" 0644 <<EOF && CONF_CHANGED=1
 # Written by slurm/local-cluster.sh; edits are overwritten by the next "up".
@@ -165,13 +191,20 @@ ReturnToService=2
 MinJobAge=300
 KillWait=5
 GresTypes=gpu
+$contain
+$container
 NodeName=$NODE NodeHostname=$(hostname) NodeAddr=127.0.0.1 $topo RealMemory=$real Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
     put_file "$STATE/cgroup.conf" 0644 <<EOF && CONF_CHANGED=1
-CgroupPlugin=cgroup/v1
+CgroupPlugin=$cgplugin
 ConstrainCores=yes
 ConstrainRAMSpace=yes
+EOF
+    # The job container's private /tmp and /dev/shm (read only with contain_spank).
+    put_file "$STATE/job_container.conf" 0644 <<EOF && CONF_CHANGED=1
+AutoBasePath=true
+BasePath=$STATE/spool/containers
 EOF
     put_file "$STATE/gres.conf" 0644 <<EOF && CONF_CHANGED=1
 # SIMULATED GPUs: two spare device files stand in for GPUs. Slurm allocates them like GPUs and
@@ -179,6 +212,14 @@ EOF
 Name=gpu File=$gpus
 EOF
     return 0
+}
+
+# The installed Slurm's version, as "24.11.5".
+slurm_version() { sinfo -V 2>/dev/null | sed -n 's/^slurm \([0-9.]*\).*/\1/p'; }
+
+# Succeeds when the installed Slurm is release $1 (e.g. 24.05) or newer.
+slurm_at_least() {
+    [[ $(printf '%s\n%s\n' "$1" "$(slurm_version)" | sort -V | head -n 1) == "$1" ]]
 }
 
 # Builds the release plugin (and, without a real GPU, the test fake NVML library) with cargo,
@@ -305,8 +346,14 @@ start_slurmd() {
     alive "$STATE/run/slurmd.pid" slurmd && return 0
     # slurmstepd inherits slurmd's environment: the SIMULATED GPUs' scenario reaches the fake NVML.
     FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json slurmd -f "$CONF" -N "$NODE"
-    sleep 1
-    alive "$STATE/run/slurmd.pid" slurmd || fail "slurmd exited"
+    # It writes its pid file once it is set up: a second here, several under emulation.
+    local i
+    for ((i = 0; i < 120; i++)); do
+        alive "$STATE/run/slurmd.pid" slurmd && return 0
+        pgrep -x slurmd >/dev/null || ((i < 4)) || fail "slurmd exited"
+        sleep 0.5
+    done
+    fail "slurmd wrote no pid file in 60 s"
 }
 
 # Waits up to 60 s until the node is idle (or busy with jobs); resumes it once if it is down.
@@ -360,7 +407,7 @@ verify_jobs() {
     [[ $got == "$(id -u "$u")" ]] || fail "srun ran as uid '$got', not $u"
     step "sbatch as $u" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
     # shellcheck disable=SC2016  # expanded in the job, not here
-    batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep memory /proc/self/cgroup)"'
+    batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep -m1 -E ':memory:|^0::' /proc/self/cgroup)"'
     step "simulated GPUs" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
     gpus=$(as_user "$u" timeout 60 srun --gres=gpu:1 env | grep -E 'SLURM_STEP_GPUS|CUDA_VISIBLE_DEVICES' | sort)
     echo "srun --gres=gpu:1 as $u: ${gpus//$'\n'/ }"

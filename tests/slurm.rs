@@ -188,6 +188,18 @@ fn node() -> String {
         .to_string()
 }
 
+/// The cgroup interface of this machine as Slurm uses it: `v2` where /sys/fs/cgroup is the
+/// unified hierarchy (the test guests of slurm/vm.sh), else `v1` (Debian 12's Slurm 22.05 here).
+fn cgroup_version() -> &'static str {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && !Path::new("/sys/fs/cgroup/memory").is_dir()
+    {
+        "v2"
+    } else {
+        "v1"
+    }
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn a_tracked_batch_job_records_every_task_of_every_step() {
@@ -217,11 +229,45 @@ fn a_tracked_batch_job_records_every_task_of_every_step() {
         assert!(r.step.end.is_some());
         assert_eq!(
             r.memory.cgroup_version.as_deref(),
-            Some("v1"),
+            Some(cgroup_version()),
             "{:?}",
             r.memory
         );
         assert_eq!(r.memory.limit_bytes, Some(1 << 30), "--mem=1G");
+        // The step's cgroup as found from a task, the job's right above it (26.05 names the
+        // job's directory by an opaque id, not job_<id>), and the job's own peak counter.
+        let cg = r.memory.cgroup.as_deref().unwrap_or_default();
+        let step_dir = if step == "batch" {
+            "step_batch"
+        } else {
+            &format!("step_{step}")
+        };
+        let wanted = match cgroup_version() {
+            "v2" => format!("/{step_dir}/user"),
+            _ => format!("/job_{}/{step_dir}", job.id),
+        };
+        assert!(
+            cg.ends_with(&wanted),
+            "step {step} cgroup {cg}, wanted .../{wanted}"
+        );
+        // Exact peaks from the counters, never the sampled fallback.
+        let counter = match cgroup_version() {
+            "v2" => "cgroup v2 memory.peak",
+            _ => "cgroup v1 memory.max_usage_in_bytes",
+        };
+        assert_eq!(r.memory.peak_source, counter, "step {step}");
+        assert!(
+            r.memory
+                .job_peak_bytes
+                .is_some_and(|p| p >= r.memory.peak_bytes),
+            "step {step}: the job cgroup's peak covers the step's: {:?}",
+            r.memory
+        );
+        assert_eq!(
+            r.memory.job_limit_bytes,
+            Some(1 << 30),
+            "--mem=1G on the job"
+        );
     }
     let s0 = &recs["0"];
     assert_eq!(s0.tasks.len(), 2);

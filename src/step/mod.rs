@@ -157,14 +157,22 @@ pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Optio
     Some(cg)
 }
 
-/// The job's cgroup above a step's: the nearest ancestor named `job_*`, memory counters only.
+/// The job's cgroup on this node: the parent of the step's `step_*` directory, memory counters
+/// only. Never recognised by name: Slurm 26.05 names it by an opaque id (`SLURM_JOB_SLUID`),
+/// not `job_<id>`.
 fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
-    let dir = step.memory_dir.ancestors().skip(1).find(|d| {
+    let step_dir = step.memory_dir.ancestors().find(|d| {
         d.file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("job_"))
+            .is_some_and(|n| n.starts_with("step_"))
     })?;
-    Some(Cgroup {
+    let dir = step_dir.parent()?;
+    dir.join(match step.version {
+        crate::cgroup::Version::V1 => "memory.usage_in_bytes",
+        crate::cgroup::Version::V2 => "memory.current",
+    })
+    .exists()
+    .then(|| Cgroup {
         version: step.version,
         memory_dir: dir.to_path_buf(),
         cpu_dir: None,
@@ -827,10 +835,40 @@ mod tests {
             .write(&format!("{v2}/user/task_0/memory.current"), "1\n");
         let cg = step_cgroup_of(t.path(), &format!("0::/{v2}/user/task_0\n")).unwrap();
         assert_eq!(cg.memory_dir, t.path().join(v2).join("user"));
+        t.write(
+            "system.slice/n1_slurmstepd.scope/job_7/memory.current",
+            "1\n",
+        );
         let job = job_cgroup_of(&cg).unwrap();
         assert_eq!(
             job.memory_dir,
             t.path().join("system.slice/n1_slurmstepd.scope/job_7")
         );
+        // Slurm 26.05: the job's directory has an opaque name, and `user/task_special` beside
+        // the tasks.
+        let v26 = "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/step_batch";
+        t.write(
+            "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/memory.current",
+            "1\n",
+        )
+        .write(&format!("{v26}/memory.current"), "1\n")
+        .write(&format!("{v26}/user/memory.current"), "1\n")
+        .write(&format!("{v26}/user/task_special/memory.current"), "0\n")
+        .write(&format!("{v26}/user/task_0/memory.current"), "1\n");
+        let cg = step_cgroup_of(t.path(), &format!("0::/{v26}/user/task_0\n")).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(v26).join("user"));
+        let job = job_cgroup_of(&cg).unwrap();
+        assert_eq!(
+            job.memory_dir,
+            t.path()
+                .join("system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100")
+        );
+        // No cgroup where none exists: a step directory at the top of the hierarchy.
+        let top = Cgroup {
+            version: crate::cgroup::Version::V2,
+            memory_dir: t.path().join("nowhere/step_0"),
+            cpu_dir: None,
+        };
+        assert!(job_cgroup_of(&top).is_none());
     }
 }

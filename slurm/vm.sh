@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Test machines for the Slurm releases that sites run on cgroup v2: a QEMU guest per Debian suite,
+# built from Debian's packages, with the same local cluster as slurm/local-cluster.sh inside.
+#
+#   slurm/vm.sh image SUITE          build (or reuse) the cached image of SUITE
+#   slurm/vm.sh boot SUITE           image, guest booted (no build, no cluster)
+#   slurm/vm.sh up SUITE             image, plugin built for its Slurm, guest booted, cluster up
+#   slurm/vm.sh run SUITE -- CMD...  CMD as root in the guest, in the project tree, with the
+#                                    cluster's environment; stdin passed; CMD's exit status
+#   slurm/vm.sh test SUITE           the real-Slurm suite inside, without and with contain_spank
+#   slurm/vm.sh down [SUITE]         power the guest(s) off
+#   slurm/vm.sh suites               the suites and the Slurm release each brings
+#
+# SUITE: trixie (Debian 13, Slurm 24.11) or forky (Debian 14, Slurm 26.05).
+#
+# How it works (slurm/vm/README.md has the why): mmdebstrap builds the root filesystem, mke2fs
+# turns it into a raw ext4 disk, QEMU boots the image's own kernel with software emulation (this
+# host's KVM boots no stock kernel), no network device. Two 9p shares: the project tree at the
+# same path as on the host, and a control folder where a runner in the guest picks up commands
+# and writes back their output and exit status. The plugin is compiled here against the guest's
+# Slurm headers (they are in the image); nothing is compiled in the guest.
+#
+# Environment: GPU_TRACKER_VM_DIR (cache and run state, default /var/tmp/gpu-tracker-vm),
+# GPU_TRACKER_VM_MEM (MiB, default 2048), GPU_TRACKER_VM_CPUS (default 2),
+# GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+set -euo pipefail
+
+SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
+REPO=$(dirname "$(dirname "$SCRIPT")")
+GUEST=$REPO/slurm/vm
+VMDIR=${GPU_TRACKER_VM_DIR:-/var/tmp/gpu-tracker-vm}
+MIRROR=${GPU_TRACKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+MEM=${GPU_TRACKER_VM_MEM:-2048}
+CPUS=${GPU_TRACKER_VM_CPUS:-2}
+# What the guest needs: a booting system, Slurm with its headers (the host builds against them),
+# munge, and what the tests and the demo run (python3, runuser from util-linux).
+GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,libslurm-dev,python3,acl
+# Host tools: QEMU and mmdebstrap from bookworm-backports on Debian 12 (bookworm's qemu 7.2
+# conflicts with the qemu-utils 10 some images carry), e2fsprogs for mke2fs -d, and what the
+# plugin's build needs (libclang for bindgen, a C linker; Slurm's headers come from the image).
+HOST_PACKAGES=(qemu-system-x86 mmdebstrap e2fsprogs libclang-dev gcc libc6-dev)
+
+fail() { echo "vm: $*" >&2; exit 1; }
+say() { echo "vm: $*" >&2; }
+
+suite_ok() {
+    case $1 in
+    trixie | forky) ;;
+    *) fail "unknown suite '$1' (trixie: Slurm 24.11, forky: Slurm 26.05)" ;;
+    esac
+}
+
+need_root() {
+    ((EUID == 0)) && return 0
+    command -v sudo >/dev/null || fail "must run as root (no sudo found)"
+    exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_VM_DIR,GPU_TRACKER_VM_MEM,GPU_TRACKER_VM_CPUS,GPU_TRACKER_DEBIAN_MIRROR \
+        bash "$SCRIPT" "$@"
+}
+
+# Installs QEMU and mmdebstrap when missing (from bookworm-backports on Debian 12).
+install_host_tools() {
+    local p missing=() bookworm=0
+    grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null && bookworm=1
+    for p in "${HOST_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' && continue
+        # Only QEMU and mmdebstrap come from backports; the rest is bookworm's own.
+        [[ $bookworm == 1 && $p =~ ^(qemu-system-x86|mmdebstrap)$ ]] && p=$p/bookworm-backports
+        missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    if ((bookworm)); then
+        grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ ||
+            echo "deb $MIRROR bookworm-backports main" >/etc/apt/sources.list.d/gpu-tracker-backports.list
+    fi
+    say "installing ${missing[*]} ..."
+    mkdir -p "$VMDIR"
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        "${missing[@]}"; } >"$VMDIR/apt.log" 2>&1 ||
+        { tail -n 20 "$VMDIR/apt.log" >&2; fail "installing ${missing[*]} failed (log: $VMDIR/apt.log)"; }
+}
+
+# The cache key of an image: the package list and the guest's files. A change rebuilds it.
+image_key() {
+    { echo "$GUEST_PACKAGES"; cat "$GUEST"/customize "$GUEST"/gt-runner "$GUEST"/gt-runner.service; } |
+        sha256sum | cut -c1-16
+}
+
+# image SUITE: builds the root filesystem and the disk when the cache is missing or stale.
+# Leaves <vmdir>/images/SUITE/{disk.img,vmlinuz,initrd.img,include/,slurm-version}.
+cmd_image() {
+    local suite=$1 dir key root t0=$SECONDS
+    dir=$VMDIR/images/$suite
+    key=$(image_key)
+    if [[ -f $dir/key && $(cat "$dir/key") == "$key" && -f $dir/disk.img ]]; then
+        return 0
+    fi
+    install_host_tools
+    say "building the $suite image from Debian's packages (mmdebstrap, about 2 minutes) ..."
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    root=$dir/root
+    # Check-Valid-Until off: a testing suite's Release file may have expired on the mirror.
+    mmdebstrap --variant=apt --include="$GUEST_PACKAGES" \
+        --aptopt='Acquire::Check-Valid-Until "false"' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --customize-hook="$GUEST/customize \"\$1\"" \
+        "$suite" "$root" "$MIRROR" >"$dir/mmdebstrap.log" 2>&1 ||
+        { tail -n 30 "$dir/mmdebstrap.log" >&2; fail "mmdebstrap $suite failed (log: $dir/mmdebstrap.log)"; }
+    cp -L "$root/vmlinuz" "$dir/vmlinuz"
+    cp -L "$root/initrd.img" "$dir/initrd.img"
+    mkdir -p "$dir/include"
+    cp -a "$root/usr/include/slurm" "$dir/include/"
+    local n
+    n=$(sed -n 's/^#define SLURM_VERSION_NUMBER \(0x[0-9a-f]*\).*/\1/p' "$root/usr/include/slurm/slurm_version.h")
+    printf '%d.%02d.%d\n' $((n >> 16)) $(((n >> 8) & 255)) $((n & 255)) >"$dir/slurm-version"
+    # A sparse 6 GiB disk; the guest writes to a throw-away overlay (-snapshot).
+    mke2fs -q -t ext4 -L gtroot -d "$root" "$dir/disk.img" 6G
+    rm -rf "$root"
+    echo "$key" >"$dir/key"
+    say "$suite image ready in $((SECONDS - t0)) s: Slurm $(cat "$dir/slurm-version"), $(du -sh --apparent-size "$dir/disk.img" | cut -f1) disk"
+}
+
+run_dir() { echo "$VMDIR/run/$1"; }
+
+# Succeeds when the guest of SUITE runs.
+vm_alive() {
+    local pid
+    pid=$(cat "$(run_dir "$1")/qemu.pid" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null
+}
+
+# Boots the guest of SUITE (in the background) and waits until its runner answers.
+boot() {
+    local suite=$1 img rd i t0=$SECONDS
+    img=$VMDIR/images/$suite
+    rd=$(run_dir "$suite")
+    vm_alive "$suite" && return 0
+    rm -rf "$rd"
+    mkdir -p "$rd/ctl/req"
+    # The runner mounts the project tree at this path, the same as here.
+    echo "$REPO" >"$rd/ctl/tree"
+    say "booting $suite (software emulation; 30-60 s) ..."
+    qemu-system-x86_64 -name "gpu-tracker-$suite" \
+        -accel tcg,thread=multi,tb-size=512 -cpu max -smp "$CPUS" -m "$MEM" \
+        -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
+        -append "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 systemd.show_status=0" \
+        -drive "file=$img/disk.img,format=raw,if=virtio,snapshot=on" \
+        -virtfs "local,path=$rd/ctl,mount_tag=gtctl,security_model=none" \
+        -virtfs "local,path=$REPO,mount_tag=gttree,security_model=none" \
+        -nic none -display none -no-reboot -serial "file:$rd/console.log" -monitor none \
+        -daemonize -pidfile "$rd/qemu.pid" ||
+        fail "qemu did not start"
+    for ((i = 0; i < 600; i++)); do
+        [[ -f $rd/ctl/ready ]] && break
+        vm_alive "$suite" || { tail -n 30 "$rd/console.log" >&2; fail "the $suite guest stopped while booting"; }
+        sleep 0.5
+    done
+    [[ -f $rd/ctl/ready ]] || { tail -n 30 "$rd/console.log" >&2; fail "the $suite guest's runner did not answer in 300 s"; }
+    say "$suite up in $((SECONDS - t0)) s: $(cat "$rd/ctl/ready")"
+}
+
+# Runs "$@" as root in the guest of SUITE, in the project tree; streams its output; returns its
+# exit status. stdin is passed when it is not a terminal.
+guest() {
+    local suite=$1 rd id req waiter rc
+    shift
+    rd=$(run_dir "$suite")
+    vm_alive "$suite" || fail "the $suite guest is not running (slurm/vm.sh up $suite)"
+    id=$(date +%s%N)-$$
+    req=$rd/ctl/req/$id
+    if [[ -t 0 ]]; then : >"$req.in"; else cat >"$req.in"; fi
+    printf '%q ' "$@" >"$req.tmp"
+    : >"$req.out"
+    : >"$req.err"
+    mv "$req.tmp" "$req.cmd"
+    # tail --pid reads what is left once the waiter ends, so the last lines are never lost.
+    (while [[ ! -f $req.rc ]] && vm_alive "$suite"; do sleep 0.2; done) &
+    waiter=$!
+    tail -n +1 -s 0.2 -f --pid="$waiter" "$req.out" &
+    local t1=$!
+    tail -n +1 -s 0.2 -f --pid="$waiter" "$req.err" >&2 &
+    local t2=$!
+    wait "$waiter" || true
+    wait "$t1" "$t2" || true
+    rc=$(cat "$req.rc" 2>/dev/null) || { say "the $suite guest stopped while running: $*"; rc=255; }
+    rm -f "$req".*
+    return "$rc"
+}
+
+# Builds, on this host, what the guest runs: the plugin against the guest's Slurm headers (its
+# own target directory, so the host's plugin stays built for the host's Slurm), and the release
+# and test binaries, which do not depend on Slurm's version.
+build_for() {
+    local suite=$1 out cargo
+    out=$REPO/target/vm/$suite
+    cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+    [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs)"
+    mkdir -p "$out"
+    say "building the plugin for $suite's Slurm $(cat "$VMDIR/images/$suite/slurm-version") (log: $out/build.log) ..."
+    (cd "$REPO" &&
+        SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include CARGO_TARGET_DIR=$REPO/target/vm/build \
+            "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
+        cp target/vm/build/release/libgpu_tracker.so "$out/libgpu_tracker.so.new" &&
+        mv -f "$out/libgpu_tracker.so.new" "$out/libgpu_tracker.so" &&
+        "$cargo" build --release --locked --bin gpu-tracker --bin gpu-tracker-report -p gpu-tracker &&
+        "$cargo" build --release --locked -p fake-nvml &&
+        "$cargo" build --locked -p fake-nvml -p gpu-tracker-test-hog --target-dir target/test-support &&
+        "$cargo" test --locked --features spank --test slurm --no-run --message-format=json |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$out/tests.list") >"$out/build.log" 2>&1 ||
+        { tail -n 30 "$out/build.log" >&2; fail "build for $suite failed"; }
+    [[ -s $out/tests.list ]] || fail "no test binary built for $suite"
+}
+
+# The environment every guest command gets: the cluster's, the plugin built for this suite,
+# the project's binaries first on PATH, the prebuilt test programs.
+guest_env() {
+    local suite=$1
+    printf '%s ' env "GPU_TRACKER_PLUGIN=$REPO/target/vm/$suite/libgpu_tracker.so" \
+        "GPU_TRACKER_TEST_SUPPORT=$REPO/target/test-support/debug" \
+        "PATH=$REPO/target/release:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+}
+
+cmd_boot() {
+    cmd_image "$1"
+    boot "$1"
+}
+
+cmd_up() {
+    local suite=$1
+    install_host_tools
+    cmd_image "$suite"
+    build_for "$suite"
+    boot "$suite"
+    # shellcheck disable=SC2046  # guest_env is a word list
+    guest "$suite" $(guest_env "$suite") slurm/local-cluster.sh up
+}
+
+cmd_run() {
+    local suite=$1
+    shift
+    [[ ${1:-} == -- ]] && shift
+    (($# > 0)) || fail "usage: slurm/vm.sh run SUITE -- CMD..."
+    vm_alive "$suite" || fail "the $suite guest is not running (slurm/vm.sh up $suite)"
+    local envs
+    envs=$(guest_env "$suite")
+    # The cluster's own exports (SLURM_CONF, GPU_TRACKER_CONFIG, ...), then CMD.
+    # shellcheck disable=SC2086  # envs is a word list
+    guest "$suite" $envs bash -c 'eval "$(slurm/local-cluster.sh env)"; exec "$@"' bash "$@"
+}
+
+# test SUITE: the whole real-Slurm suite in the guest, without and with contain_spank.
+# Arguments after SUITE go to the test binaries (a name filter, say).
+cmd_test() {
+    local suite=$1 rc=0 t0=$SECONDS mode
+    shift
+    cmd_up "$suite"
+    for mode in 0 1; do
+        say "$suite: real-Slurm suite, contain_spank=$mode"
+        # shellcheck disable=SC2046
+        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=$mode \
+            slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "$@" || rc=1
+    done
+    say "$suite: suite done in $((SECONDS - t0)) s (exit $rc)"
+    return "$rc"
+}
+
+cmd_down() {
+    local suite rd pid i
+    for rd in "$VMDIR"/run/*; do
+        [[ -d $rd ]] || continue
+        suite=$(basename "$rd")
+        [[ -n ${1:-} && $1 != "$suite" ]] && continue
+        vm_alive "$suite" || continue
+        pid=$(cat "$rd/qemu.pid")
+        : >"$rd/ctl/poweroff"
+        for ((i = 0; i < 120; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -0 "$pid" 2>/dev/null && kill "$pid"
+        say "$suite powered off"
+    done
+}
+
+cmd_suites() {
+    echo "trixie  Debian 13  Slurm 24.11  cgroup v2"
+    echo "forky   Debian 14  Slurm 26.05  cgroup v2"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+image | boot | up) suite_ok "${1:-}"; need_root "$cmd" "$@"; "cmd_$cmd" "$1" ;;
+test) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_test "$@" ;;
+run) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_run "$@" ;;
+down) need_root "$cmd" "$@"; cmd_down "${1:-}" ;;
+suites) cmd_suites ;;
+*) echo "usage: $0 image|up|test SUITE | run SUITE -- CMD... | down [SUITE] | suites" >&2; exit 2 ;;
+esac
