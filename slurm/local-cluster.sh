@@ -407,7 +407,7 @@ verify_jobs() {
     [[ $got == "$(id -u "$u")" ]] || fail "srun ran as uid '$got', not $u"
     step "sbatch as $u" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
     # shellcheck disable=SC2016  # expanded in the job, not here
-    batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep -m1 -E ':memory:|^0::' /proc/self/cgroup)"'
+    batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep -m1 -E ":memory:|^0::" /proc/self/cgroup)"'
     step "simulated GPUs" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
     gpus=$(as_user "$u" timeout 60 srun --gres=gpu:1 env | grep -E 'SLURM_STEP_GPUS|CUDA_VISIBLE_DEVICES' | sort)
     echo "srun --gres=gpu:1 as $u: ${gpus//$'\n'/ }"
