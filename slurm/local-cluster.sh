@@ -118,12 +118,18 @@ put_file() {
     chmod "$2" "$tmp" && mv -f "$tmp" "$1"
 }
 
-# Picks two device files to stand for the simulated GPUs: /dev/tty1-2, else nodes made here.
+# Makes the two character devices that stand for the simulated GPUs and prints them as gres.conf's
+# File=. Their minors (4 and 7, major 195 as NVIDIA's, so opening one without a driver fails)
+# differ from Slurm's indices (simgpu0 = index 0 = minor 4) and from the fake NVML's (index 0 =
+# minor 7): the plugin must map index -> file -> minor -> NVML device, as on a real node whose
+# gres.conf names a subset or another order.
 gpu_files() {
-    if [[ -c /dev/tty1 && -c /dev/tty2 ]]; then echo "/dev/tty[1-2]"; return 0; fi
     install -d -m 0755 "$STATE/dev"
-    local i
-    for i in 0 1; do [[ -c $STATE/dev/simgpu$i ]] || mknod -m 0666 "$STATE/dev/simgpu$i" c 1 3; done
+    local i minors=(4 7)
+    for i in 0 1; do
+        [[ $(stat -c '%F %t:%T' "$STATE/dev/simgpu$i" 2>/dev/null) == "character special file c3:$(printf %x "${minors[i]}")" ]] ||
+            { rm -f "$STATE/dev/simgpu$i" && mknod -m 0600 "$STATE/dev/simgpu$i" c 195 "${minors[i]}"; }
+    done
     echo "$STATE/dev/simgpu[0-1]"
 }
 
@@ -207,8 +213,9 @@ AutoBasePath=true
 BasePath=$STATE/spool/containers
 EOF
     put_file "$STATE/gres.conf" 0644 <<EOF && CONF_CHANGED=1
-# SIMULATED GPUs: two spare device files stand in for GPUs. Slurm allocates them like GPUs and
-# sets SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES, but there is no GPU behind them.
+# SIMULATED GPUs: two device nodes made for the test (minors 4 and 7) stand in for GPUs. Slurm
+# allocates them like GPUs and sets SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES, but there is no GPU
+# behind them.
 Name=gpu File=$gpus
 EOF
     return 0
@@ -250,18 +257,20 @@ write_tracker_config() {
         mv -f "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1"
         nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
         # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
+        # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
+        # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i.
         put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
 {
   "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
   "devices": [
-    {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
-     "minor": 0, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
-     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
-     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]},
     {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
-     "minor": 1, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
      "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
-     "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]}
+     "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]},
+    {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
+     "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
+     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]}
   ]
 }
 EOF2

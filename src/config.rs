@@ -75,6 +75,9 @@ pub struct Config {
     pub summary: bool,
     /// Days `gpu-tracker-report --purge` keeps records; 0 keeps them for ever.
     pub retention_days: f64,
+    /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
+    /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
+    pub gres_conf: String,
 }
 
 impl Default for Config {
@@ -90,6 +93,7 @@ impl Default for Config {
             memory_detail: MemoryDetailSetting::Status,
             summary: true,
             retention_days: 180.0,
+            gres_conf: String::new(),
         }
     }
 }
@@ -125,6 +129,12 @@ impl Config {
             return bad(
                 "spool_dir",
                 format!("must be an absolute path, not {:?}", c.spool_dir),
+            );
+        }
+        if !c.gres_conf.is_empty() && !Path::new(&c.gres_conf).is_absolute() {
+            return bad(
+                "gres_conf",
+                format!("must be \"\" or an absolute path, not {:?}", c.gres_conf),
             );
         }
         if !(c.min_interval.is_finite() && c.min_interval >= MIN_SLEEP_TIME) {
@@ -260,6 +270,7 @@ mod tests {
             ("checkpoint_interval = -1.0", "`checkpoint_interval`"),
             ("retention_days = -3", "retention_days"),
             ("steps = []", "`steps`"),
+            ("gres_conf = \"gres.conf\"", "`gres_conf`"),
         ] {
             let e = parse(t).unwrap_err().to_string();
             assert!(e.contains(key), "{t}: {e}");

@@ -25,6 +25,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod gpu;
+pub mod gres;
 pub mod proc;
 pub mod report;
 pub mod sampler;

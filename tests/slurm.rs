@@ -360,8 +360,8 @@ fn the_option_sets_the_interval() {
 fn a_gpu_job_records_its_gpu_and_only_its_gpu() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     let h = hog();
-    // SIMULATED GPUs: the fake NVML gives a process 1 GiB on GPU 0 (2 GiB on GPU 1) when its
-    // command line holds SIMGPU<i>_HOLD. The job runs a holder for each GPU; only the allocated
+    // SIMULATED GPUs: the fake NVML gives a process 1 GiB on Slurm's GPU 0 (2 GiB on GPU 1) when
+    // its command line holds SIMGPU<i>_HOLD. The job runs a holder for each GPU; only the allocated
     // one may appear in the record.
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:1\n\
@@ -385,13 +385,22 @@ fn a_gpu_job_records_its_gpu_and_only_its_gpu() {
     assert_eq!(r.sampler.gpu_source, "nvml", "{:?}", r.sampler);
     assert_eq!(r.gpus.len(), 1, "{:?}", r.gpus);
     let g = &r.gpus[0];
-    let (uuid, mem) = if idx == 0 {
-        ("GPU-00000000-5151-4d55-8000-000000000000", 1u64 << 30)
+    // gres.conf lists simgpu0 (minor 4) then simgpu1 (minor 7); NVML's index 0 is minor 7:
+    // neither index equals the minor, so only index -> file -> minor -> NVML device finds them.
+    let (uuid, mem, minor, nvml_index) = if idx == 0 {
+        ("GPU-00000000-5151-4d55-8000-000000000000", 1u64 << 30, 4, 1)
     } else {
-        ("GPU-11111111-5151-4d55-8000-111111111111", 2u64 << 30)
+        ("GPU-11111111-5151-4d55-8000-111111111111", 2u64 << 30, 7, 0)
     };
     assert_eq!(g.uuid, uuid);
     assert_eq!(g.slurm_index, Some(idx));
+    assert_eq!((g.minor, g.nvml_index), (Some(minor), nvml_index), "{g:?}");
+    assert_eq!(
+        r.sampler.gpu_mapping.as_deref(),
+        Some("gres_conf_files"),
+        "{:?}",
+        r.sampler.notes
+    );
     assert!(g.name.contains("SIMULATED"));
     assert_eq!(g.peak_step_memory_bytes, mem, "{g:?}");
     assert_eq!(g.peak_device_memory_bytes, mem + (256 << 20), "{g:?}");

@@ -22,6 +22,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::config::{self, Config, StepKind, Tracking};
+use crate::gres::{self, GpuOrder};
 use crate::step::record::{self, JobInfo, StepInfo};
 use crate::step::spool::Spool;
 use crate::step::{StepSetup, StepTracker};
@@ -200,6 +201,31 @@ fn mb_to_bytes(mb: Option<u64>) -> Option<u64> {
     mb.filter(|m| *m > 0).map(|m| m.saturating_mul(1 << 20))
 }
 
+/// The order of this node's GPUs in Slurm's numbering, from gres.conf. The file is found from
+/// the settings, else from slurmstepd's OWN environment's `SLURM_CONF` (slurmd sets it for
+/// itself, configless too, and slurmstepd inherits it), never the job's: a job must not choose
+/// which file the plugin trusts.
+fn gpu_order(cfg: &Config, node: &str) -> (GpuOrder, Option<PathBuf>) {
+    let setting = (!cfg.gres_conf.is_empty()).then(|| PathBuf::from(&cfg.gres_conf));
+    let slurm_conf = std::env::var_os("SLURM_CONF").map(PathBuf::from);
+    let paths = gres::candidates(setting.as_deref(), slurm_conf.as_deref());
+    match gres::read_node_gres(&paths, node) {
+        Ok(Some((path, conf))) => {
+            let order = GpuOrder::from_conf(&conf, |p| gres::minor_of(Path::new(p)));
+            (order, Some(path))
+        }
+        Ok(None) => {
+            let tried: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            let why = format!("no gres.conf found (tried {})", tried.join(", "));
+            (GpuOrder::Unknown(why), None)
+        }
+        Err(e) => (
+            GpuOrder::Unknown(format!("gres.conf not readable: {e}")),
+            None,
+        ),
+    }
+}
+
 /// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
 fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(), String> {
     let cfg =
@@ -280,6 +306,11 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
             .map(|a| record::clean_text(&a.join(" "), 200)),
         ..StepInfo::default()
     };
+    let (gpu_order, gres_conf) = if step.alloc_gpus.is_empty() {
+        (GpuOrder::Unknown("no GPUs allocated".into()), None)
+    } else {
+        gpu_order(&cfg, &step.node)
+    };
     let spool = Spool::open(&cfg.spool_dir)
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
@@ -293,6 +324,8 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         nvml_library: (!cfg.nvml_library.is_empty()).then(|| PathBuf::from(&cfg.nvml_library)),
         cgroup_root: PathBuf::from(crate::cgroup::DEFAULT_ROOT),
         proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
+        gpu_order,
+        gres_conf,
     };
     let name = setup.record_name();
     let tracker = StepTracker::start(setup)?;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::{GpuConfig, GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::gres::GpuOrder;
 use crate::proc::{MemSplit, ProcFs};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::{Target, Timepoint};
@@ -54,6 +55,10 @@ pub struct StepSetup {
     pub cgroup_root: PathBuf,
     /// Where procfs is.
     pub proc_root: PathBuf,
+    /// How Slurm's GPU indices on this node map to device files (from gres.conf).
+    pub gpu_order: GpuOrder,
+    /// The gres.conf `gpu_order` was read from (`None`: none found).
+    pub gres_conf: Option<PathBuf>,
 }
 
 impl StepSetup {
@@ -105,6 +110,7 @@ struct Acc {
     last_cpu: Option<(Instant, f64)>,
     gpu: GpuAccumulator,
     gpu_opened: bool,
+    gpu_mapping: Option<String>,
     gpu_devices: Vec<(Option<u32>, GpuInfo)>,
     thread_cpu: f64,
     notes: Vec<String>,
@@ -406,23 +412,29 @@ impl GpuSource for Allocated {
     }
 }
 
-/// Slurm's GPU indices mapped to NVML devices: by minor number (`/dev/nvidia<minor>`, what
-/// gres.conf's `File=` names), else by NVML index.
-pub fn map_allocated(alloc: &[u32], devices: &[GpuInfo]) -> Vec<(u32, usize)> {
+/// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
+/// index → minor number table ([`GpuOrder::minors`]): index `a` is the device whose minor is
+/// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
+/// number, or for NVML's index where NVML gives no minors: the old assumption, which the
+/// record's `gpu_mapping` then names.
+pub fn map_allocated(
+    alloc: &[u32],
+    devices: &[GpuInfo],
+    minors: Option<&[Option<u32>]>,
+) -> Vec<(u32, usize)> {
     let by_minor = devices.iter().all(|d| d.minor.is_some());
     alloc
         .iter()
         .filter_map(|&a| {
-            devices
-                .iter()
-                .position(|d| {
-                    if by_minor {
-                        d.minor == Some(a)
-                    } else {
-                        d.index == a
-                    }
-                })
-                .map(|i| (a, i))
+            let found = match minors {
+                Some(table) => {
+                    let m = (*table.get(a as usize)?)?;
+                    devices.iter().position(|d| d.minor == Some(m))
+                }
+                None if by_minor => devices.iter().position(|d| d.minor == Some(a)),
+                None => devices.iter().position(|d| d.index == a),
+            };
+            found.map(|i| (a, i))
         })
         .collect()
 }
@@ -523,7 +535,16 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
         if !acc.gpu_opened {
             // First reading: narrow the source to the step's GPUs, once.
             acc.gpu_opened = true;
-            let pairs = map_allocated(&s.step.alloc_gpus, src.devices());
+            let nvml: Vec<(u32, Option<u32>)> =
+                src.devices().iter().map(|d| (d.index, d.minor)).collect();
+            let table = s.gpu_order.minors(&nvml);
+            let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
+            let source = s
+                .gres_conf
+                .as_ref()
+                .map_or_else(|| "gres.conf".into(), |p| p.display().to_string());
+            acc.notes.push(s.gpu_order.describe(&source));
+            acc.gpu_mapping = Some(s.gpu_order.method().into());
             if pairs.len() < s.step.alloc_gpus.len() {
                 acc.notes.push(format!(
                     "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
@@ -778,6 +799,7 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         max_sample_microseconds: acc.sample_us_max,
         cpu_seconds: acc.thread_cpu,
         gpu_source: if acc.gpu_opened { "nvml" } else { "none" }.into(),
+        gpu_mapping: acc.gpu_mapping.clone(),
         notes,
     };
     StepRecord {
@@ -812,12 +834,40 @@ mod tests {
     }
 
     #[test]
-    fn slurm_indices_map_to_minor_numbers_then_indices() {
+    fn slurm_indices_map_through_the_minor_table() {
+        // NVML index 0 is minor 7, index 1 is minor 4; Slurm's index 0 is the minor-4 file.
+        let devs = [gpu(0, Some(7)), gpu(1, Some(4))];
+        let table = [Some(4), Some(7)];
+        assert_eq!(map_allocated(&[0], &devs, Some(&table)), vec![(0, 1)]);
+        assert_eq!(
+            map_allocated(&[1, 0], &devs, Some(&table)),
+            vec![(1, 0), (0, 1)]
+        );
+        // Beyond the table, or a file with no minor, or a minor NVML lacks: not mapped.
+        assert_eq!(map_allocated(&[2], &devs, Some(&table)), vec![]);
+        assert_eq!(map_allocated(&[0], &devs, Some(&[None])), vec![]);
+        assert_eq!(map_allocated(&[0], &devs, Some(&[Some(5)])), vec![]);
+        // A subset: gres.conf names /dev/nvidia[2-3] of four GPUs.
+        let four = [
+            gpu(0, Some(0)),
+            gpu(1, Some(1)),
+            gpu(2, Some(2)),
+            gpu(3, Some(3)),
+        ];
+        let subset = [Some(2), Some(3)];
+        assert_eq!(
+            map_allocated(&[0, 1], &four, Some(&subset)),
+            vec![(0, 2), (1, 3)]
+        );
+    }
+
+    #[test]
+    fn without_a_table_the_index_is_taken_for_the_minor() {
         let devs = [gpu(0, Some(1)), gpu(1, Some(0))];
-        assert_eq!(map_allocated(&[0], &devs), vec![(0, 1)]);
-        assert_eq!(map_allocated(&[1, 5], &devs), vec![(1, 0)]);
+        assert_eq!(map_allocated(&[0], &devs, None), vec![(0, 1)]);
+        assert_eq!(map_allocated(&[1, 5], &devs, None), vec![(1, 0)]);
         let no_minor = [gpu(0, None), gpu(1, Some(0))];
-        assert_eq!(map_allocated(&[1], &no_minor), vec![(1, 1)]);
+        assert_eq!(map_allocated(&[1], &no_minor, None), vec![(1, 1)]);
     }
 
     #[test]

@@ -236,6 +236,11 @@ pub struct SamplerStats {
     pub cpu_seconds: f64,
     /// `nvml`, or `none` (no GPUs allocated, or NVML unavailable: see `notes`).
     pub gpu_source: String,
+    /// How Slurm's GPU indices were mapped to devices: `gres_conf_files`, `autodetect_nvml`,
+    /// `autodetect_nvidia`, or `index_is_minor` (the order was not known; see `notes`).
+    /// Absent when no GPU was mapped, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mapping: Option<String>,
     /// Things a reader should know (estimates, failures).
     pub notes: Vec<String>,
 }

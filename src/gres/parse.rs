@@ -1,0 +1,376 @@
+//! Parsing Slurm's `gres.conf`: the GPU lines that apply to one node, in the order slurmd
+//! numbers them. Pure: text in, facts out; the reader is in `mod.rs`.
+//!
+//! What slurmd does (read in Slurm 22.05.8, 24.11.5 and 26.05.3; see `slurm/README.md`):
+//! - Keys are case-insensitive; `#` starts a comment (`\#` is a literal `#`); a line ending in
+//!   an odd number of `\` continues on the next line; values may be quoted.
+//! - A line's first key makes its kind: `Name=` lines apply to every node, `NodeName=<hostlist>`
+//!   lines only to the nodes listed; a line `AutoDetect=<x>` alone sets the default that a
+//!   `NodeName=... AutoDetect=<x>` line overrides for its nodes.
+//! - All `Name=` lines come first, then all `NodeName=` lines, each group in file order.
+//! - `File=` (or `Files=`) is a hostlist: `/dev/nvidia[0-3]`, `/dev/nvidia[0,2]`, comma lists;
+//!   its names are taken in the order written, never sorted.
+
+/// One GPU line of gres.conf that applies to the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuLine {
+    /// `Type=`, when given.
+    pub type_name: Option<String>,
+    /// The device files of `File=`/`Files=`, expanded, in the order written; empty without one.
+    pub files: Vec<String>,
+    /// `Count=`, when given.
+    pub count: Option<u64>,
+}
+
+/// What gres.conf says about the GPUs of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeGres {
+    /// The node's GPU lines, in slurmd's order (`Name=` lines, then `NodeName=` lines).
+    pub gpus: Vec<GpuLine>,
+    /// The AutoDetect mechanism for the node, lower case (`nvml`, `nvidia`, `off`, ...):
+    /// the node's own `NodeName= AutoDetect=` when given, else the file's global one.
+    pub autodetect: Option<String>,
+    /// `Include` lines seen (not followed).
+    pub includes: Vec<String>,
+}
+
+impl NodeGres {
+    /// The GPU device files of the node, in slurmd's order (before any AutoDetect merge).
+    pub fn files(&self) -> Vec<String> {
+        self.gpus
+            .iter()
+            .flat_map(|g| g.files.iter().cloned())
+            .collect()
+    }
+}
+
+/// Parses gres.conf text for the node `node`.
+pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
+    let mut out = NodeGres::default();
+    let (mut name_lines, mut node_lines) = (Vec::new(), Vec::new());
+    let (mut global_auto, mut local_auto) = (None, None);
+    for line in logical_lines(text) {
+        let trimmed = line.trim();
+        if trimmed.len() >= 7 && trimmed[..7].eq_ignore_ascii_case("include") {
+            out.includes.push(trimmed[7..].trim().to_string());
+            continue;
+        }
+        let pairs = key_values(trimmed);
+        let Some((first, first_value)) = pairs.first() else {
+            continue;
+        };
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.as_str())
+        };
+        if first.eq_ignore_ascii_case("autodetect") {
+            global_auto = Some(first_value.to_ascii_lowercase());
+            continue;
+        }
+        let for_node = first.eq_ignore_ascii_case("nodename");
+        if for_node {
+            if !expand_hostlist(first_value).iter().any(|n| n == node) {
+                continue;
+            }
+            if let Some(a) = get("autodetect") {
+                local_auto = Some(a.to_ascii_lowercase());
+            }
+        } else if !first.eq_ignore_ascii_case("name") {
+            continue;
+        }
+        if !get("name").is_some_and(|n| n.eq_ignore_ascii_case("gpu")) {
+            continue;
+        }
+        let gpu = GpuLine {
+            type_name: get("type").map(str::to_string),
+            files: get("file")
+                .or_else(|| get("files"))
+                .map(expand_hostlist)
+                .unwrap_or_default(),
+            count: get("count").and_then(|c| c.parse().ok()),
+        };
+        if for_node {
+            node_lines.push(gpu);
+        } else {
+            name_lines.push(gpu);
+        }
+    }
+    out.gpus = name_lines.into_iter().chain(node_lines).collect();
+    out.autodetect = local_auto.or(global_auto);
+    out
+}
+
+/// Lines with comments removed and continuations joined.
+fn logical_lines(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut acc = String::new();
+    for raw in text.lines() {
+        let line = strip_comment(raw);
+        let trailing = line.len() - line.trim_end().len();
+        let body = &line[..line.len() - trailing];
+        let slashes = body.len() - body.trim_end_matches('\\').len();
+        if slashes % 2 == 1 {
+            acc.push_str(&body[..body.len() - 1]);
+            continue;
+        }
+        acc.push_str(&line);
+        out.push(std::mem::take(&mut acc));
+    }
+    if !acc.is_empty() {
+        out.push(acc);
+    }
+    out
+}
+
+/// The line up to an unescaped `#`, with `\#` turned into `#`.
+fn strip_comment(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'#') => {
+                out.push('#');
+                chars.next();
+            }
+            '\\' if chars.peek() == Some(&'\\') => {
+                out.push_str("\\\\");
+                chars.next();
+            }
+            '#' => break,
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `key=value` pairs separated by blanks; a value may be quoted.
+fn key_values(line: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = line.trim_start();
+    while !rest.is_empty() {
+        let Some(eq) = rest.find('=') else { break };
+        let key = rest[..eq].trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            // Not a key=value pair: skip this word.
+            let skip = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            rest = rest[skip..].trim_start();
+            continue;
+        }
+        let after = &rest[eq + 1..];
+        let (value, next) = if let Some(q) = after.strip_prefix('"') {
+            let end = q.find('"').unwrap_or(q.len());
+            (&q[..end], q.get(end + 1..).unwrap_or(""))
+        } else {
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        out.push((key.to_string(), value.to_string()));
+        rest = next.trim_start();
+    }
+    out
+}
+
+/// Expands a Slurm hostlist (`n[1-3,7]`, `/dev/nvidia[0-1],/dev/nvidia3`, `a[1-2]b[0-1]`) in
+/// the order written. Zero padding follows the range's first number (`n[01-10]`).
+pub fn expand_hostlist(list: &str) -> Vec<String> {
+    split_outside_brackets(list)
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand_one(&p))
+        .collect()
+}
+
+fn split_outside_brackets(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0usize);
+    for c in s.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur).trim().to_string());
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    out.push(cur.trim().to_string());
+    out
+}
+
+/// Most names one bracket range may produce: a typo must not eat memory in slurmstepd.
+const MAX_RANGE: u64 = 65_536;
+
+fn expand_one(name: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (name.find('['), name.find(']')) else {
+        return vec![name.to_string()];
+    };
+    if close < open {
+        return vec![name.to_string()];
+    }
+    let (prefix, inner, suffix) = (&name[..open], &name[open + 1..close], &name[close + 1..]);
+    let mut out = Vec::new();
+    for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (Ok(a), Ok(b)) = (lo.trim().parse::<u64>(), hi.trim().parse::<u64>()) else {
+            continue;
+        };
+        let width = lo.trim().len();
+        for n in a..=b.min(a.saturating_add(MAX_RANGE)) {
+            for tail in expand_one(suffix) {
+                out.push(format!("{prefix}{n:0width$}{tail}"));
+            }
+        }
+    }
+    out
+}
+
+/// Slurm's natural string order (`strnatcmp`): digit runs compare as numbers, so
+/// `/dev/nvidia2` sorts before `/dev/nvidia10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let na = a.iter().take_while(|c| c.is_ascii_digit()).count();
+                let nb = b.iter().take_while(|c| c.is_ascii_digit()).count();
+                let da = trim_zeros(&a[..na]);
+                let db = trim_zeros(&b[..nb]);
+                let ord = da.len().cmp(&db.len()).then_with(|| da.cmp(db));
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                a = &a[na..];
+                b = &b[nb..];
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(y);
+                }
+                a = &a[1..];
+                b = &b[1..];
+            }
+        }
+    }
+}
+
+fn trim_zeros(d: &[u8]) -> &[u8] {
+    let z = d.iter().take_while(|c| **c == b'0').count();
+    &d[z.min(d.len().saturating_sub(1))..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostlists_expand_in_the_order_written() {
+        assert_eq!(
+            expand_hostlist("/dev/nvidia[0-2]"),
+            ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]
+        );
+        assert_eq!(
+            expand_hostlist("/dev/nvidia[3,1]"),
+            ["/dev/nvidia3", "/dev/nvidia1"]
+        );
+        assert_eq!(
+            expand_hostlist("/dev/nvidia2,/dev/nvidia[0-1]"),
+            ["/dev/nvidia2", "/dev/nvidia0", "/dev/nvidia1"]
+        );
+        assert_eq!(expand_hostlist("n[08-10]"), ["n08", "n09", "n10"]);
+        assert_eq!(
+            expand_hostlist("r[1-2]n[0-1]"),
+            ["r1n0", "r1n1", "r2n0", "r2n1"]
+        );
+        assert_eq!(expand_hostlist("gpu01"), ["gpu01"]);
+        assert!(expand_hostlist("").is_empty());
+    }
+
+    #[test]
+    fn name_lines_come_before_node_lines_and_other_nodes_are_skipped() {
+        let conf = "\
+# A comment line
+NodeName=n1 Name=gpu Type=a100 File=/dev/nvidia[2-3]   # the node's own
+Name=gpu File=/dev/nvidia9
+nodename=n[2-4] name=gpu file=/dev/nvidia[0-1]
+NodeName=n[1,5] Name=gpu Files=/dev/nvidia[5,4]
+Name=mps Count=200 File=/dev/nvidia[0-1]
+";
+        let n1 = parse_gres_conf(conf, "n1");
+        assert_eq!(
+            n1.files(),
+            [
+                "/dev/nvidia9",
+                "/dev/nvidia2",
+                "/dev/nvidia3",
+                "/dev/nvidia5",
+                "/dev/nvidia4"
+            ]
+        );
+        assert_eq!(n1.gpus[1].type_name.as_deref(), Some("a100"));
+        assert_eq!(n1.autodetect, None);
+        let n3 = parse_gres_conf(conf, "n3");
+        assert_eq!(n3.files(), ["/dev/nvidia9", "/dev/nvidia0", "/dev/nvidia1"]);
+        assert_eq!(parse_gres_conf(conf, "x").files(), ["/dev/nvidia9"]);
+    }
+
+    #[test]
+    fn autodetect_is_global_unless_the_node_says_otherwise() {
+        let conf = "AutoDetect=nvml\nNodeName=n2 AutoDetect=off\nNAME=GPU Type=v100 Count=2\n";
+        let n1 = parse_gres_conf(conf, "n1");
+        assert_eq!(n1.autodetect.as_deref(), Some("nvml"));
+        assert_eq!(
+            n1.gpus,
+            [GpuLine {
+                type_name: Some("v100".into()),
+                files: vec![],
+                count: Some(2)
+            }]
+        );
+        assert_eq!(
+            parse_gres_conf(conf, "n2").autodetect.as_deref(),
+            Some("off")
+        );
+        let local = "NodeName=n1 AutoDetect=NVIDIA Name=gpu\n";
+        assert_eq!(
+            parse_gres_conf(local, "n1").autodetect.as_deref(),
+            Some("nvidia")
+        );
+        assert_eq!(parse_gres_conf(local, "n2").autodetect, None);
+    }
+
+    #[test]
+    fn continuations_quotes_escapes_and_includes() {
+        let conf = "Name=gpu \\\n  File=\"/dev/nvidia[0-1]\"\n\
+                    Include /etc/slurm/more.conf\nName=gpu File=/dev/a\\#b # c\n";
+        let g = parse_gres_conf(conf, "n1");
+        assert_eq!(g.files(), ["/dev/nvidia0", "/dev/nvidia1", "/dev/a#b"]);
+        assert_eq!(g.includes, ["/etc/slurm/more.conf"]);
+    }
+
+    #[test]
+    fn natural_order_compares_numbers_as_numbers() {
+        let mut v = vec![
+            "/dev/nvidia10",
+            "/dev/nvidia2",
+            "/dev/nvidia1",
+            "/dev/nvidia02",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "/dev/nvidia1",
+                "/dev/nvidia2",
+                "/dev/nvidia02",
+                "/dev/nvidia10"
+            ]
+        );
+    }
+}
