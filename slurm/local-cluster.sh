@@ -156,7 +156,8 @@ write_config() {
     local contain="" container=""
     if [[ ${GPU_TRACKER_CONTAIN_SPANK:-0} == 1 ]]; then
         slurm_at_least 24.05 || fail "contain_spank needs Slurm 24.05 or newer (this is $(slurm_version))"
-        contain="SlurmdParameters=contain_spank"
+        # The tmpfs container plugins need the extern step made at allocation (Contain).
+        contain="SlurmdParameters=contain_spank"$'\n'"PrologFlags=Contain"
         # contain_spank runs the task callbacks in the job container's namespace; 26.05 renamed
         # JobContainerType=job_container/tmpfs to NamespaceType=namespace/tmpfs.
         if slurm_at_least 26.05; then
@@ -222,7 +223,7 @@ EOF
 }
 
 # The installed Slurm's version, as "24.11.5".
-slurm_version() { sinfo -V 2>/dev/null | sed -n 's/^slurm \([0-9.]*\).*/\1/p'; }
+slurm_version() { sinfo -V 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9.]*\).*/\1/p'; }
 
 # Succeeds when the installed Slurm is release $1 (e.g. 24.05) or newer.
 slurm_at_least() {

@@ -21,7 +21,7 @@
 # Slurm headers (they are in the image); nothing is compiled in the guest.
 #
 # Environment: GPU_TRACKER_VM_DIR (cache and run state, default /var/tmp/gpu-tracker-vm),
-# GPU_TRACKER_VM_MEM (MiB, default 2048), GPU_TRACKER_VM_CPUS (default 2),
+# GPU_TRACKER_VM_MEM (MiB, default 4096), GPU_TRACKER_VM_CPUS (default 2),
 # GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 
@@ -30,7 +30,7 @@ REPO=$(dirname "$(dirname "$SCRIPT")")
 GUEST=$REPO/slurm/vm
 VMDIR=${GPU_TRACKER_VM_DIR:-/var/tmp/gpu-tracker-vm}
 MIRROR=${GPU_TRACKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-MEM=${GPU_TRACKER_VM_MEM:-2048}
+MEM=${GPU_TRACKER_VM_MEM:-4096}
 CPUS=${GPU_TRACKER_VM_CPUS:-2}
 # What the guest needs: a booting system, Slurm with its headers (the host builds against them),
 # munge, and what the tests and the demo run (python3, runuser from util-linux).
@@ -207,7 +207,7 @@ build_for() {
         "$cargo" build --release --locked -p fake-nvml &&
         "$cargo" build --locked -p fake-nvml -p gpu-tracker-test-hog --target-dir target/test-support &&
         "$cargo" test --locked --features spank --test slurm --no-run --message-format=json |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$out/tests.list") >"$out/build.log" 2>&1 ||
+        grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$out/tests.list") >"$out/build.log" 2>&1 ||
         { tail -n 30 "$out/build.log" >&2; fail "build for $suite failed"; }
     [[ -s $out/tests.list ]] || fail "no test binary built for $suite"
 }

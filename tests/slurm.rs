@@ -672,7 +672,16 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     assert!(!output.contains('\x1b'), "no control character: {sum}");
     assert!(sum.contains("Job name:      summary?[2Jjob"), "{sum}");
     assert!(sum.contains(&format!("gpu-tracker summary of job {id}\n")));
-    assert!(sum.contains("User:          gtuser (uid 1001)"), "{sum}");
+    let uid = Command::new("id")
+        .args(["-u", USER])
+        .output()
+        .unwrap()
+        .stdout;
+    let uid = String::from_utf8_lossy(&uid).trim().to_string();
+    assert!(
+        sum.contains(&format!("User:          gtuser (uid {uid})")),
+        "{sum}"
+    );
     assert!(sum.contains("3 step record(s), all final"), "{sum}");
     assert!(
         sum.contains("of 2.00 GiB requested (")
