@@ -222,8 +222,8 @@ EOF
     return 0
 }
 
-# The installed Slurm's version, as "24.11.5".
-slurm_version() { sinfo -V 2>/dev/null | sed -n 's/^slurm[^ ]* \([0-9.]*\).*/\1/p'; }
+# The installed Slurm's version, as "24.11.5" (from the package: sinfo -V wants a configuration).
+slurm_version() { dpkg-query -W -f='${Version}' slurmd 2>/dev/null | sed 's/^[0-9]*://; s/-.*//'; }
 
 # Succeeds when the installed Slurm is release $1 (e.g. 24.05) or newer.
 slurm_at_least() {

@@ -18,7 +18,7 @@ fi
 started=$SECONDS
 slurm/local-cluster.sh up
 # The end-to-end tests are #[ignore]d in a plain `cargo test` (they need this cluster).
-echo "run-all: every test, the end-to-end ones on this machine's Slurm $(sinfo -V | cut -d' ' -f2) (cgroup v1)"
+echo "run-all: every test, the end-to-end ones on this machine's Slurm $(dpkg-query -W -f='${Version}' slurmd) (cgroup v1)"
 cargo test --workspace --locked --features spank -- --include-ignored "$@"
 status=0 results=()
 for suite in ${GPU_TRACKER_VM_SUITES-trixie forky}; do
