@@ -26,6 +26,8 @@ for suite in ${GPU_TRACKER_VM_SUITES-trixie forky}; do
     if slurm/vm.sh test "$suite" "$@"; then results+=("$suite: passed"); else results+=("$suite: FAILED"); status=1; fi
     slurm/vm.sh down "$suite" || true
 done
-echo "run-all: host (Slurm 22.05, cgroup v1): passed${results[*]:+; }$(IFS=';'; echo "${results[*]}")"
+summary="host (Slurm 22.05, cgroup v1): passed"
+for r in "${results[@]}"; do summary+="; $r"; done
+echo "run-all: $summary"
 echo "run-all: done in $((SECONDS - started)) s"
 exit "$status"
