@@ -186,22 +186,18 @@ impl GpuOrder {
                 "GPU indices are positions in {source}'s device files: {}",
                 list(f)
             ),
-            GpuOrder::NvmlIndex(f) => format!(
-                "GPU indices follow AutoDetect=nvml (NVML index order) per {source}{}",
-                if f.is_empty() {
+            GpuOrder::NvmlIndex(f) | GpuOrder::FileName(f) => {
+                let how = match self {
+                    GpuOrder::NvmlIndex(_) => "AutoDetect=nvml (NVML index order)",
+                    _ => "AutoDetect=nvidia (device file name order)",
+                };
+                let among = if f.is_empty() {
                     String::new()
                 } else {
                     format!(", among {}", list(f))
-                }
-            ),
-            GpuOrder::FileName(f) => format!(
-                "GPU indices follow AutoDetect=nvidia (device file name order) per {source}{}",
-                if f.is_empty() {
-                    String::new()
-                } else {
-                    format!(", among {}", list(f))
-                }
-            ),
+                };
+                format!("GPU indices follow {how} per {source}{among}")
+            }
             GpuOrder::Unknown(why) => format!(
                 "GPU indices taken as device minor numbers (/dev/nvidia<index>), unchecked: {why}"
             ),
