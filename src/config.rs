@@ -53,7 +53,7 @@ pub enum MemoryDetailSetting {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Directory of the records: `<spool_dir>/<jobid>/<node>.<step>.json`. Must be an absolute
+    /// Directory of the records: `<spool_dir>/<cluster>/<jobid>/<node>.<step>.json`. Must be an absolute
     /// path on a root-owned, local filesystem.
     pub spool_dir: PathBuf,
     /// Seconds between samples when a job asks for tracking without a value.

@@ -30,6 +30,7 @@ pub mod proc;
 pub mod report;
 pub mod sampler;
 pub mod shell;
+pub mod slurmconf;
 #[cfg(feature = "spank")]
 mod spank;
 pub mod step;

@@ -71,6 +71,56 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The real user id of the process.
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Renames `from` to `to` unless `to` exists (`renameat2` with `RENAME_NOREPLACE`): an
+/// existing `to` gives `AlreadyExists` and is left alone, also an empty directory.
+pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call; AT_FDCWD
+    // makes them relative to the working directory (they are absolute here).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The login name of user `uid` from the system's user database (`None`: no such user, or
+/// the lookup failed).
+pub fn user_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: `pw`, `buf` (with its true length) and `found` are valid for writes for the call.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string inside `buf`, alive here.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// Gives user `uid` read access to `path` (and search access, for a directory) with a POSIX
 /// access ACL, on top of its mode: group and others keep no access. Replaces any ACL there.
 pub fn grant_user_read(path: &std::path::Path, uid: u32, dir: bool) -> std::io::Result<()> {

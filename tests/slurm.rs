@@ -89,12 +89,26 @@ fn submit(name: &str, script: &str) -> u32 {
 /// Submits `script` as `user` with extra sbatch arguments; returns the job id. The output goes
 /// to `<state>/jobs/<user>/<name>-<jobid>.out` unless `extra` names another.
 fn submit_as(user: &str, name: &str, script: &str, extra: &[&str]) -> u32 {
+    submit_with_env(user, name, script, extra, &[])
+}
+
+/// [`submit_as`] with variables set in sbatch's environment (exported to the job, as a user
+/// would).
+fn submit_with_env(
+    user: &str,
+    name: &str,
+    script: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> u32 {
     cluster();
     let dir = state_dir().join("jobs").join(user);
     let path = dir.join(format!("{name}.sh"));
     std::fs::write(&path, script).unwrap();
     let mut cmd = Command::new("runuser");
-    cmd.args(["-u", user, "--", "sbatch", "--parsable", "-J", name]);
+    cmd.args(["-u", user, "--", "env"]);
+    cmd.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+    cmd.args(["sbatch", "--parsable", "-J", name]);
     if !extra.contains(&"-o") {
         cmd.arg("-o").arg(dir.join(format!("{name}-%j.out")));
     }
@@ -163,8 +177,18 @@ fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRecord> {
     }
 }
 
+/// The spool of the test cluster (`ClusterName=gputrack`): `<spool_dir>/<cluster>`.
+fn cluster_spool() -> PathBuf {
+    state_dir().join("spool/gpu-tracker/gputrack")
+}
+
+/// The directory of job `id`'s records.
+fn job_spool_dir(id: u32) -> PathBuf {
+    cluster_spool().join(id.to_string())
+}
+
 fn records(id: u32) -> BTreeMap<String, StepRecord> {
-    let dir = state_dir().join("spool/gpu-tracker").join(id.to_string());
+    let dir = job_spool_dir(id);
     let Ok(rd) = std::fs::read_dir(&dir) else {
         return BTreeMap::new();
     };
@@ -332,10 +356,7 @@ fn only_steps_that_ask_are_tracked() {
     assert_eq!(plain.state, "COMPLETED");
     std::thread::sleep(Duration::from_secs(1));
     assert!(
-        !state_dir()
-            .join("spool/gpu-tracker")
-            .join(plain.id.to_string())
-            .exists(),
+        !job_spool_dir(plain.id).exists(),
         "a job that did not ask leaves nothing in the spool"
     );
 }
@@ -489,10 +510,7 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
         "checkpoint",
         &format!("#!/bin/bash\n#SBATCH --gpu-track\n{h} --mb 50 --hold-ms 9000\n"),
     );
-    let path = state_dir()
-        .join("spool/gpu-tracker")
-        .join(id.to_string())
-        .join(format!("{}.batch.json", node()));
+    let path = job_spool_dir(id).join(format!("{}.batch.json", node()));
     let started = Instant::now();
     // The first checkpoint comes right after the first sample; the next after 5 s, with the
     // 50 MB in it.
@@ -540,9 +558,7 @@ fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
         "{:?}",
         recs["batch"].sampler.notes
     );
-    let dir = state_dir()
-        .join("spool/gpu-tracker")
-        .join(job.id.to_string());
+    let dir = job_spool_dir(job.id);
     let file = dir.join(format!("{}.batch.json", node()));
     let f = file.display();
     let d = dir.display();
@@ -969,9 +985,7 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     assert_eq!(report_as(USER, &[&running.to_string()]).0, 0);
     // A corrupt record and one from a newer gpu-tracker (put there by root): the good one is
     // still shown; the exit code names the worse problem.
-    let dir = state_dir()
-        .join("spool/gpu-tracker")
-        .join(running.to_string());
+    let dir = job_spool_dir(running);
     let good = std::fs::read_to_string(dir.join(format!("{}.batch.json", node()))).unwrap();
     std::fs::write(dir.join("othernode.batch.json"), &good[..good.len() / 2]).unwrap();
     let (code, text, err) = report_as("root", &[&running.to_string()]);
@@ -1075,7 +1089,7 @@ fn an_interactive_srun_prints_its_summary_on_the_terminal() {
 fn purge_removes_old_records_only_and_only_for_root() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     cluster();
-    let spool = state_dir().join("spool/gpu-tracker");
+    let spool = cluster_spool();
     let old = spool.join("3999998");
     std::fs::create_dir_all(&old).unwrap();
     std::fs::write(old.join("vm.batch.json"), "{}").unwrap();
@@ -1099,4 +1113,401 @@ fn purge_removes_old_records_only_and_only_for_root() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!old.exists(), "{out}");
     assert!(spool.join(recent.id.to_string()).exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Security: nothing a job controls may steer what root records, shows or waits for.
+
+fn scontrol(args: &[&str]) {
+    let st = Command::new("scontrol")
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .status()
+        .unwrap();
+    assert!(st.success(), "scontrol {args:?}");
+}
+
+/// Copies directory `from` to `to` as root (modes and ACLs kept), then rewrites the job id in
+/// every record and instance file there: what the spool holds when a job id comes round again.
+fn plant_as_job(from: &Path, to: &Path, id: u32) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for e in std::fs::read_dir(to).unwrap().flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if let Some(j) = v.pointer_mut("/job/id") {
+            *j = id.into();
+        }
+        if let Some(j) = v.pointer_mut("/job_id") {
+            *j = id.into();
+        }
+        // Written in place: the file keeps its owner, mode and ACL.
+        std::fs::write(e.path(), serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_reused_job_id_never_shows_the_earlier_jobs_records() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // gtuser2's job: a step whose command line holds a password.
+    let secret = "password=hunter2-for-gtuser2";
+    let a_script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track --mem=1G\nsrun --gpu-track sh -c 'sleep 1' {secret}\n"
+    );
+    let a = submit_as("gtuser2", "reuse-a", &a_script, &[]);
+    assert_eq!(wait_job("gtuser2", "reuse-a", a).state, "COMPLETED");
+    let a_recs = final_records(a, &["batch", "0"]);
+    assert!(
+        a_recs["0"]
+            .step
+            .command
+            .as_deref()
+            .unwrap_or("")
+            .contains(secret)
+    );
+    let a_dir = job_spool_dir(a);
+    // gtuser's job gets an id; before it runs, the spool is made to hold gtuser2's records
+    // under that id, as after MaxJobId wraps or slurmctld's state is reset: in this cluster's
+    // directory, and where a plugin of another cluster sharing the spool put them.
+    let b = submit_as(
+        USER,
+        "reuse-b",
+        "#!/bin/bash\n#SBATCH --gpu-track --mem=1G\nsleep 1\n",
+        &["--hold"],
+    );
+    let spool = state_dir().join("spool/gpu-tracker");
+    plant_as_job(&a_dir, &job_spool_dir(b), b);
+    plant_as_job(&a_dir, &spool.join(b.to_string()), b);
+    let other = spool.join("othercluster").join(b.to_string());
+    plant_as_job(&a_dir, &other, b);
+    // Another cluster's record of ITS job b, by the same user.
+    let mut theirs = final_records(b, &[])
+        .into_values()
+        .next()
+        .unwrap_or_else(|| {
+            StepRecord::from_json(
+                &std::fs::read_to_string(other.join(format!("{}.batch.json", node()))).unwrap(),
+            )
+            .unwrap()
+        });
+    theirs.step.node = "othernode".into();
+    theirs.job.uid = Command::new("id")
+        .args(["-u", USER])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().parse().unwrap())
+        .unwrap();
+    std::fs::write(
+        spool.join(b.to_string()).join("othernode.batch.json"),
+        theirs.to_json(),
+    )
+    .unwrap();
+    std::fs::write(other.join("othernode.batch.json"), theirs.to_json()).unwrap();
+    scontrol(&["release", &b.to_string()]);
+    let job = wait_job(USER, "reuse-b", b);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let recs = final_records(b, &["batch"]);
+    let out = output_with_summary(USER, "reuse-b", b);
+    let summary = summary_of(&out);
+    assert!(!summary.contains("hunter2"), "{summary}");
+    assert!(!summary.contains("othernode"), "{summary}");
+    // Only gtuser's own batch step is this job's.
+    assert_eq!(recs.keys().collect::<Vec<_>>(), ["batch"], "{recs:?}");
+    assert_eq!(recs["batch"].job.user, USER);
+    for who in [USER, "root"] {
+        let (code, text, err) = report_as(who, &[&b.to_string()]);
+        assert_eq!(code, 0, "{who}: {text}{err}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("othernode"),
+            "{who}: {text}"
+        );
+        let (_, json, _) = report_as(who, &[&b.to_string(), "--format", "json"]);
+        assert!(
+            !json.contains("hunter2") && !json.contains("gtuser2"),
+            "{who}: {json}"
+        );
+    }
+    let (_, list, _) = report_as("root", &["--all", "--since", "1h"]);
+    let line = list
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&b.to_string()))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        line.contains(" gtuser ") && !line.contains("gtuser2"),
+        "{line}"
+    );
+    // The earlier records were moved aside for the admin: root only.
+    let stale = cluster_spool().join(".stale");
+    let moved: Vec<PathBuf> = std::fs::read_dir(&stale)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{b}-"))
+        })
+        .collect();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    let kept = std::fs::read_dir(&moved[0]).unwrap().count();
+    assert!(
+        kept >= 3,
+        "the earlier job's records are kept for the admin"
+    );
+    for user in [USER, "gtuser2"] {
+        assert!(
+            !as_user_ok(user, &format!("ls {}", moved[0].display())),
+            "{user}"
+        );
+    }
+    // The other cluster's directory is left as it was.
+    assert!(other.join("othernode.batch.json").exists());
+    assert!(other.join(format!("{}.0.json", node())).exists());
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_jobs_environment_cannot_choose_its_node_user_or_gpus() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let long_list = (0..700)
+        .map(|i| format!("{i}-{}", i + 900))
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(long_list.len() >= 4096);
+    let script = "#!/bin/bash\n#SBATCH --gpu-track --mem=1G\n\
+                  export SLURM_JOB_GPUS=1 SLURM_STEP_GPUS=0,1\n\
+                  srun --gpu-track sh -c 'sleep 1'\n";
+    let id = submit_with_env(
+        USER,
+        "forged",
+        script,
+        &["-J", "forged\u{202e}gnp.exe"],
+        &[
+            ("SLURMD_NODENAME", "evil\u{1b}]2;owned\u{7}\u{1b}[31m"),
+            ("SLURM_JOB_USER", "gtuser2"),
+            ("USER", "gtuser2"),
+            ("SLURM_JOB_GPUS", "1"),
+            ("SLURM_STEP_GPUS", &long_list),
+        ],
+    );
+    let job = wait_job(USER, "forged", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let recs = final_records(id, &["batch", "0"]);
+    let mut names: Vec<String> = std::fs::read_dir(job_spool_dir(id))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let n = node();
+    assert_eq!(
+        names,
+        [
+            "instance.json".to_string(),
+            format!("{n}.0.json"),
+            format!("{n}.batch.json")
+        ]
+    );
+    for (step, r) in &recs {
+        assert_eq!(r.step.node, n, "{step}");
+        assert_eq!(r.job.user, USER, "{step}");
+        assert!(
+            r.step.alloc_gpus.is_empty(),
+            "{step}: {:?}",
+            r.step.alloc_gpus
+        );
+        assert!(
+            r.gpus.is_empty(),
+            "{step}: tracked a GPU the job was never given"
+        );
+    }
+    let out = output_with_summary(USER, "forged", id);
+    let summary = summary_of(&out);
+    for (who, text) in [
+        ("summary", summary.to_string()),
+        ("root's report", report_as("root", &[&id.to_string()]).1),
+        (
+            "root's listing",
+            report_as("root", &["--all", "--since", "1h"]).1,
+        ),
+        (
+            "root's json",
+            report_as("root", &[&id.to_string(), "-f", "json"]).1,
+        ),
+    ] {
+        assert!(
+            !text
+                .chars()
+                .any(|c| c == '\u{1b}' || c == '\u{7}' || c == '\u{202e}'),
+            "{who} prints a terminal control: {text:?}"
+        );
+    }
+    let (_, list, _) = report_as("root", &["--all", "--since", "1h"]);
+    let line = list
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        line.contains(" gtuser ") && !line.contains("gtuser2"),
+        "{line}"
+    );
+}
+
+/// `sbatch`/`srun` run as the test user with `args`: (success, stderr).
+fn submit_tool(tool: &str, args: &[&str]) -> (bool, String) {
+    cluster();
+    let out = Command::new("runuser")
+        .args(["-u", USER, "--", tool])
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(state_dir().join("jobs").join(USER))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_interval_out_of_range_is_refused_at_submission() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    for value in ["1e19", "1e300", "-1", "nan", "inf", "0"] {
+        let opt = format!("--gpu-track={value}");
+        let (ok, err) = submit_tool("sbatch", &[&opt, "-o", "/dev/null", "--wrap", "true"]);
+        assert!(!ok, "sbatch {opt} was accepted");
+        assert!(
+            err.contains("--gpu-track") && err.contains(value),
+            "{opt}: {err}"
+        );
+        let (ok, err) = submit_tool("srun", &[&opt, "true"]);
+        assert!(!ok, "srun {opt} was accepted");
+        assert!(err.contains("--gpu-track"), "{opt}: {err}");
+    }
+    // The largest interval accepted still tracks: the record keeps it.
+    let (ok, err) = submit_tool("srun", &["--gpu-track=86400", "true"]);
+    assert!(ok, "{err}");
+}
+
+/// Runs a tracked job while `change` holds (undone by the returned guard's drop) and returns
+/// it with the slurmd log lines of the plugin written meanwhile.
+fn job_with_untrusted(name: &str, change: impl FnOnce()) -> (Job, Vec<String>) {
+    let log = state_dir().join("log/slurmd.log");
+    let before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    change();
+    let job = run_job(
+        name,
+        "#!/bin/bash\n#SBATCH --gpu-track\nsrun echo step-ran\necho batch-ran\n",
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let text = std::fs::read(&log).unwrap();
+    let lines = String::from_utf8_lossy(&text[before as usize..])
+        .lines()
+        .filter(|l| l.contains("gpu-tracker:"))
+        .map(str::to_string)
+        .collect();
+    (job, lines)
+}
+
+struct Mode(PathBuf, u32);
+
+impl Drop for Mode {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(self.1)).unwrap();
+    }
+}
+
+fn mode_of(p: &Path) -> Mode {
+    use std::os::unix::fs::PermissionsExt;
+    Mode(
+        p.to_path_buf(),
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777,
+    )
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn settings_a_user_could_write_are_refused_and_the_job_runs_untracked() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    let check = |what: &str, job: &Job, lines: &[String]| {
+        assert_eq!(job.state, "COMPLETED", "{what}: {}", job.output);
+        assert!(
+            job.output.contains("step-ran") && job.output.contains("batch-ran"),
+            "{what}: {}",
+            job.output
+        );
+        assert!(records(job.id).is_empty(), "{what}: tracked anyway");
+        assert!(
+            lines.iter().any(|l| l.contains("not trusted")),
+            "{what}: slurmd's log says why: {lines:?}"
+        );
+    };
+    // 1. The settings file is group-writable.
+    {
+        let _m = mode_of(&conf);
+        let (job, lines) = job_with_untrusted("untrusted-conf", || chmod(&conf, 0o664));
+        check("group-writable settings", &job, &lines);
+    }
+    // 2. The NVIDIA library it names is the user's file.
+    let lib = state_dir()
+        .join("jobs")
+        .join(USER)
+        .join("libnvidia-ml.so.1");
+    std::fs::copy(common::fake_nvml(), &lib).unwrap();
+    let uid: u32 = String::from_utf8_lossy(
+        &Command::new("id")
+            .args(["-u", USER])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    std::os::unix::fs::chown(&lib, Some(uid), None).unwrap();
+    std::fs::write(
+        &conf,
+        good.lines()
+            .map(|l| {
+                if l.starts_with("nvml_library") {
+                    format!("nvml_library = \"{}\"", lib.display())
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .unwrap();
+    let (job, lines) = job_with_untrusted("untrusted-nvml", || {});
+    check("a user's NVIDIA library", &job, &lines);
+    std::fs::write(&conf, &good).unwrap();
+    // 3. A directory above the spool is world-writable (without the sticky bit).
+    let spool_parent = state_dir().join("spool");
+    {
+        let _m = mode_of(&spool_parent);
+        let (job, lines) = job_with_untrusted("untrusted-spool", || chmod(&spool_parent, 0o777));
+        check("a world-writable directory above the spool", &job, &lines);
+    }
+    // Put right, jobs are tracked again.
+    let job = run_job("trusted-again", "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n");
+    assert!(!final_records(job.id, &["batch"]).is_empty());
 }

@@ -13,10 +13,39 @@ use gpu_tracker::config::{self, Config};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
+use gpu_tracker::slurmconf::{self, SlurmConf};
+use gpu_tracker::step::record;
 use gpu_tracker::units::{MemUnit, TimeUnit};
 
 /// Exit status: everything shown.
 const OK: u8 = 0;
+/// Prints like `print!`, with every character that could steer a terminal (escape sequences,
+/// invisible reordering) replaced: records hold text that users chose.
+macro_rules! say {
+    ($($t:tt)*) => {
+        print!("{}", record::terminal_safe(&format!($($t)*)))
+    };
+}
+
+/// [`say!`] with a newline.
+macro_rules! sayln {
+    ($($t:tt)*) => {
+        println!("{}", record::terminal_safe(&format!($($t)*)))
+    };
+}
+
+/// `eprintln!` through the same filter as [`say!`].
+macro_rules! warnln {
+    ($($t:tt)*) => {
+        eprintln!("{}", record::terminal_safe(&format!($($t)*)))
+    };
+}
+
+/// Prints JSON with the characters [`say!`] filters written as `\\u` escapes (the same JSON).
+fn say_json(json: &str) {
+    print!("{}", record::json_terminal_safe(json));
+}
+
 /// Exit status: the spool or settings could not be used, or a purge left something behind.
 const FAILED: u8 = 1;
 /// Exit status: bad command line.
@@ -93,6 +122,10 @@ struct Args {
     /// Spool directory (overrides the settings file's spool_dir).
     #[arg(long = "spool", value_name = "DIR", env = "GPU_TRACKER_SPOOL")]
     spool: Option<PathBuf>,
+    /// Cluster whose records to read (default: ClusterName in slurm.conf, found through
+    /// SLURM_CONF or /etc/slurm/slurm.conf).
+    #[arg(long = "cluster", value_name = "NAME")]
+    cluster: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -101,7 +134,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     ExitCode::from(run(&args).unwrap_or_else(|(code, msg)| {
-        eprintln!("gpu-tracker-report: {msg}");
+        warnln!("gpu-tracker-report: {msg}");
         code
     }))
 }
@@ -120,6 +153,17 @@ fn settings(args: &Args) -> Result<Config, Failure> {
     if let Some(s) = &args.spool {
         cfg.spool_dir = s.clone();
     }
+    // Each cluster has its own directory in the spool: from here on spool_dir is this one's.
+    let cluster = match &args.cluster {
+        Some(c) => c.clone(),
+        None => SlurmConf::read(&slurmconf::path_from_env())
+            .ok()
+            .and_then(|c| c.cluster_name)
+            .unwrap_or_default(),
+    };
+    cfg.spool_dir = cfg
+        .spool_dir
+        .join(slurmconf::cluster_dir_name(Some(&cluster)));
     Ok(cfg)
 }
 
@@ -260,11 +304,11 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         None => Summary::from_records(&records.records),
     };
     if args.format == "json" {
-        print!("{}", records.to_json(&summary));
+        say_json(&records.to_json(&summary));
     } else if records.records.is_empty() {
-        println!("gpu-tracker: job {job_id}: no readable record");
+        sayln!("gpu-tracker: job {job_id}: no readable record");
         for p in &records.problems {
-            println!("Note:          {}", p.message());
+            sayln!("Note:          {}", p.message());
         }
     } else {
         let o = TextOptions {
@@ -272,7 +316,7 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             time: args.tu,
             tasks: args.tasks,
         };
-        print!("{}", render(&summary, &records.problems, &o));
+        say!("{}", render(&summary, &records.problems, &o));
     }
     let code = records
         .problems
@@ -285,7 +329,7 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         .max()
         .unwrap_or(OK);
     for p in &records.problems {
-        eprintln!("gpu-tracker-report: job {job_id}: {}", p.message());
+        warnln!("gpu-tracker-report: job {job_id}: {}", p.message());
     }
     Ok(code)
 }
@@ -357,7 +401,7 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
             .iter()
             .map(|(_, s)| serde_json::to_value(s).unwrap_or_default())
             .collect();
-        println!(
+        sayln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "schema": "gpu-tracker/job-list",
@@ -367,17 +411,17 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
             .unwrap_or_default()
         );
     } else {
-        println!("{}", listing::header());
+        sayln!("{}", listing::header());
         for (j, s) in &scan.jobs {
             let incomplete = j
                 .problems
                 .iter()
                 .any(|p| matches!(p, Problem::Incomplete { .. }));
-            println!("{}", listing::line(s, incomplete));
+            sayln!("{}", listing::line(s, incomplete));
         }
     }
     if scan.unreadable > 0 && gpu_tracker::sys::euid() == 0 {
-        eprintln!(
+        warnln!(
             "gpu-tracker-report: {} job directories could not be read",
             scan.unreadable
         );
@@ -394,19 +438,19 @@ fn purge(cfg: &Config, older_than: Option<f64>) -> Result<u8, Failure> {
         ));
     }
     if days == 0.0 && older_than.is_none() {
-        println!("gpu-tracker-report: retention_days is 0: records are kept for ever");
+        sayln!("gpu-tracker-report: retention_days is 0: records are kept for ever");
         return Ok(OK);
     }
     let age = std::time::Duration::from_secs_f64(days * 86400.0);
     let p = listing::purge(&cfg.spool_dir, age)
         .map_err(|e| (FAILED, format!("{}: {e}", cfg.spool_dir.display())))?;
-    println!(
+    sayln!(
         "gpu-tracker-report: removed the records of {} job(s) older than {days} days, kept {}",
         p.removed.len(),
         p.kept
     );
     for e in &p.errors {
-        eprintln!("gpu-tracker-report: {e}");
+        warnln!("gpu-tracker-report: {e}");
     }
     Ok(if p.errors.is_empty() { OK } else { FAILED })
 }

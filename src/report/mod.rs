@@ -109,9 +109,12 @@ pub fn job_dir(root: &Path, job_id: u32) -> PathBuf {
     root.join(job_id.to_string())
 }
 
-/// Loads every record of `job_id`.
+/// Loads every record of `job_id` from the spool of one cluster (`<spool_dir>/<cluster>`).
+/// Where the directory names its job instance (`instance.json`, which the plugin writes), a
+/// record of any other job or user in it is left out.
 pub fn load_job(root: &Path, job_id: u32) -> Result<JobRecords, LoadError> {
     let dir = job_dir(root, job_id);
+    let instance = crate::step::spool::read_instance(&dir, None);
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -145,6 +148,10 @@ pub fn load_job(root: &Path, job_id: u32) -> Result<JobRecords, LoadError> {
             }
         };
         match StepRecord::from_json(&text) {
+            Ok(r)
+                if instance
+                    .as_ref()
+                    .is_some_and(|i| r.job.id != i.job_id || r.job.uid != i.uid) => {}
             Ok(r) => {
                 if !r.complete {
                     out.problems.push(Problem::Incomplete {
@@ -240,15 +247,36 @@ impl JobRecords {
 /// The summary printed at the end of a job (all of its steps) or of an interactive step
 /// (`step`): waits up to `wait` for records still being finished (a step's record lands just
 /// after its tasks end), then renders what is there. `None` when there is no record at all.
+///
+/// Only the records of job instance `instance` count: a directory held by another job with
+/// the same id (which the plugin would have moved aside) gives `None`, and each record must
+/// name the instance's user and, where both are known, its submission token.
 pub fn end_of_job_text(
     root: &Path,
-    job_id: u32,
+    instance: &crate::step::spool::Instance,
     step: Option<&str>,
     wait: std::time::Duration,
 ) -> Option<String> {
     let deadline = std::time::Instant::now() + wait;
+    let job_id = instance.job_id;
     loop {
-        let j = load_job(root, job_id).ok().map(|j| match step {
+        let held = crate::step::spool::read_instance(&job_dir(root, job_id), None)
+            .is_some_and(|i| instance.same_job(&i));
+        let j = held
+            .then(|| load_job(root, job_id).ok())
+            .flatten()
+            .map(|mut j| {
+                j.records.retain(|r| {
+                    r.job.uid == instance.uid
+                        && r.job.cluster.as_deref().unwrap_or_default() == instance.cluster
+                        && match (&r.job.submit_token, instance.token.as_str()) {
+                            (Some(t), mine) if !mine.is_empty() => t == mine,
+                            _ => true,
+                        }
+                });
+                j
+            });
+        let j = j.map(|j| match step {
             Some(st) => j.only_step(st),
             None => j,
         });
@@ -264,7 +292,8 @@ pub fn end_of_job_text(
                 Some(st) => Summary::of_step(&j.records, st),
                 None => Summary::from_records(&j.records),
             };
-            return Some(text::render(&s, &j.problems, &text::TextOptions::default()));
+            let text = text::render(&s, &j.problems, &text::TextOptions::default());
+            return Some(crate::step::record::terminal_safe(&text).into_owned());
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

@@ -57,6 +57,15 @@ fn log_with(f: LogFn, msg: &str) {
     unsafe { f(c"%s".as_ptr(), c.as_ptr()) }
 }
 
+/// Sets `name=value` in the environment of the submitting process (sbatch, salloc or srun, in
+/// the allocator or local context), which the new job's environment is made from.
+pub fn set_submission_env(name: &str, value: &str) {
+    // SAFETY: sbatch, salloc and srun run SPANK's init_post_opt on their main thread while
+    // processing options, before they start any thread of their own; nothing reads the
+    // environment concurrently.
+    unsafe { std::env::set_var(name, value) };
+}
+
 /// Logs one line to the host process's log (slurmd's log for slurmstepd, stderr for sbatch).
 pub fn log_error(msg: &str) {
     log_with(slurm_error, msg);

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use crate::config::{self, Config, StepKind, Tracking};
 use crate::gres::{self, GpuOrder};
+use crate::slurmconf::{self, SlurmConf};
 use crate::step::record::{self, JobInfo, StepInfo};
-use crate::step::spool::Spool;
+use crate::step::spool::{Instance, Spool};
 use crate::step::{StepSetup, StepTracker};
 use ffi::{Spank, spank_context, spank_item, spank_t};
 
@@ -61,6 +62,8 @@ struct State {
     summary: bool,
     /// In `srun` (local context): the job and step it launched, from `local_user_init`.
     launched: Option<(u32, u32)>,
+    /// The tracked step's job instance: the end-of-job summary covers its records only.
+    instance: Option<Instance>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -70,6 +73,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     spool_dir: None,
     summary: false,
     launched: None,
+    instance: None,
 });
 
 fn state() -> MutexGuard<'static, State> {
@@ -175,20 +179,86 @@ fn step_kind(step_id: u32) -> StepKind {
     }
 }
 
-/// Slurm's GPU index list (`0,2` or `0-3`), as numbers.
-fn parse_index_list(s: &str) -> Vec<u32> {
+/// The most GPU indices one node's list may hold, and the largest index taken: far above any
+/// node built, far below what a hostile list could make the plugin allocate.
+const MAX_NODE_GPUS: usize = 256;
+
+/// Slurm's GPU index list (`0,2` or `0-3`), as numbers, sorted, without repeats. `None` for a
+/// list that is malformed or names more than [`MAX_NODE_GPUS`] devices or an index at or above
+/// it: Slurm never writes such a list, so it was not Slurm's.
+fn parse_index_list(s: &str) -> Option<Vec<u32>> {
+    let max = MAX_NODE_GPUS as u32;
     let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
-                    out.extend(a..=b.min(a.saturating_add(1024)));
-                }
-            }
-            None => out.extend(part.parse::<u32>().ok()),
-        }
+    if s.len() > 4096 {
+        return None;
     }
-    out
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        if a > b || b >= max || out.len() + (b - a) as usize >= MAX_NODE_GPUS {
+            return None;
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+/// The step's GPUs as Slurm allocated them: the one variable slurmstepd writes for this kind
+/// of step, and only where it writes it. slurmstepd's step setup (before SPANK's
+/// `init_post_opt`) has Slurm's `gpu` GRES plugin set `SLURM_JOB_GPUS` for a batch or
+/// interactive step and `SLURM_STEP_GPUS` for an srun step, or REMOVE it when the step has no
+/// GPU (`gres_common_gpu_set_env`, 22.05 to 26.05); nothing writes either for the extern step,
+/// nor anywhere the plugin is not loaded (`GresTypes` without `gpu`). Everywhere else the
+/// variable is whatever the user exported, so it is not read.
+fn allocated_gpus(sp: Spank, kind: StepKind, slurm_conf: &SlurmConf) -> Vec<u32> {
+    let var = match kind {
+        StepKind::Batch | StepKind::Interactive => "SLURM_JOB_GPUS",
+        StepKind::Srun => "SLURM_STEP_GPUS",
+        StepKind::Extern => return Vec::new(),
+    };
+    if !slurm_conf.has_gpu_gres() {
+        return Vec::new();
+    }
+    let Some(text) = sp.getenv(var) else {
+        return Vec::new();
+    };
+    parse_index_list(&text).unwrap_or_else(|| {
+        ffi::log_error(&format!(
+            "gpu-tracker: {var} is not a GPU list Slurm writes ({} bytes); no GPU is tracked",
+            text.len()
+        ));
+        Vec::new()
+    })
+}
+
+/// The job environment variable holding the submission's token (see
+/// [`crate::step::spool::Instance`]). A `SLURM_` name: sbatch passes those on also with
+/// `--export=NONE`.
+const SUBMIT_TOKEN_VAR: &str = "SLURM_GPU_TRACKER_SUBMIT";
+
+/// A token as the plugin makes them: digits and dots, at most 40 characters.
+fn valid_token(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// A new submission token: the time of submission (seconds and nanoseconds) and the pid.
+fn new_token() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "{}.{:09}.{}",
+        now.as_secs(),
+        now.subsec_nanos(),
+        std::process::id()
+    )
 }
 
 fn short_hostname() -> String {
@@ -255,30 +325,23 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     let array_job = array_task
         .and(sp.u32_item(spank_item::S_JOB_ARRAY_ID))
         .filter(|a| *a != 0);
-    let gpus_var = if kind == StepKind::Srun {
-        "SLURM_STEP_GPUS"
-    } else {
-        "SLURM_JOB_GPUS"
-    };
-    let gpus = sp
-        .getenv(gpus_var)
-        .or_else(|| sp.getenv("SLURM_STEP_GPUS"))
-        .or_else(|| sp.getenv("SLURM_JOB_GPUS"))
-        .map(|s| parse_index_list(&s))
-        .unwrap_or_default();
+    // Identity comes from what Slurm vouches for, never from the job's environment, which
+    // the user sets at submission (and which the plugin reads before slurmstepd writes its
+    // own variables): the user from S_JOB_UID (Slurm's signed credential), the node from
+    // slurmstepd's own environment (slurmstepd sets SLURMD_NODENAME there from slurmd's
+    // configuration before plugins load), the cluster from slurm.conf.
+    let slurm_conf = SlurmConf::read(&slurmconf::path_from_env()).unwrap_or_default();
     let hostname = short_hostname();
-    let node = sp
-        .getenv("SLURMD_NODENAME")
+    let node = std::env::var("SLURMD_NODENAME")
+        .ok()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| hostname.clone());
+    let gpus = allocated_gpus(sp, kind, &slurm_conf);
     let job = JobInfo {
         id: job_id,
         array_job_id: array_job,
         array_task_id: array_job.and(array_task),
-        user: sp
-            .getenv("SLURM_JOB_USER")
-            .or_else(|| sp.getenv("USER"))
-            .unwrap_or_default(),
+        user: crate::sys::user_name(uid).unwrap_or_default(),
         uid,
         gid: sp.u32_item(spank_item::S_JOB_GID).unwrap_or(u32::MAX),
         nodes: sp.u32_item(spank_item::S_JOB_NNODES),
@@ -287,6 +350,10 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         name: sp
             .getenv("SLURM_JOB_NAME")
             .map(|n| record::clean_text(&n, 100)),
+        cluster: Some(slurmconf::cluster_dir_name(
+            slurm_conf.cluster_name.as_deref(),
+        )),
+        submit_token: sp.getenv(SUBMIT_TOKEN_VAR).filter(|t| valid_token(t)),
     };
     let step = StepInfo {
         id: record::step_name(step_id),
@@ -311,7 +378,9 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     } else {
         gpu_order(&cfg, &step.node)
     };
+    let cluster = job.cluster.clone().unwrap_or_default();
     let spool = Spool::open(&cfg.spool_dir)
+        .and_then(|s| s.for_cluster(&cluster))
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
     let setup = StepSetup {
@@ -328,7 +397,15 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         gres_conf,
     };
     let name = setup.record_name();
+    let instance = setup.instance();
     let tracker = StepTracker::start(setup)?;
+    if let Some(to) = tracker.moved_aside() {
+        ffi::log_error(&format!(
+            "gpu-tracker: job {job_id}: the spool held records of an earlier job with this id \
+             (another user's, or before a reset); moved them to {} (root only)",
+            to.display()
+        ));
+    }
     ffi::log_debug(&format!(
         "gpu-tracker: tracking job {job_id} step {} every {interval} s into {}",
         record::step_name(step_id),
@@ -336,7 +413,8 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     ));
     let mut st = state();
     st.tracker = Some(tracker);
-    st.spool_dir = Some(cfg.spool_dir.clone());
+    st.spool_dir = Some(cfg.spool_dir.join(&cluster));
+    st.instance = Some(instance);
     st.summary = cfg.summary;
     Ok(())
 }
@@ -352,7 +430,17 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("init_post_opt", false, || {
-        if !in_context(&[spank_context::S_CTX_REMOTE]) {
+        use spank_context::*;
+        // At submission (sbatch, salloc, or srun outside an allocation): a token for the new
+        // job, which its steps carry in their environment, so records of this job are never
+        // mixed with those of an earlier job of the same user that had the same id.
+        let new_job = in_context(&[S_CTX_ALLOCATOR])
+            || (in_context(&[S_CTX_LOCAL]) && std::env::var_os("SLURM_JOB_ID").is_none());
+        if new_job {
+            ffi::set_submission_env(SUBMIT_TOKEN_VAR, &new_token());
+            return Ok(());
+        }
+        if !in_context(&[S_CTX_REMOTE]) {
             return Ok(());
         }
         let (path, option) = {
@@ -470,9 +558,14 @@ pub unsafe extern "C" fn slurm_spank_exit(
         if in_context(&[spank_context::S_CTX_LOCAL]) {
             return srun_summary();
         }
-        let (tracker, spool_dir, summary) = {
+        let (tracker, spool_dir, summary, instance) = {
             let mut st = state();
-            (st.tracker.take(), st.spool_dir.take(), st.summary)
+            (
+                st.tracker.take(),
+                st.spool_dir.take(),
+                st.summary,
+                st.instance.take(),
+            )
         };
         let Some(t) = tracker else {
             return Ok(());
@@ -488,11 +581,10 @@ pub unsafe extern "C" fn slurm_spank_exit(
         if rec.step.id != "batch" || !summary {
             return Ok(());
         }
-        let Some(root) = spool_dir else {
+        let (Some(root), Some(instance)) = (spool_dir, instance) else {
             return Ok(());
         };
-        let Some(text) =
-            crate::report::end_of_job_text(&root, rec.job.id, None, BATCH_SUMMARY_WAIT)
+        let Some(text) = crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT)
         else {
             return Ok(());
         };
@@ -538,7 +630,20 @@ fn srun_summary() -> Result<(), String> {
         return Ok(());
     }
     let name = record::step_name(step);
-    let text = crate::report::end_of_job_text(&cfg.spool_dir, job, Some(&name), SRUN_SUMMARY_WAIT)
+    // srun runs as the user: it reads what the user may read, of the job it launched.
+    let slurm_conf = SlurmConf::read(&slurmconf::path_from_env()).unwrap_or_default();
+    let cluster = slurmconf::cluster_dir_name(slurm_conf.cluster_name.as_deref());
+    let instance = Instance {
+        cluster: cluster.clone(),
+        job_id: job,
+        uid: crate::sys::uid(),
+        token: std::env::var(SUBMIT_TOKEN_VAR)
+            .ok()
+            .filter(|t| valid_token(t))
+            .unwrap_or_default(),
+    };
+    let root = cfg.spool_dir.join(&cluster);
+    let text = crate::report::end_of_job_text(&root, &instance, Some(&name), SRUN_SUMMARY_WAIT)
         .unwrap_or_else(|| {
             format!(
                 "gpu-tracker: no record of job {job} step {name} readable on this host; run gpu-tracker-report {job}.{name} on the node\n"
@@ -555,10 +660,24 @@ mod tests {
 
     #[test]
     fn gpu_index_lists() {
-        assert_eq!(parse_index_list("0"), vec![0]);
-        assert_eq!(parse_index_list("0,2"), vec![0, 2]);
-        assert_eq!(parse_index_list("1-3,7"), vec![1, 2, 3, 7]);
-        assert_eq!(parse_index_list(""), Vec::<u32>::new());
-        assert_eq!(parse_index_list("x,1"), vec![1]);
+        assert_eq!(parse_index_list("0"), Some(vec![0]));
+        assert_eq!(parse_index_list("2,0"), Some(vec![0, 2]));
+        assert_eq!(parse_index_list("1-3,7"), Some(vec![1, 2, 3, 7]));
+        assert_eq!(parse_index_list(""), Some(vec![]));
+        assert_eq!(parse_index_list("x,1"), None);
+        assert_eq!(parse_index_list("3-1"), None);
+        assert_eq!(parse_index_list("0-255"), Some((0..256).collect()));
+        assert_eq!(parse_index_list("0-256"), None);
+        assert_eq!(parse_index_list("7-4000000000"), None);
+        let many = vec!["0-200"; 300].join(",");
+        assert_eq!(parse_index_list(&many), None);
+    }
+
+    #[test]
+    fn submit_tokens_are_checked() {
+        assert!(valid_token(&new_token()));
+        assert!(!valid_token(""));
+        assert!(!valid_token("1.2\u{1b}[31m"));
+        assert!(!valid_token(&"1".repeat(41)));
     }
 }

@@ -62,9 +62,24 @@ pub struct StepSetup {
 }
 
 impl StepSetup {
-    /// The record's file name: `<node>.<step>.json`.
+    /// The record's file name: `<node>.<step>.json`, the node name cut to letters, digits,
+    /// `-`, `_` and `.` (a file name is shown on terminals).
     pub fn record_name(&self) -> String {
-        format!("{}.{}.json", self.step.node, self.step.id)
+        format!(
+            "{}.{}.json",
+            record::file_safe(&self.step.node),
+            self.step.id
+        )
+    }
+
+    /// The job instance the records belong to.
+    pub fn instance(&self) -> spool::Instance {
+        spool::Instance {
+            cluster: self.job.cluster.clone().unwrap_or_default(),
+            job_id: self.job.id,
+            uid: self.job.uid,
+            token: self.job.submit_token.clone().unwrap_or_default(),
+        }
     }
 }
 
@@ -135,6 +150,8 @@ impl Inner {
 pub struct StepTracker {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<Acc>>,
+    /// Where an earlier job instance's directory was moved at start, if one was in the way.
+    moved_aside: Option<PathBuf>,
 }
 
 /// The cgroup of a step, from one of its task's `/proc/<pid>/cgroup`: the path is cut after
@@ -189,12 +206,12 @@ impl StepTracker {
     /// Starts tracking: checks that the record can be written, then starts the sampler thread.
     pub fn start(setup: StepSetup) -> Result<StepTracker, String> {
         let mut shared = Shared::default();
-        if let Err(e) = setup.spool.share_job_dir(setup.job.id) {
+        let claim = setup
+            .spool
+            .claim_job_dir(&setup.instance())
+            .map_err(|e| format!("spool: {e}"))?;
+        if let Some(e) = claim.not_shared {
             // Still writable by root: track, and say the user cannot read the records.
-            setup
-                .spool
-                .job_dir(setup.job.id)
-                .map_err(|e| format!("spool: {e}"))?;
             shared
                 .notes
                 .push(format!("records are readable by root only: {e}"));
@@ -214,7 +231,13 @@ impl StepTracker {
         Ok(StepTracker {
             inner,
             thread: Some(thread),
+            moved_aside: claim.moved_aside,
         })
+    }
+
+    /// Where the directory of an earlier job with this id was moved at start (for the log).
+    pub fn moved_aside(&self) -> Option<&std::path::Path> {
+        self.moved_aside.as_deref()
     }
 
     /// A task was started (its pid is in its cgroup by now).

@@ -66,6 +66,14 @@ pub struct JobInfo {
     /// change: older records lack it.
     #[serde(default)]
     pub name: Option<String>,
+    /// The cluster's name (slurm.conf's `ClusterName`). Added in 0.2 without a version change:
+    /// older records lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The token the plugin gave the job at submission, which tells two jobs of one user with
+    /// the same id apart (see `instance.json`). Added in 0.2; older records lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_token: Option<String>,
 }
 
 /// The step itself.
@@ -295,12 +303,88 @@ pub fn clean_text(text: &str, max: usize) -> String {
     let mut out: String = text
         .chars()
         .take(max)
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| if is_unsafe_on_terminal(c) { '?' } else { c })
         .collect();
     if text.chars().count() > max {
         out.push('…');
     }
     out
+}
+
+/// Whether `c` must not reach a terminal as it is: control characters (C0, DEL, C1: escape
+/// sequences start with them), and the invisible characters that reorder or hide text
+/// (bidirectional embeddings, overrides and isolates, marks, zero-width characters, and the
+/// line and paragraph separators).
+pub fn is_unsafe_on_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+        )
+}
+
+/// `text` made safe for a terminal, keeping its lines and tabs: every other character of
+/// [`is_unsafe_on_terminal`] becomes `?`.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c != '\n' && c != '\t' && is_unsafe_on_terminal(c))
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| {
+            if c != '\n' && c != '\t' && is_unsafe_on_terminal(c) {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// JSON text (as serde_json writes it) with every character of [`is_unsafe_on_terminal`]
+/// that serde_json leaves raw (C1, DEL, the invisible reordering ones) written as a `\uXXXX`
+/// escape: the same JSON value, safe to print.
+pub fn json_terminal_safe(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c != '\n' && c != '\t' && c != '\r' && is_unsafe_on_terminal(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A name made safe as part of a file name: ASCII letters, digits, `-`, `_` and `.` kept, any
+/// other character `_`, at most 64 characters, never empty.
+pub fn file_safe(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("_{s}")
+    } else {
+        s
+    }
 }
 
 /// The file name part of a step id: `4294967291` is `batch`, and so on.

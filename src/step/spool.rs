@@ -1,5 +1,13 @@
-//! The spool: `<spool_dir>/<jobid>/<node>.<step>.json`, written atomically (a new file, fsync,
-//! rename, fsync of the directory) so a reader sees the old record or the new one, never half.
+//! The spool: `<spool_dir>/<cluster>/<jobid>/<node>.<step>.json`, written atomically (a new
+//! file, fsync, rename, fsync of the directory) so a reader sees the old record or the new one,
+//! never half.
+//!
+//! A job directory belongs to ONE job instance: its `instance.json` names the cluster, the job
+//! id, the user id and the submission token ([`Instance`]). Job ids repeat (MaxJobId wraps,
+//! slurmctld's state is reset); a step that finds its job's directory held by another instance
+//! moves it aside into `<spool_dir>/<cluster>/.stale/` (root only) before it makes its own, so
+//! no record of one user's job is ever opened to, summarized for, or listed as another's. Each
+//! cluster has its own directory: two clusters may share one spool.
 //!
 //! The plugin writes as root, so every directory on the way is checked before use: a real
 //! directory (not a symlink), owned by the writer, writable by no one else. Files are created
@@ -25,11 +33,73 @@ pub enum SpoolError {
     Unsafe(PathBuf, String),
 }
 
-/// The spool directory.
+/// The spool directory of one cluster.
 #[derive(Debug, Clone)]
 pub struct Spool {
     root: PathBuf,
     reader: Option<u32>,
+}
+
+/// The job instance a job directory belongs to (`instance.json`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Instance {
+    /// The cluster's name (slurm.conf's `ClusterName`).
+    pub cluster: String,
+    /// Slurm's job id.
+    pub job_id: u32,
+    /// The job's user id (from SPANK's `S_JOB_UID`: Slurm's signed credential).
+    pub uid: u32,
+    /// The submission's token (set by the plugin in sbatch, salloc or srun when the job is
+    /// submitted; empty when unknown). It tells two jobs of the SAME user with one id apart;
+    /// the user id, which the job cannot choose, keeps users apart.
+    #[serde(default)]
+    pub token: String,
+}
+
+impl Instance {
+    /// Whether a directory of instance `other` holds records of this job instance. Two known
+    /// tokens must agree; an unknown one (a job submitted without the plugin on the submit
+    /// host) cannot tell one job of the same user from another and is taken as the same.
+    pub fn same_job(&self, other: &Instance) -> bool {
+        self.cluster == other.cluster
+            && self.job_id == other.job_id
+            && self.uid == other.uid
+            && (self.token == other.token || self.token.is_empty() || other.token.is_empty())
+    }
+}
+
+/// Name of the instance file in a job directory.
+pub const INSTANCE_FILE: &str = "instance.json";
+/// Directory (under a cluster's spool) where directories of earlier job instances are moved.
+pub const STALE_DIR: &str = ".stale";
+
+/// Reads the instance file of job directory `dir`: a regular file, not a symlink, owned by
+/// `owner`. `None` when missing, unsafe or unreadable.
+pub fn read_instance(dir: &Path, owner: Option<u32>) -> Option<Instance> {
+    let path = dir.join(INSTANCE_FILE);
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.file_type().is_file() || owner.is_some_and(|o| m.uid() != o) || m.len() > 64 * 1024 {
+        return None;
+    }
+    let mut text = String::new();
+    io::Read::read_to_string(&mut &f, &mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// What [`Spool::claim_job_dir`] did.
+#[derive(Debug)]
+pub struct Claim {
+    /// The job instance's directory.
+    pub dir: PathBuf,
+    /// Where an earlier instance's directory was moved, if one was there.
+    pub moved_aside: Option<PathBuf>,
+    /// Why the reader has no access (the filesystem refused the ACL), if so.
+    pub not_shared: Option<String>,
 }
 
 fn io_err(p: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
@@ -71,6 +141,22 @@ impl Spool {
         })
     }
 
+    /// The spool of cluster `name` (a directory name made by
+    /// [`crate::slurmconf::cluster_dir_name`]): `<root>/<name>`, made with mode 0755 if missing,
+    /// checked like the root.
+    pub fn for_cluster(self, name: &str) -> Result<Spool, SpoolError> {
+        if name.is_empty() || name.contains('/') || name.starts_with('.') {
+            return Err(SpoolError::Unsafe(
+                self.root.join(name),
+                "bad cluster directory name".into(),
+            ));
+        }
+        Spool::open(&self.root.join(name)).map(|s| Spool {
+            reader: self.reader,
+            ..s
+        })
+    }
+
     /// Records written from now on (and their job directory) are readable by user `uid` as
     /// well, through a POSIX ACL: the job's user reads them, cannot change them, and other
     /// users cannot read them. Root (uid 0) needs no grant.
@@ -79,19 +165,125 @@ impl Spool {
         self
     }
 
-    /// Makes the job directory and gives the reader access to it. An error here means the
-    /// filesystem refuses ACLs: records are then readable by root only.
-    pub fn share_job_dir(&self, job_id: u32) -> Result<PathBuf, SpoolError> {
-        let dir = self.job_dir(job_id)?;
+    /// The directory of job instance `inst`, made for it if there is none, with the reader's
+    /// access. A directory held by another instance (or by none that can be told: no safe
+    /// instance file) is first moved aside into [`STALE_DIR`], root only: its records are
+    /// never opened to this job's user, nor mixed with this job's.
+    ///
+    /// A new directory is made under a temporary name with its instance file and ACL, then
+    /// renamed into place without replacing: steps of one job starting at once agree on one.
+    pub fn claim_job_dir(&self, inst: &Instance) -> Result<Claim, SpoolError> {
+        let dir = self.root.join(inst.job_id.to_string());
+        let owner = sys::euid();
+        let mut moved_aside = None;
+        for _ in 0..4 {
+            match fs::symlink_metadata(&dir) {
+                Ok(_) => {
+                    let held = check_dir(&dir, owner).is_ok()
+                        && read_instance(&dir, Some(owner)).is_some_and(|i| inst.same_job(&i));
+                    if held {
+                        let not_shared = self.share(&dir).err().map(|e| e.to_string());
+                        return Ok(Claim {
+                            dir,
+                            moved_aside,
+                            not_shared,
+                        });
+                    }
+                    match self.move_aside(&dir, inst.job_id) {
+                        Ok(to) => moved_aside = Some(to),
+                        // Moved by another step of this job meanwhile: look again.
+                        Err(SpoolError::Io(_, e)) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SpoolError::Io(dir, e)),
+            }
+            let tmp = self.root.join(format!(
+                ".new-{}-{}-{}",
+                inst.job_id,
+                std::process::id(),
+                sys::gettid()
+            ));
+            DirBuilder::new()
+                .mode(0o700)
+                .create(&tmp)
+                .map_err(io_err(&tmp))?;
+            let made = (|| {
+                let text = serde_json::to_string_pretty(inst).unwrap_or_default() + "\n";
+                self.write_file(&tmp, INSTANCE_FILE, text.as_bytes())?;
+                let not_shared = self.share(&tmp).err().map(|e| e.to_string());
+                sys::rename_noreplace(&tmp, &dir).map_err(io_err(&dir))?;
+                Ok(not_shared)
+            })();
+            match made {
+                Ok(not_shared) => {
+                    return Ok(Claim {
+                        dir,
+                        moved_aside,
+                        not_shared,
+                    });
+                }
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&tmp);
+                    // Another step of this job made it first: join it (next round).
+                    if !matches!(&e, SpoolError::Io(_, e) if e.kind() == io::ErrorKind::AlreadyExists)
+                    {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Err(SpoolError::Unsafe(
+            dir,
+            "the job directory keeps changing under the plugin".into(),
+        ))
+    }
+
+    /// Gives the reader access to `dir` (a POSIX ACL). An error means the filesystem refuses
+    /// ACLs: records are then readable by root only.
+    fn share(&self, dir: &Path) -> Result<(), SpoolError> {
         if let Some(uid) = self.reader {
-            sys::grant_user_read(&dir, uid, true).map_err(|e| {
+            sys::grant_user_read(dir, uid, true).map_err(|e| {
                 SpoolError::Io(
-                    dir.clone(),
+                    dir.to_path_buf(),
                     std::io::Error::new(e.kind(), format!("ACL for uid {uid}: {e}")),
                 )
             })?;
+            if let Ok(f) = fs::symlink_metadata(dir.join(INSTANCE_FILE)) {
+                if f.file_type().is_file() {
+                    let _ = sys::grant_user_read(&dir.join(INSTANCE_FILE), uid, false);
+                }
+            }
         }
-        Ok(dir)
+        Ok(())
+    }
+
+    /// Moves `dir` into `<root>/.stale/<jobid>-<time>-<pid>-<tid>` (the stale directory is made
+    /// 0700, so nothing under it is readable by any user whatever its ACLs say).
+    fn move_aside(&self, dir: &Path, job_id: u32) -> Result<PathBuf, SpoolError> {
+        let stale = self.root.join(STALE_DIR);
+        match DirBuilder::new().mode(0o700).create(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(SpoolError::Io(stale, e)),
+        }
+        check_dir(&stale, sys::euid())?;
+        if fs::symlink_metadata(&stale).map_err(io_err(&stale))?.mode() & 0o077 != 0 {
+            return Err(SpoolError::Unsafe(stale, "not private (mode)".into()));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let to = stale.join(format!(
+            "{job_id}-{}.{:09}-{}-{}",
+            now.as_secs(),
+            now.subsec_nanos(),
+            std::process::id(),
+            sys::gettid()
+        ));
+        sys::rename_noreplace(dir, &to).map_err(io_err(dir))?;
+        Ok(to)
     }
 
     /// The spool directory.
@@ -99,27 +291,27 @@ impl Spool {
         &self.root
     }
 
-    /// The directory of job `job_id`, made (mode 0700) if missing and checked.
+    /// The directory of job `job_id` (claimed by [`Spool::claim_job_dir`]), checked.
     pub fn job_dir(&self, job_id: u32) -> Result<PathBuf, SpoolError> {
         let dir = self.root.join(job_id.to_string());
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(SpoolError::Io(dir, e)),
-        }
         check_dir(&dir, sys::euid())?;
         Ok(dir)
     }
 
     /// Writes `contents` to `<job dir>/<name>` atomically; returns the path.
     pub fn write(&self, job_id: u32, name: &str, contents: &[u8]) -> Result<PathBuf, SpoolError> {
+        let dir = self.job_dir(job_id)?;
+        self.write_file(&dir, name, contents)
+    }
+
+    fn write_file(&self, dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf, SpoolError> {
         if name.contains('/') || name.starts_with('.') || name.is_empty() {
             return Err(SpoolError::Unsafe(
                 self.root.join(name),
                 "bad record file name".into(),
             ));
         }
-        let dir = self.job_dir(job_id)?;
+        let dir = dir.to_path_buf();
         let path = dir.join(name);
         let tmp = dir.join(format!(
             ".{name}.{}.{}.tmp",
@@ -166,22 +358,45 @@ mod tests {
     use crate::cgroup::fixture::TempTree;
     use std::os::unix::fs::PermissionsExt;
 
+    fn inst(job_id: u32, uid: u32, token: &str) -> Instance {
+        Instance {
+            cluster: "c1".into(),
+            job_id,
+            uid,
+            token: token.into(),
+        }
+    }
+
     #[test]
     fn writes_atomically_with_private_modes() {
         let t = TempTree::new("spool");
         let root = t.path().join("spool");
-        let s = Spool::open(&root).unwrap();
+        let s = Spool::open(&root).unwrap().for_cluster("c1").unwrap();
+        assert!(
+            s.write(7, "n1.batch.json", b"{}\n").is_err(),
+            "no claim yet"
+        );
+        s.claim_job_dir(&inst(7, 0, "")).unwrap();
         let p = s.write(7, "n1.batch.json", b"{}\n").unwrap();
-        assert_eq!(p, root.join("7/n1.batch.json"));
+        assert_eq!(p, root.join("c1/7/n1.batch.json"));
         assert_eq!(fs::read(&p).unwrap(), b"{}\n");
         s.write(7, "n1.batch.json", b"{\"a\":1}\n").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{\"a\":1}\n");
         assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
-        assert_eq!(fs::metadata(root.join("7")).unwrap().mode() & 0o777, 0o700);
-        // No temporary file is left behind.
-        let names: Vec<_> = fs::read_dir(root.join("7")).unwrap().flatten().collect();
-        assert_eq!(names.len(), 1);
+        assert_eq!(
+            fs::metadata(root.join("c1/7")).unwrap().mode() & 0o777,
+            0o700
+        );
+        // The instance file and the record; no temporary file is left behind.
+        let mut names: Vec<_> = fs::read_dir(root.join("c1/7"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["instance.json", "n1.batch.json"]);
         assert!(s.write(7, "../x.json", b"").is_err());
+        assert!(Spool::open(&root).unwrap().for_cluster("../x").is_err());
     }
 
     #[test]
@@ -190,15 +405,75 @@ mod tests {
         let s = Spool::open(&t.path().join("spool"))
             .unwrap()
             .readable_by(4242);
-        let dir = s.share_job_dir(9).unwrap();
+        let claim = s.claim_job_dir(&inst(9, 4242, "")).unwrap();
+        assert!(claim.not_shared.is_none(), "{:?}", claim.not_shared);
         let p = s.write(9, "n1.batch.json", b"{}").unwrap();
         // An access ACL shows its mask in the group bits of the mode: r-x on the directory,
         // r-- on the file; others get nothing.
-        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o750);
+        assert_eq!(fs::metadata(&claim.dir).unwrap().mode() & 0o777, 0o750);
         assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
         let plain = Spool::open(&t.path().join("spool")).unwrap().readable_by(0);
+        plain.claim_job_dir(&inst(10, 0, "")).unwrap();
         let q = plain.write(10, "n1.0.json", b"{}").unwrap();
         assert_eq!(fs::metadata(&q).unwrap().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_job_directory_belongs_to_one_job_instance() {
+        let t = TempTree::new("spool-instance");
+        let root = t.path().join("spool");
+        let a = Spool::open(&root).unwrap().readable_by(1001);
+        let first = a.claim_job_dir(&inst(5, 1001, "100.1")).unwrap();
+        a.write(5, "n1.batch.json", b"{\"secret\":1}").unwrap();
+        // Another step of the same job joins; so does one whose token is unknown.
+        for token in ["100.1", ""] {
+            let again = a.claim_job_dir(&inst(5, 1001, token)).unwrap();
+            assert_eq!(again.dir, first.dir);
+            assert!(again.moved_aside.is_none());
+        }
+        // The same id for another user: the earlier directory goes aside, root only.
+        let b = Spool::open(&root).unwrap().readable_by(1002);
+        let other = b.claim_job_dir(&inst(5, 1002, "200.1")).unwrap();
+        let aside = other.moved_aside.expect("moved aside");
+        assert!(aside.starts_with(root.join(STALE_DIR)));
+        assert_eq!(
+            fs::metadata(root.join(STALE_DIR)).unwrap().mode() & 0o777,
+            0o700
+        );
+        assert!(aside.join("n1.batch.json").exists());
+        assert!(!other.dir.join("n1.batch.json").exists());
+        assert_eq!(read_instance(&other.dir, Some(0)).unwrap().uid, 1002);
+        // The same user's next job with this id (another token) gets its own directory too.
+        let c = b.claim_job_dir(&inst(5, 1002, "300.1")).unwrap();
+        assert!(c.moved_aside.is_some());
+        // A directory without a (safe) instance file is no one's: moved aside.
+        fs::remove_file(c.dir.join(INSTANCE_FILE)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", c.dir.join(INSTANCE_FILE)).unwrap();
+        assert!(
+            b.claim_job_dir(&inst(5, 1002, "300.1"))
+                .unwrap()
+                .moved_aside
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn steps_starting_at_once_agree_on_one_directory() {
+        let t = TempTree::new("spool-race");
+        let s = Spool::open(&t.path().join("spool")).unwrap();
+        let claims: Vec<Claim> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| sc.spawn(|| s.claim_job_dir(&inst(3, 77, "1.2")).unwrap()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(claims.iter().all(|c| c.moved_aside.is_none()));
+        assert!(claims.iter().all(|c| c.dir == claims[0].dir));
+        let left: Vec<_> = fs::read_dir(t.path().join("spool"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(left.len(), 1, "temporary directories left: {left:?}");
     }
 
     #[test]
@@ -211,6 +486,10 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, root.join("8")).unwrap();
         let e = s.write(8, "n1.0.json", b"{}").unwrap_err();
         assert!(e.to_string().contains("symlink"), "{e}");
+        // Claiming moves the link aside (never follows it) and makes a real directory.
+        let c = s.claim_job_dir(&inst(8, 0, "")).unwrap();
+        assert!(c.moved_aside.is_some());
+        assert!(fs::symlink_metadata(&c.dir).unwrap().is_dir());
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
         fs::set_permissions(&root, fs::Permissions::from_mode(0o777)).unwrap();
         let e = Spool::open(&root).unwrap_err();

@@ -1,0 +1,119 @@
+//! The two facts the plugin takes from slurm.conf: the cluster's name (records of two clusters
+//! sharing one spool never mix) and whether Slurm's `gpu` GRES plugin runs on this node (only
+//! then does slurmstepd write or clear `SLURM_JOB_GPUS`/`SLURM_STEP_GPUS` before the plugin
+//! reads them; without it they are whatever the user exported).
+//!
+//! The file is slurmstepd's own `SLURM_CONF` (slurmd sets it for itself and its children,
+//! configless too), never the job's environment.
+
+use std::path::{Path, PathBuf};
+
+/// Where slurm.conf is when `SLURM_CONF` is not set.
+pub const DEFAULT_PATH: &str = "/etc/slurm/slurm.conf";
+
+/// What the plugin needs from slurm.conf.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmConf {
+    /// `ClusterName`, lower-cased as Slurm does; `None` when not set.
+    pub cluster_name: Option<String>,
+    /// The `GresTypes` list, lower-cased.
+    pub gres_types: Vec<String>,
+}
+
+impl SlurmConf {
+    /// Parses slurm.conf text: `Key=Value` pairs, keys case-insensitive, `#` comments, several
+    /// pairs per line allowed. `Include` files are not followed (both keys belong in the main
+    /// file on every site we know of).
+    pub fn parse(text: &str) -> SlurmConf {
+        let mut out = SlurmConf::default();
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            for pair in line.split_whitespace() {
+                let Some((k, v)) = pair.split_once('=') else {
+                    continue;
+                };
+                let v = v.trim_matches('"');
+                if k.eq_ignore_ascii_case("ClusterName") && !v.is_empty() {
+                    out.cluster_name = Some(v.to_ascii_lowercase());
+                } else if k.eq_ignore_ascii_case("GresTypes") {
+                    out.gres_types = v
+                        .split(',')
+                        .map(|t| t.trim().to_ascii_lowercase())
+                        .filter(|t| !t.is_empty())
+                        .collect();
+                }
+            }
+        }
+        out
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn read(path: &Path) -> std::io::Result<SlurmConf> {
+        std::fs::read_to_string(path).map(|t| SlurmConf::parse(&t))
+    }
+
+    /// Whether Slurm loads its `gpu` GRES plugin (which sets or clears the GPU variables of
+    /// every step before SPANK's `init_post_opt`).
+    pub fn has_gpu_gres(&self) -> bool {
+        self.gres_types.iter().any(|t| t == "gpu")
+    }
+}
+
+/// slurm.conf as the calling process sees it: `SLURM_CONF` of the process (slurmstepd's own,
+/// or the report's caller's), else [`DEFAULT_PATH`].
+pub fn path_from_env() -> PathBuf {
+    std::env::var_os("SLURM_CONF")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_PATH), PathBuf::from)
+}
+
+/// A cluster name made safe as one path component: ASCII letters, digits, `-`, `_` and `.`
+/// kept (lower-cased), anything else `_`; never empty, never starting with a dot. Without a
+/// name: `default`.
+pub fn cluster_dir_name(name: Option<&str>) -> String {
+    let name = name.map(str::trim).filter(|n| !n.is_empty());
+    let Some(name) = name else {
+        return "default".into();
+    };
+    let mut s: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.starts_with('.') {
+        s.replace_range(0..1, "_");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_name_and_gres_types_are_read_case_insensitively() {
+        let c = SlurmConf::parse(
+            "# ClusterName=commented\nclustername=GPUtrack\nSlurmctldHost=h  GresTypes=gpu,shard\n",
+        );
+        assert_eq!(c.cluster_name.as_deref(), Some("gputrack"));
+        assert!(c.has_gpu_gres());
+        let c = SlurmConf::parse("ClusterName=x\nGresTypes=shard # gpu\n");
+        assert!(!c.has_gpu_gres());
+        assert_eq!(SlurmConf::parse("").cluster_name, None);
+    }
+
+    #[test]
+    fn cluster_directory_names_are_one_safe_component() {
+        assert_eq!(cluster_dir_name(Some("GPUtrack")), "gputrack");
+        assert_eq!(cluster_dir_name(Some("../etc")), "_._etc");
+        assert_eq!(cluster_dir_name(Some("a/b\u{1b}")), "a_b_");
+        assert_eq!(cluster_dir_name(Some("")), "default");
+        assert_eq!(cluster_dir_name(None), "default");
+    }
+}
