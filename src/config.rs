@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::tracker::MIN_SLEEP_TIME;
+use crate::units::{
+    MAX_AGE_DAYS, MAX_CHECKPOINT_SECONDS, MAX_INTERVAL_SECONDS, MIN_CHECKPOINT_SECONDS,
+    MIN_INTERVAL_SECONDS, within,
+};
 
 /// Where the plugin's settings file usually is.
 pub const DEFAULT_PATH: &str = "/etc/slurm/gpu-tracker.toml";
@@ -56,9 +59,11 @@ pub struct Config {
     /// Directory of the records: `<spool_dir>/<cluster>/<jobid>/<node>.<step>.json`. Must be an absolute
     /// path on a root-owned, local filesystem.
     pub spool_dir: PathBuf,
-    /// Seconds between samples when a job asks for tracking without a value.
+    /// Seconds between samples when a job asks for tracking without a value: from
+    /// `min_interval` to [`MAX_INTERVAL_SECONDS`] (a day).
     pub interval: f64,
-    /// Shortest interval a user may ask for with `--gpu-track=SECONDS`.
+    /// Shortest interval a user may ask for with `--gpu-track=SECONDS`: from
+    /// [`MIN_INTERVAL_SECONDS`] (0.1) to [`MAX_INTERVAL_SECONDS`] (a day).
     pub min_interval: f64,
     /// Track every job; users opt out with `--gpu-track=off`.
     pub track_all: bool,
@@ -67,13 +72,15 @@ pub struct Config {
     /// Which steps are tracked.
     pub steps: Vec<StepKind>,
     /// Seconds between rewrites of a running step's (incomplete) record; 0 writes only at the end.
+    /// Otherwise from [`MIN_CHECKPOINT_SECONDS`] (1) to [`MAX_CHECKPOINT_SECONDS`] (a day).
     pub checkpoint_interval: f64,
     /// How the private/shared memory split is read.
     pub memory_detail: MemoryDetailSetting,
     /// Append the job's summary to the output of tracked batch jobs, and print a step's summary
     /// on the terminal of `srun --gpu-track` outside batch jobs.
     pub summary: bool,
-    /// Days `gpu-tracker-report --purge` keeps records; 0 keeps them for ever.
+    /// Days `gpu-tracker-report --purge` keeps records, up to [`MAX_AGE_DAYS`] (100 years); 0
+    /// keeps them for ever.
     pub retention_days: f64,
     /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
     /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
@@ -137,23 +144,48 @@ impl Config {
                 format!("must be \"\" or an absolute path, not {:?}", c.gres_conf),
             );
         }
-        if !(c.min_interval.is_finite() && c.min_interval >= MIN_SLEEP_TIME) {
+        // Values are shown with `{:?}`: `1e300`, not three hundred digits.
+        if !within(c.min_interval, MIN_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS) {
             return bad(
                 "min_interval",
-                format!("must be at least {MIN_SLEEP_TIME} s"),
+                format!(
+                    "must be from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
+                    c.min_interval
+                ),
             );
         }
-        if !(c.interval.is_finite() && c.interval >= c.min_interval) {
+        if !within(c.interval, c.min_interval, MAX_INTERVAL_SECONDS) {
             return bad(
                 "interval",
-                format!("must be at least min_interval ({} s)", c.min_interval),
+                format!(
+                    "must be from min_interval ({} s) to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
+                    c.min_interval, c.interval
+                ),
             );
         }
-        if !(c.checkpoint_interval.is_finite() && c.checkpoint_interval >= 0.0) {
-            return bad("checkpoint_interval", "must be 0 or more seconds".into());
+        if !(c.checkpoint_interval == 0.0
+            || within(
+                c.checkpoint_interval,
+                MIN_CHECKPOINT_SECONDS,
+                MAX_CHECKPOINT_SECONDS,
+            ))
+        {
+            return bad(
+                "checkpoint_interval",
+                format!(
+                    "must be 0 (only at the end) or from {MIN_CHECKPOINT_SECONDS} to {MAX_CHECKPOINT_SECONDS} seconds (1 day), not {:?}",
+                    c.checkpoint_interval
+                ),
+            );
         }
-        if !(c.retention_days.is_finite() && c.retention_days >= 0.0) {
-            return bad("retention_days", "must be 0 (keep) or more days".into());
+        if !within(c.retention_days, 0.0, f64::from(MAX_AGE_DAYS)) {
+            return bad(
+                "retention_days",
+                format!(
+                    "must be from 0 (keep for ever) to {MAX_AGE_DAYS} days (100 years), not {:?}",
+                    c.retention_days
+                ),
+            );
         }
         if c.steps.is_empty() {
             return bad(
@@ -214,16 +246,21 @@ pub enum TrackOption {
 }
 
 /// Parses the value of `--gpu-track`: empty, `on`/`yes` (the site's interval), `off`/`no`, or a
-/// number of seconds.
+/// number of seconds, more than 0 and at most [`MAX_INTERVAL_SECONDS`] (a day). The site's
+/// `min_interval` is applied later, by [`Config::decide`]. The error is the one line `sbatch`
+/// and `srun` print when they refuse the submission.
 pub fn parse_track_option(value: &str) -> Result<TrackOption, String> {
     let v = value.trim().to_ascii_lowercase();
     match v.as_str() {
         "" | "on" | "yes" | "true" => Ok(TrackOption::Default),
         "off" | "no" | "false" => Ok(TrackOption::Off),
         _ => match v.parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => Ok(TrackOption::Every(s)),
-            _ => Err(format!(
-                "--gpu-track={value}: expected a number of seconds, \"on\" or \"off\""
+            Ok(s) if s > 0.0 && s <= MAX_INTERVAL_SECONDS => Ok(TrackOption::Every(s)),
+            Ok(_) => Err(format!(
+                "--gpu-track={value}: the sampling interval must be more than 0 and at most {MAX_INTERVAL_SECONDS} seconds (1 day)"
+            )),
+            Err(_) => Err(format!(
+                "--gpu-track={value}: expected a number of seconds (more than 0, at most {MAX_INTERVAL_SECONDS}), \"on\" or \"off\""
             )),
         },
     }
@@ -276,6 +313,90 @@ mod tests {
             assert!(e.contains(key), "{t}: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+    }
+
+    /// Each out-of-range value gives one line naming the key and the accepted range.
+    fn refused(t: &str, key: &str, range: &str) {
+        let e = parse(t).unwrap_err().to_string();
+        assert!(e.contains(&format!("`{key}`")), "{t}: {e}");
+        assert!(e.contains(range), "{t}: the range is not named: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn intervals_have_a_ceiling_of_a_day() {
+        for t in [
+            "interval = 1e19",
+            "interval = 1e300",
+            "interval = 86401",
+            "interval = inf",
+        ] {
+            refused(t, "interval", "86400");
+        }
+        for t in ["min_interval = 1e300", "min_interval = 86401.0"] {
+            refused(t, "min_interval", "86400");
+        }
+        let c = parse(
+            "min_interval = 86400
+interval = 86400",
+        )
+        .unwrap();
+        assert_eq!((c.min_interval, c.interval), (86400.0, 86400.0));
+        assert_eq!(parse("min_interval = 0.1").unwrap().min_interval, 0.1);
+    }
+
+    #[test]
+    fn checkpoint_interval_is_0_or_from_a_second_to_a_day() {
+        for t in [
+            "checkpoint_interval = 1e300",
+            "checkpoint_interval = 86401",
+            "checkpoint_interval = 0.001",
+            "checkpoint_interval = -1",
+            "checkpoint_interval = nan",
+        ] {
+            refused(t, "checkpoint_interval", "86400");
+        }
+        for v in [0.0, 1.0, 86400.0] {
+            let c = parse(&format!("checkpoint_interval = {v:?}")).unwrap();
+            assert_eq!(c.checkpoint_interval, v);
+        }
+    }
+
+    #[test]
+    fn retention_is_at_most_a_hundred_years() {
+        for t in [
+            "retention_days = 1e308",
+            "retention_days = 36526",
+            "retention_days = inf",
+            "retention_days = nan",
+            "retention_days = -1",
+        ] {
+            refused(t, "retention_days", "36525");
+        }
+        for v in [0.0, 0.5, 36525.0] {
+            let c = parse(&format!("retention_days = {v:?}")).unwrap();
+            assert_eq!(c.retention_days, v);
+        }
+    }
+
+    #[test]
+    fn gpu_track_seconds_are_more_than_0_and_at_most_a_day() {
+        for v in [
+            "1e19", "1e300", "86401", "inf", "-inf", "nan", "0", "-1", "1e-400",
+        ] {
+            let e = parse_track_option(v).unwrap_err();
+            assert!(e.starts_with(&format!("--gpu-track={v}: ")), "{e}");
+            assert!(e.contains("86400"), "{v}: the range is not named: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        assert_eq!(parse_track_option("86400"), Ok(TrackOption::Every(86400.0)));
+        assert_eq!(parse_track_option("0.01"), Ok(TrackOption::Every(0.01)));
+        let site = Config::default();
+        assert!(site.decide(Some("1e19")).is_err());
+        assert_eq!(
+            site.decide(Some("86400")),
+            Ok(Tracking::On { interval: 86400.0 })
+        );
     }
 
     #[test]

@@ -3,8 +3,49 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+// The bounds of every duration and count the settings file and the command lines take, in one
+// place: the plugin, the commands, their messages and the tests all use these.
+
+/// Seconds in a day.
+pub const SECONDS_PER_DAY: f64 = 86_400.0;
+/// The shortest sampling interval anything accepts (`min_interval`, `gpu-tracker --st`).
+pub const MIN_INTERVAL_SECONDS: f64 = crate::tracker::MIN_SLEEP_TIME;
+/// The longest sampling interval: `interval`, `min_interval`, `--gpu-track=SECONDS`,
+/// `gpu-tracker --st`. A day: a step sampled less often has only its end figures.
+pub const MAX_INTERVAL_SECONDS: f64 = SECONDS_PER_DAY;
+/// The shortest `checkpoint_interval` other than 0 (0: the record is written only at the end).
+pub const MIN_CHECKPOINT_SECONDS: f64 = 1.0;
+/// The longest `checkpoint_interval`.
+pub const MAX_CHECKPOINT_SECONDS: f64 = SECONDS_PER_DAY;
+/// The longest age, in days: `retention_days`, `gpu-tracker-report --older-than` and the ages of
+/// `--since`. 100 years of 365.25 days.
+pub const MAX_AGE_DAYS: u32 = 36_525;
+/// The first year `gpu-tracker-report --since DATE` accepts: nothing was tracked before 1970.
+pub const FIRST_SINCE_YEAR: i32 = 1970;
+/// The last year `--since DATE` accepts: the last a four-digit `YYYY` can give.
+pub const LAST_SINCE_YEAR: i32 = 9999;
+/// The most cores `gpu-tracker --nec` accepts (Linux builds for at most 8192 CPUs).
+pub const MAX_EXPECTED_CORES: u32 = 65_536;
+
+/// Whether `value` lies in `min..=max`; never for NaN.
+pub fn within(value: f64, min: f64, max: f64) -> bool {
+    value >= min && value <= max
+}
+
+/// `seconds` as a [`Duration`]; `None` for a negative, NaN or too large value, where
+/// `Duration::from_secs_f64` would panic.
+pub fn checked_duration(seconds: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
+/// `days` as a [`Duration`]; `None` where [`checked_duration`] gives none.
+pub fn checked_days(days: f64) -> Option<Duration> {
+    checked_duration(days * SECONDS_PER_DAY)
+}
 
 /// A unit of memory. Decimal, as in `gpu_tracker`: `kilobytes` is 1e3 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,6 +237,29 @@ mod tests {
         assert_eq!(MemUnit::Megabytes.from_bytes(256_000_000), 256.0);
         assert_eq!(MemUnit::Gigabytes.from_bytes(1_500_000_000), 1.5);
         assert_eq!(TimeUnit::Minutes.from_seconds(90.0), 1.5);
+    }
+
+    #[test]
+    fn durations_out_of_range_are_none_not_a_panic() {
+        for s in [1e300, 1e20, f64::MAX, f64::INFINITY, f64::NAN, -1.0, -1e-9] {
+            assert_eq!(checked_duration(s), None, "{s}");
+        }
+        assert_eq!(checked_duration(1.5), Some(Duration::from_millis(1500)));
+        assert_eq!(checked_duration(0.0), Some(Duration::ZERO));
+        assert_eq!(checked_days(1e300), None);
+        assert_eq!(checked_days(f64::NAN), None);
+        assert_eq!(checked_days(0.5), Some(Duration::from_secs(43_200)));
+        let most = checked_days(f64::from(MAX_AGE_DAYS)).unwrap();
+        assert_eq!(most.as_secs(), 36_525 * 86_400);
+        assert!(checked_duration(MAX_INTERVAL_SECONDS).is_some());
+    }
+
+    #[test]
+    fn within_is_inclusive_and_refuses_nan() {
+        assert!(within(0.1, 0.1, 86_400.0) && within(86_400.0, 0.1, 86_400.0));
+        assert!(!within(86_400.1, 0.1, 86_400.0) && !within(0.09, 0.1, 86_400.0));
+        assert!(!within(f64::NAN, 0.0, f64::INFINITY));
+        assert!(!within(f64::INFINITY, 0.0, f64::MAX));
     }
 
     #[test]

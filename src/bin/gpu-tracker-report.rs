@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
-use chrono::{DateTime, FixedOffset, Local, NaiveDate, NaiveDateTime, TimeZone};
+use chrono::{
+    DateTime, Datelike, FixedOffset, Local, NaiveDate, NaiveDateTime, TimeDelta, TimeZone,
+};
 use clap::Parser;
 use gpu_tracker::config::{self, Config};
 use gpu_tracker::report::listing::{self, Filter};
@@ -15,7 +17,9 @@ use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
 use gpu_tracker::slurmconf::{self, SlurmConf};
 use gpu_tracker::step::record;
-use gpu_tracker::units::{MemUnit, TimeUnit};
+use gpu_tracker::units::{
+    FIRST_SINCE_YEAR, LAST_SINCE_YEAR, MAX_AGE_DAYS, MemUnit, TimeUnit, checked_days, within,
+};
 
 /// Exit status: everything shown.
 const OK: u8 = 0;
@@ -97,15 +101,16 @@ struct Args {
         conflicts_with = "job"
     )]
     user: Option<String>,
-    /// List jobs that ended at or after DATE: YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], or an age
-    /// such as 7d, 12h, 30m.
+    /// List jobs that ended at or after DATE: YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] (years 1970 to
+    /// 9999), or an age of at most 100 years such as 7d, 12h, 30m.
     #[arg(
         short = 'S',
         long = "since",
         value_name = "DATE",
-        conflicts_with = "job"
+        conflicts_with = "job",
+        value_parser = parse_since
     )]
-    since: Option<String>,
+    since: Option<DateTime<FixedOffset>>,
     /// List every user's jobs (root sees all; others see only what they may read).
     #[arg(short = 'a', long = "all", conflicts_with_all = ["job", "user"])]
     all: bool,
@@ -113,8 +118,8 @@ struct Args {
     /// spool's owner (root), from cron or the Epilog.
     #[arg(long = "purge", conflicts_with_all = ["job", "user", "all", "since"])]
     purge: bool,
-    /// With --purge: age in days.
-    #[arg(long = "older-than", value_name = "DAYS", requires = "purge")]
+    /// With --purge: age in days, from 0 to 36525 (100 years).
+    #[arg(long = "older-than", value_name = "DAYS", requires = "purge", value_parser = parse_days)]
     older_than: Option<f64>,
     /// Settings file of the plugin [env: GPU_TRACKER_CONFIG; default /etc/slurm/gpu-tracker.toml].
     #[arg(long = "config", value_name = "PATH", env = "GPU_TRACKER_CONFIG")]
@@ -334,28 +339,46 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
     Ok(code)
 }
 
-/// `--since`: a date, a date and time (local), or an age (`7d`, `12h`, `30m`).
+/// `--older-than`: days, from 0 to [`MAX_AGE_DAYS`].
+fn parse_days(s: &str) -> Result<f64, String> {
+    gpu_tracker::cli::number_within(
+        s,
+        0.0,
+        f64::from(MAX_AGE_DAYS),
+        &format!("must be a number of days from 0 to {MAX_AGE_DAYS} (100 years)"),
+    )
+}
+
+/// `--since`: a date, a date and time (local), or an age (`7d`, `12h`, `30m`). Ages are whole
+/// units up to [`MAX_AGE_DAYS`]; dates are from [`FIRST_SINCE_YEAR`] to [`LAST_SINCE_YEAR`]. The
+/// error is what clap prints after `invalid value '...' for '--since <DATE>': `.
 fn parse_since(s: &str) -> Result<DateTime<FixedOffset>, String> {
-    let now = Local::now();
-    if let Some(n) = s.strip_suffix(['d', 'h', 'm']) {
-        if let Ok(n) = n.parse::<i64>() {
-            let d = match s.chars().last() {
-                Some('d') => chrono::Duration::days(n),
-                Some('h') => chrono::Duration::hours(n),
-                _ => chrono::Duration::minutes(n),
-            };
-            return Ok((now - d).fixed_offset());
-        }
+    let now = Local::now().fixed_offset();
+    let age_range = || {
+        format!(
+            "an age must be a whole number of days, hours or minutes (7d, 12h, 30m) from 0 to {MAX_AGE_DAYS} days (100 years)"
+        )
+    };
+    if let Some(age) = parse_age(s) {
+        let age = age.ok_or_else(age_range)?;
+        return now.checked_sub_signed(age).ok_or_else(age_range);
     }
+    let date_range =
+        || format!("a date must be from {FIRST_SINCE_YEAR}-01-01 to {LAST_SINCE_YEAR}-12-31");
+    let in_range = |year: i32| (FIRST_SINCE_YEAR..=LAST_SINCE_YEAR).contains(&year);
+    // The year is checked on the date as written, before it is placed in the local time zone.
     let local = |n: NaiveDateTime| {
+        if !in_range(n.year()) {
+            return Some(Err(date_range()));
+        }
         Local
             .from_local_datetime(&n)
             .earliest()
-            .map(|t| t.fixed_offset())
+            .map(|t| Ok(t.fixed_offset()))
     };
     if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
         if let Some(t) = d.and_hms_opt(0, 0, 0).and_then(local) {
-            return Ok(t);
+            return t;
         }
     }
     for f in [
@@ -365,12 +388,37 @@ fn parse_since(s: &str) -> Result<DateTime<FixedOffset>, String> {
         "%Y-%m-%d %H:%M",
     ] {
         if let Some(t) = NaiveDateTime::parse_from_str(s, f).ok().and_then(local) {
-            return Ok(t);
+            return t;
         }
     }
-    DateTime::parse_from_rfc3339(s).map_err(|_| {
-        format!("--since {s:?}: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], or an age like 7d")
-    })
+    match DateTime::parse_from_rfc3339(s) {
+        Ok(t) if in_range(t.year()) => Ok(t),
+        Ok(_) => Err(date_range()),
+        Err(_) => {
+            Err("expected YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], or an age like 7d, 12h or 30m".into())
+        }
+    }
+}
+
+/// An age for `--since` (a number ending in d, h or m): `None` when `s` is not one, `Some(None)`
+/// when it is one but not a whole number of units within [`MAX_AGE_DAYS`].
+fn parse_age(s: &str) -> Option<Option<TimeDelta>> {
+    let unit: i64 = match s.chars().last()? {
+        'd' => 86_400,
+        'h' => 3_600,
+        'm' => 60,
+        _ => return None,
+    };
+    let n = &s[..s.len() - 1];
+    // Meant as an age (1e30h, -5d, nand), whether or not it is a usable one.
+    n.parse::<f64>().ok()?;
+    let most = i64::from(MAX_AGE_DAYS) * 86_400 / unit;
+    Some(
+        n.parse::<i64>()
+            .ok()
+            .filter(|v| (0..=most).contains(v))
+            .and_then(|v| TimeDelta::try_seconds(v * unit)),
+    )
 }
 
 fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
@@ -385,12 +433,7 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
                     .unwrap_or_else(|| gpu_tracker::sys::euid().to_string()),
             )
         },
-        since: args
-            .since
-            .as_deref()
-            .map(parse_since)
-            .transpose()
-            .map_err(|m| (USAGE, m))?,
+        since: args.since,
     };
     let root = &cfg.spool_dir;
     let scan =
@@ -430,18 +473,35 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
 }
 
 fn purge(cfg: &Config, older_than: Option<f64>) -> Result<u8, Failure> {
-    let days = older_than.unwrap_or(cfg.retention_days);
-    if !(days.is_finite() && days >= 0.0) {
-        return Err((
-            USAGE,
-            format!("--older-than {days}: expected days, 0 or more"),
-        ));
-    }
+    // Both are checked where they are read (the command line, the settings file); checked again
+    // here, as the age must become a Duration without a panic.
+    let most = f64::from(MAX_AGE_DAYS);
+    let days = match older_than {
+        Some(d) if within(d, 0.0, most) => d,
+        Some(d) => {
+            return Err((
+                USAGE,
+                format!(
+                    "--older-than {d:?}: must be a number of days from 0 to {MAX_AGE_DAYS} (100 years)"
+                ),
+            ));
+        }
+        None if within(cfg.retention_days, 0.0, most) => cfg.retention_days,
+        None => {
+            return Err((
+                FAILED,
+                format!(
+                    "`retention_days` must be from 0 (keep for ever) to {MAX_AGE_DAYS} days (100 years), not {:?}",
+                    cfg.retention_days
+                ),
+            ));
+        }
+    };
     if days == 0.0 && older_than.is_none() {
         sayln!("gpu-tracker-report: retention_days is 0: records are kept for ever");
         return Ok(OK);
     }
-    let age = std::time::Duration::from_secs_f64(days * 86400.0);
+    let age = checked_days(days).ok_or_else(|| (FAILED, format!("{days:?} days: too long")))?;
     let p = listing::purge(&cfg.spool_dir, age)
         .map_err(|e| (FAILED, format!("{}: {e}", cfg.spool_dir.display())))?;
     sayln!(
@@ -487,5 +547,103 @@ mod tests {
         let age = Local::now().fixed_offset() - week;
         assert_eq!(age.num_days(), 7);
         assert!(parse_since("last week").is_err());
+    }
+
+    #[test]
+    fn since_ages_are_whole_units_up_to_a_hundred_years() {
+        for s in [
+            "99999999d",
+            "1e30h",
+            "9223372036854775807h",
+            "9999999999999m",
+            "-5d",
+            "36526d",
+            "876601h",
+            "52596001m",
+            "1.5d",
+            "nand",
+        ] {
+            let e = parse_since(s).unwrap_err();
+            assert!(e.contains("36525 days (100 years)"), "{s}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let now = Local::now().fixed_offset();
+        for (s, days) in [("36525d", 36525), ("876600h", 36525), ("52596000m", 36525)] {
+            let age = now - parse_since(s).unwrap();
+            assert!((age.num_days() - days).abs() <= 1, "{s}: {age}");
+        }
+        assert!(parse_since("0d").is_ok());
+    }
+
+    #[test]
+    fn since_dates_are_from_1970_to_9999() {
+        for s in [
+            "0001-01-01",
+            "1969-12-31",
+            "-262143-01-01",
+            "0000-01-01T00:00:00Z",
+            "1969-12-31T23:59:59+00:00",
+        ] {
+            let e = parse_since(s).unwrap_err();
+            assert!(e.contains("1970-01-01 to 9999-12-31"), "{s}: {e}");
+        }
+        for s in [
+            "1970-01-01",
+            "2999-01-01",
+            "9999-12-31",
+            "9999-12-31T23:59:59+14:00",
+        ] {
+            assert!(parse_since(s).is_ok(), "{s}");
+        }
+    }
+
+    #[test]
+    fn older_than_is_a_usage_error_outside_0_to_36525_days() {
+        for v in ["1e300", "nan", "inf", "-1", "36526", "1e19"] {
+            let e = Args::try_parse_from([
+                "gpu-tracker-report".to_string(),
+                "--purge".into(),
+                format!("--older-than={v}"),
+            ])
+            .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{v}");
+            let first = e.to_string().lines().next().unwrap().to_string();
+            assert!(
+                first.contains("from 0 to 36525 (100 years)"),
+                "{v}: {first}"
+            );
+        }
+        for (v, days) in [("0", 0.0), ("0.5", 0.5), ("36525", 36525.0)] {
+            let a =
+                Args::try_parse_from(["gpu-tracker-report", "--purge", "--older-than", v]).unwrap();
+            assert_eq!(a.older_than, Some(days));
+        }
+    }
+
+    #[test]
+    fn purge_refuses_ages_it_cannot_represent_instead_of_panicking() {
+        let cfg = Config {
+            spool_dir: "/nonexistent/gpu-tracker-spool".into(),
+            ..Config::default()
+        };
+        let (code, msg) = purge(&cfg, Some(1e300)).unwrap_err();
+        assert_eq!(code, USAGE, "{msg}");
+        assert!(msg.contains("36525"), "{msg}");
+        let (code, _) = purge(&cfg, Some(f64::NAN)).unwrap_err();
+        assert_eq!(code, USAGE);
+        let huge = Config {
+            retention_days: 1e308,
+            ..cfg.clone()
+        };
+        let (code, msg) = purge(&huge, None).unwrap_err();
+        assert_eq!(code, FAILED, "{msg}");
+        assert!(
+            msg.contains("retention_days") && msg.contains("36525"),
+            "{msg}"
+        );
+        // In range, the purge itself runs: here it fails on the missing spool, not on the age.
+        let (code, msg) = purge(&cfg, Some(36525.0)).unwrap_err();
+        assert_eq!(code, FAILED, "{msg}");
+        assert!(msg.contains("/nonexistent/gpu-tracker-spool"), "{msg}");
     }
 }

@@ -12,7 +12,9 @@ use gpu_tracker::cgroup::own::OwnCgroup;
 use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, nvml::NvmlSource};
 use gpu_tracker::sampler::{EndInfo, MemoryDetail, Target};
 use gpu_tracker::sys::{self, ExitStatus};
-use gpu_tracker::units::{MemUnit, TimeUnit, Units};
+use gpu_tracker::units::{
+    MAX_EXPECTED_CORES, MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS, MemUnit, TimeUnit, Units,
+};
 use gpu_tracker::{Tracker, TrackerOptions};
 
 /// Tracks the computational resource usage (RAM, GPU RAM, CPU utilization, GPU utilization and
@@ -31,8 +33,8 @@ struct Args {
     #[arg(short = 'f', long = "format", value_name = "FORMAT", default_value = "text",
           value_parser = ["text", "json"])]
     format: String,
-    /// Seconds between samples (at least 0.1).
-    #[arg(long = "st", value_name = "SLEEP_TIME", default_value_t = 1.0)]
+    /// Seconds between samples, from 0.1 to 86400 (1 day).
+    #[arg(long = "st", value_name = "SLEEP_TIME", default_value_t = 1.0, value_parser = sleep_time)]
     st: f64,
     /// RAM unit: bytes, kilobytes, megabytes, gigabytes or terabytes (decimal).
     #[arg(long = "ru", value_name = "RAM_UNIT", default_value = "gigabytes")]
@@ -43,8 +45,8 @@ struct Args {
     /// Time unit: seconds, minutes, hours or days.
     #[arg(long = "tu", value_name = "TIME_UNIT", default_value = "hours")]
     tu: TimeUnit,
-    /// Number of cores expected to be used; all cores of the machine by default.
-    #[arg(long = "nec", value_name = "NUM_CORES")]
+    /// Number of cores expected to be used, from 1 to 65536; all cores of the machine by default.
+    #[arg(long = "nec", value_name = "NUM_CORES", value_parser = expected_cores)]
     nec: Option<u32>,
     /// Comma-separated UUIDs of the GPUs whose utilization to track; all GPUs by default.
     #[arg(long = "guuids", value_name = "GPU_UUIDS", value_delimiter = ',')]
@@ -70,6 +72,30 @@ struct Args {
     /// Print version.
     #[arg(short = 'V', short_alias = 'v', long = "version", action = ArgAction::Version)]
     version: Option<bool>,
+}
+
+/// `--st`: seconds, from [`MIN_INTERVAL_SECONDS`] to [`MAX_INTERVAL_SECONDS`] (a longer one
+/// would not fit the sampler's clock).
+fn sleep_time(s: &str) -> Result<f64, String> {
+    gpu_tracker::cli::number_within(
+        s,
+        MIN_INTERVAL_SECONDS,
+        MAX_INTERVAL_SECONDS,
+        &format!(
+            "the sleep time must be at least {MIN_INTERVAL_SECONDS} and at most {MAX_INTERVAL_SECONDS} seconds (1 day)"
+        ),
+    )
+}
+
+/// `--nec`: from 1 to [`MAX_EXPECTED_CORES`].
+fn expected_cores(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_EXPECTED_CORES).contains(n))
+        .ok_or_else(|| {
+            format!("the number of expected cores must be from 1 to {MAX_EXPECTED_CORES}")
+        })
 }
 
 /// A failure before the command ran (exit 2) or of the tracker itself (exit 1).
@@ -287,4 +313,35 @@ fn run(args: Args) -> Result<u8, Fail> {
 fn print_stdout(s: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleep_time_is_from_a_tenth_of_a_second_to_a_day() {
+        for (s, v) in [("0.1", 0.1), ("1", 1.0), ("86400", 86400.0)] {
+            assert_eq!(sleep_time(s), Ok(v));
+        }
+        for s in ["0.09", "86400.5", "1e19", "1e300", "inf", "nan", "-1"] {
+            let e = sleep_time(s).unwrap_err();
+            assert!(
+                e.contains("at least 0.1 and at most 86400 seconds"),
+                "{s}: {e}"
+            );
+        }
+        let a = Args::try_parse_from(["gpu-tracker", "-e", "true"]).unwrap();
+        assert_eq!(a.st, 1.0);
+    }
+
+    #[test]
+    fn expected_cores_are_from_1_to_65536() {
+        assert_eq!(expected_cores("1"), Ok(1));
+        assert_eq!(expected_cores("65536"), Ok(65536));
+        for s in ["0", "65537", "4294967295", "4294967296", "-1", "2.5"] {
+            let e = expected_cores(s).unwrap_err();
+            assert!(e.contains("from 1 to 65536"), "{s}: {e}");
+        }
+    }
 }
