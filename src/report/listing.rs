@@ -157,14 +157,21 @@ pub struct Purged {
     pub errors: Vec<String>,
 }
 
-/// Removes the job directories in which nothing was written for `age`. Only plain files directly
-/// in a job directory are removed, never followed through links; a directory owned by someone
-/// other than the spool's owner is left alone and reported.
+/// Removes the job directories in which nothing was written for `age`, and the directories of
+/// earlier job instances moved aside into `.stale` as they age the same way. Only plain files
+/// directly in a job directory are removed, never followed through links; a directory owned by
+/// someone other than the spool's owner is left alone and reported. `root` is one cluster's
+/// spool; a cluster without a directory yet has nothing to purge.
 pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
     let cut = SystemTime::now()
         .checked_sub(age)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let owner = fs::symlink_metadata(root)?.uid();
+    let owner_of = root
+        .exists()
+        .then_some(root)
+        .or_else(|| root.parent())
+        .unwrap_or(root);
+    let owner = fs::symlink_metadata(owner_of)?.uid();
     if crate::sys::euid() != owner {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -173,50 +180,63 @@ pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
     }
     let mut out = Purged::default();
     for id in job_ids(root)? {
-        let dir = root.join(id.to_string());
-        let Ok(meta) = fs::symlink_metadata(&dir) else {
-            continue;
-        };
-        if !meta.is_dir() || meta.uid() != owner {
-            out.errors.push(format!(
-                "{}: not a directory owned by the spool's owner; left alone",
-                dir.display()
-            ));
-            continue;
+        if purge_dir(&root.join(id.to_string()), owner, cut, &mut out)? {
+            out.removed.push(id);
         }
-        let mut newest = meta.modified()?;
-        let mut files = Vec::new();
-        for e in fs::read_dir(&dir)? {
-            let e = e?;
-            let m = fs::symlink_metadata(e.path())?;
-            newest = newest.max(m.modified()?);
-            files.push((e.path(), m));
-        }
-        if newest >= cut {
-            out.kept += 1;
-            continue;
-        }
-        let mut ok = true;
-        for (p, m) in files {
-            if m.is_dir() {
-                out.errors
-                    .push(format!("{}: unexpected directory; left alone", p.display()));
-                ok = false;
-                continue;
-            }
-            if let Err(e) = fs::remove_file(&p) {
-                out.errors.push(format!("{}: {e}", p.display()));
-                ok = false;
-            }
-        }
-        if ok {
-            match fs::remove_dir(&dir) {
-                Ok(()) => out.removed.push(id),
-                Err(e) => out.errors.push(format!("{}: {e}", dir.display())),
-            }
+    }
+    let stale = root.join(crate::step::spool::STALE_DIR);
+    if let Ok(entries) = fs::read_dir(&stale) {
+        for e in entries.flatten() {
+            purge_dir(&e.path(), owner, cut, &mut out)?;
         }
     }
     Ok(out)
+}
+
+/// Removes job directory `dir` if nothing in it is newer than `cut`; true when removed.
+fn purge_dir(dir: &Path, owner: u32, cut: SystemTime, out: &mut Purged) -> io::Result<bool> {
+    let Ok(meta) = fs::symlink_metadata(dir) else {
+        return Ok(false);
+    };
+    if !meta.is_dir() || meta.uid() != owner {
+        out.errors.push(format!(
+            "{}: not a directory owned by the spool's owner; left alone",
+            dir.display()
+        ));
+        return Ok(false);
+    }
+    let mut newest = meta.modified()?;
+    let mut files = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let m = fs::symlink_metadata(e.path())?;
+        newest = newest.max(m.modified()?);
+        files.push((e.path(), m));
+    }
+    if newest >= cut {
+        out.kept += 1;
+        return Ok(false);
+    }
+    let mut ok = true;
+    for (p, m) in files {
+        if m.is_dir() {
+            out.errors
+                .push(format!("{}: unexpected directory; left alone", p.display()));
+            ok = false;
+            continue;
+        }
+        if let Err(e) = fs::remove_file(&p) {
+            out.errors.push(format!("{}: {e}", p.display()));
+            ok = false;
+        }
+    }
+    if ok {
+        if let Err(e) = fs::remove_dir(dir) {
+            out.errors.push(format!("{}: {e}", dir.display()));
+            return Ok(false);
+        }
+    }
+    Ok(ok)
 }
 
 #[cfg(test)]

@@ -189,8 +189,13 @@ pub fn step_order(id: &str) -> (u8, u64) {
 
 /// Job ids that have a directory in the spool, smallest first (directories the caller cannot
 /// read are listed too: the spool itself is world-readable).
+/// A cluster without a directory yet has no jobs.
 pub fn job_ids(root: &Path) -> io::Result<Vec<u32>> {
-    let mut ids: Vec<u32> = fs::read_dir(root)?
+    let entries = match fs::read_dir(root) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        r => r?,
+    };
+    let mut ids: Vec<u32> = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
