@@ -1130,6 +1130,9 @@ fn scontrol(args: &[&str]) {
 /// Copies directory `from` to `to` as root (modes and ACLs kept), then rewrites the job id in
 /// every record and instance file there: what the spool holds when a job id comes round again.
 fn plant_as_job(from: &Path, to: &Path, id: u32) {
+    if to.exists() {
+        return;
+    }
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     let st = Command::new("cp")
         .arg("-a")
