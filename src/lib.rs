@@ -36,6 +36,7 @@ pub mod step;
 pub mod sys;
 pub mod tracker;
 pub mod tracking_file;
+pub mod trust;
 pub mod units;
 pub mod usage;
 
