@@ -3,7 +3,7 @@
 
 Usage (as root, in the foreground; stop it with Ctrl-C, SIGTERM or `umount MOUNTPOINT`):
 
-    python3 tests/hangfs.py --control CONTROL_DIR BACKING_DIR MOUNTPOINT
+    /usr/bin/python3 tests/hangfs.py --control CONTROL_DIR BACKING_DIR MOUNTPOINT
 
 It passes every file of MOUNTPOINT through to BACKING_DIR. It is mounted with `allow_other`
 and `default_permissions`, so any user may use it and the kernel applies the usual permission
@@ -15,16 +15,27 @@ CONTROL_DIR is an ordinary directory outside the mount. While a file named `hang
 every write on the mount blocks (until `hang` is removed); while `zero` exists there, every
 write returns 0 bytes written.
 
+A writer blocked here cannot be killed: once this process has taken a request, the kernel waits
+for its answer uninterruptibly (state D, in request_wait_answer), even after SIGKILL, so
+`timeout 3 sh -c 'echo x >> MOUNTPOINT/f'` sends its signal at 3 s but returns (124) only when
+`hang` is removed; a process with a thread blocked here does not finish exiting until then
+either. Stopping hangfs (Ctrl-C, SIGTERM) fails such writes with EIO, then unmounts.
+
+It logs each blocked write, its release, and the 1st, 10th, 100th, ... 0-byte write in a row
+(a writer that retries a 0-byte write forever shows as a growing count) on stdout.
+
     mkdir -p /tmp/hang/{backing,mnt,control}
-    python3 tests/hangfs.py --control /tmp/hang/control /tmp/hang/backing /tmp/hang/mnt &
+    /usr/bin/python3 tests/hangfs.py --control /tmp/hang/control /tmp/hang/backing /tmp/hang/mnt &
     touch /tmp/hang/control/hang     # writes on /tmp/hang/mnt now block
     rm /tmp/hang/control/hang        # and go through again
 
-Needs Debian's python3-fusepy (which brings libfuse2) and fuse3 (for /dev/fuse and umount
-helpers): `apt-get install -y python3-fusepy fuse3`.
+Needs Debian's python3-fusepy (which brings libfuse2) and fuse3 (fusermount3, /etc/fuse.conf):
+`apt-get install -y python3-fusepy fuse3`, and the kernel's fuse module (/dev/fuse). Run it with
+Debian's /usr/bin/python3: the module is installed for that one.
 """
 
 import argparse
+import ctypes
 import errno
 import os
 import sys
@@ -34,9 +45,25 @@ import time
 try:
     import fusepy as fuse  # Debian's name for fusepy's module
 except ImportError:
-    import fuse  # upstream's
+    try:
+        import fuse  # upstream's
+    except ImportError:
+        sys.exit(
+            f"hangfs: no fusepy module for {sys.executable}: apt-get install python3-fusepy "
+            "and run it with Debian's /usr/bin/python3"
+        )
 
 POLL_SECONDS = 0.1
+
+# libfuse's own flag, set by its SIGINT/SIGTERM/SIGHUP handler: a blocked write gives up then,
+# or libfuse would wait for it forever before unmounting.
+fuse._libfuse.fuse_exited.argtypes = [ctypes.c_void_p]
+fuse._libfuse.fuse_exited.restype = ctypes.c_int
+
+
+def exiting():
+    """Whether libfuse is stopping (called while answering a request)."""
+    return fuse._libfuse.fuse_exited(fuse._libfuse.fuse_get_context().contents.fuse) != 0
 
 
 class HangFs(fuse.Operations):
@@ -49,6 +76,8 @@ class HangFs(fuse.Operations):
         self.hang = os.path.join(control, "hang")
         self.zero = os.path.join(control, "zero")
         self.stopping = threading.Event()
+        self.counting = threading.Lock()  # not "lock": that name is a FUSE operation
+        self.zero_writes = 0  # in a row
 
     def _full(self, path):
         return os.path.join(self.backing, path.lstrip("/"))
@@ -66,7 +95,9 @@ class HangFs(fuse.Operations):
         st = os.lstat(self._full(path))
         attrs = {
             k: getattr(st, k)
-            for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_ino", "st_dev")
+            for k in (
+                "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks", "st_rdev",
+            )
         }
         attrs.update(
             st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns
@@ -147,12 +178,20 @@ class HangFs(fuse.Operations):
     def write(self, path, data, offset, fh):
         if os.path.exists(self.hang):
             print(f"hangfs: write to {path} blocked while {self.hang} exists", flush=True)
-            while os.path.exists(self.hang) and not self.stopping.is_set():
+            while os.path.exists(self.hang):
+                if self.stopping.is_set() or exiting():
+                    print(f"hangfs: write to {path} fails: hangfs is stopping", flush=True)
+                    raise fuse.FuseOSError(errno.EIO)
                 time.sleep(POLL_SECONDS)
             print(f"hangfs: write to {path} released", flush=True)
         if os.path.exists(self.zero):
-            print(f"hangfs: write to {path} takes 0 bytes ({self.zero} exists)", flush=True)
+            with self.counting:
+                self.zero_writes += 1
+                n = self.zero_writes
+            if n == 1 or str(n).rstrip("0") == "1":  # 1, 10, 100, ...: a looping writer
+                print(f"hangfs: write {n} to {path} takes 0 bytes ({self.zero} exists)", flush=True)
             return 0
+        self.zero_writes = 0
         return os.pwrite(fh, data, offset)
 
     def flush(self, path, fh):
