@@ -135,7 +135,8 @@ pub fn write_to_job_output(fd: i32, text: &[u8], uid: u32) -> Result<(), String>
 /// in the kernel; the caller returns at the deadline with an error all the same. The thread
 /// holds only its own copy of the text and its own duplicate of the descriptor (close-on-exec),
 /// so the caller may close `fd`; the thread ends, and closes the duplicate, when the kernel lets
-/// it go (at the latest when the process exits).
+/// it go. Until then the process cannot finish exiting: a FUSE request already taken by its
+/// daemon is waited for uninterruptibly, even by a killed process (tests/hangfs.py shows it).
 pub fn write_to_job_output_within(
     fd: i32,
     text: &[u8],
@@ -202,7 +203,7 @@ fn write_fd_within(
     match rx.recv_timeout(deadline) {
         Ok(done) => done.map_err(|e| format!("descriptor {fd}: {e}")),
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
-            "the job's output did not accept the summary within {} s: descriptor {fd} is \
+            "the job's output did not accept the summary within {} s: the write to descriptor {fd} is \
              still blocked in the kernel (a network or FUSE filesystem that does not answer?)",
             deadline.as_secs_f64()
         )),
@@ -536,7 +537,9 @@ mod tests {
         .unwrap_err();
         let took = t0.elapsed();
         assert!(
-            e.starts_with("the job's output did not accept the summary within 0.3 s: descriptor"),
+            e.starts_with(
+                "the job's output did not accept the summary within 0.3 s: the write to descriptor"
+            ),
             "{e}"
         );
         assert!(took >= std::time::Duration::from_millis(300), "{took:?}");
