@@ -37,6 +37,7 @@ pub mod step;
 pub mod sys;
 pub mod tracker;
 pub mod tracking_file;
+pub mod trust;
 pub mod units;
 pub mod usage;
 
