@@ -1514,3 +1514,121 @@ fn settings_a_user_could_write_are_refused_and_the_job_runs_untracked() {
     let job = run_job("trusted-again", "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n");
     assert!(!final_records(job.id, &["batch"]).is_empty());
 }
+
+/// A mounted `tests/hangfs.py` (a FUSE passthrough whose writes hang or take 0 bytes on
+/// demand); unmounted, with any held write released, on drop.
+struct HangFs {
+    mnt: PathBuf,
+    control: PathBuf,
+    child: std::process::Child,
+}
+
+impl HangFs {
+    fn mount() -> HangFs {
+        use std::os::unix::fs::PermissionsExt;
+        let base = state_dir().join(format!("hangfs-{}", std::process::id()));
+        let (backing, mnt, control) =
+            (base.join("backing"), base.join("mnt"), base.join("control"));
+        for d in [&backing, &mnt, &control] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::set_permissions(&backing, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hangfs.py");
+        let child = Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg("--control")
+            .args([&control, &backing, &mnt])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 tests/hangfs.py (apt-get install python3-fusepy fuse3)");
+        let started = Instant::now();
+        while !std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .contains(&mnt.display().to_string())
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "hangfs did not mount"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        HangFs {
+            mnt,
+            control,
+            child,
+        }
+    }
+}
+
+impl Drop for HangFs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.control.join("hang"));
+        let _ = std::fs::remove_file(self.control.join("zero"));
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_output_file_that_stops_answering_does_not_hold_the_job() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let fs = HangFs::mount();
+    let log = state_dir().join("log/slurmd.log");
+    for mode in ["hang", "zero"] {
+        let before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        let out = fs.mnt.join(format!("{mode}-%j.out"));
+        let id = submit_as(
+            USER,
+            &format!("stuck-{mode}"),
+            "#!/bin/bash\n#SBATCH --gpu-track\necho started\nsleep 3\n",
+            &["-o", &out.display().to_string()],
+        );
+        let file = fs.mnt.join(format!("{mode}-{id}.out"));
+        let started = Instant::now();
+        while !std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .contains("started")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "job {id} never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The job's own output is written; from now on the file stops answering.
+        std::fs::write(fs.control.join(mode), "").unwrap();
+        let ended = Instant::now();
+        let state = loop {
+            let st = job_field(id, "JobState").unwrap_or_default();
+            if !matches!(st.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "") {
+                break st;
+            }
+            assert!(
+                ended.elapsed() < Duration::from_secs(60),
+                "{mode}: job {id} still {st} a minute after its output stopped answering"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(state, "COMPLETED", "{mode}");
+        let recs = final_records(id, &["batch"]);
+        assert!(
+            recs["batch"].complete,
+            "{mode}: the record is written all the same"
+        );
+        std::fs::remove_file(fs.control.join(mode)).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        let text = std::fs::read(&log).unwrap();
+        let new = String::from_utf8_lossy(&text[before as usize..]).into_owned();
+        assert!(
+            new.lines()
+                .any(|l| l.contains("gpu-tracker:") && l.contains("summary not written")),
+            "{mode}: slurmd's log says so: {new}"
+        );
+    }
+}

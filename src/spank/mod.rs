@@ -27,6 +27,7 @@ use crate::slurmconf::{self, SlurmConf};
 use crate::step::record::{self, JobInfo, StepInfo};
 use crate::step::spool::{Instance, Spool};
 use crate::step::{StepSetup, StepTracker};
+use crate::trust;
 use ffi::{Spank, spank_context, spank_item, spank_t};
 
 /// `plugin_name`, checked by Slurm's plugin loader.
@@ -298,8 +299,18 @@ fn gpu_order(cfg: &Config, node: &str) -> (GpuOrder, Option<PathBuf>) {
 
 /// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
 fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(), String> {
+    // Root reads the settings, loads the library they name and writes where they say: each
+    // must be root's alone, or a user who can change it runs code as root in every step.
+    let untrusted = |e: String| format!("{e}; tracking off");
+    trust::check_root_trusted(config_path, "settings file").map_err(untrusted)?;
     let cfg =
         Config::load(config_path).map_err(|e| format!("settings not usable, tracking off: {e}"))?;
+    if cfg.nvml_library.contains('/') {
+        // A bare name is found by the dynamic loader in the system's directories.
+        trust::check_root_trusted(Path::new(&cfg.nvml_library), "nvml_library")
+            .map_err(untrusted)?;
+    }
+    trust::check_root_trusted_dir(&cfg.spool_dir, "spool_dir").map_err(untrusted)?;
     let interval = match cfg.decide(option) {
         Ok(Tracking::Off) => return Ok(()),
         Ok(Tracking::On { interval }) => interval,
