@@ -169,6 +169,33 @@ pub fn grant_user_read(path: &std::path::Path, uid: u32, dir: bool) -> std::io::
 /// How long [`write_to_job_output`] waits for the job's output to take the summary.
 pub const JOB_OUTPUT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The filesystem type (`ext4`, `nfs4`, `fuse.sshfs`, ...) of the file open on descriptor `fd`
+/// of this process, from the kernel's tables (`/proc/self/fdinfo`'s `mnt_id`, then
+/// `/proc/self/mountinfo`): nothing is asked of the filesystem itself, which may not answer.
+pub fn fd_filesystem_type(fd: i32) -> Option<String> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let mnt_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))?
+        .trim()
+        .to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        (f.next()? == mnt_id).then_some(())?;
+        // After the optional fields comes "-", then the filesystem type.
+        let mut rest = l.split(" - ").nth(1)?.split(' ');
+        rest.next().map(str::to_string)
+    })
+}
+
+/// Whether a filesystem of type `fstype` is served by a user-space daemon (FUSE): once such a
+/// daemon has taken a write, the kernel waits for its answer uninterruptibly, so a daemon that
+/// stops answering keeps the writing process, and slurmstepd with it, from ever exiting.
+pub fn is_fuse(fstype: &str) -> bool {
+    fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")
+}
+
 /// [`write_to_job_output_within`] with the deadline [`JOB_OUTPUT_DEADLINE`].
 pub fn write_to_job_output(fd: i32, text: &[u8], uid: u32) -> Result<(), String> {
     write_to_job_output_within(fd, text, uid, JOB_OUTPUT_DEADLINE)
@@ -492,6 +519,15 @@ pub fn spawn_shell(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filesystem_types_come_from_the_kernels_tables() {
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(fd_filesystem_type(f.as_raw_fd()).as_deref(), Some("proc"));
+        assert_eq!(fd_filesystem_type(987_654), None);
+        assert!(is_fuse("fuse.sshfs") && is_fuse("fuseblk") && !is_fuse("nfs4"));
+    }
 
     #[test]
     fn job_output_is_written_only_to_the_users_own_plain_file() {

@@ -128,7 +128,9 @@ pub fn load_job(root: &Path, job_id: u32) -> Result<JobRecords, LoadError> {
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .filter(|n| {
+            n.ends_with(".json") && !n.starts_with('.') && n != crate::step::spool::INSTANCE_FILE
+        })
         .collect();
     names.sort();
     let mut out = JobRecords {

@@ -71,6 +71,13 @@ pub fn log_error(msg: &str) {
     log_with(slurm_error, msg);
 }
 
+/// Logs one line at Slurm's info level: slurmd's log (at the default SlurmdDebug), but not the
+/// job's output, where a batch slurmstepd copies its errors (its stderr is the job's stderr),
+/// unless the user asked for verbose messages.
+pub fn log_info(msg: &str) {
+    log_with(slurm_info, msg);
+}
+
 /// Logs one debug line (shown at slurmd's debug level).
 pub fn log_debug(msg: &str) {
     log_with(slurm_debug, msg);

@@ -411,7 +411,8 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     let instance = setup.instance();
     let tracker = StepTracker::start(setup)?;
     if let Some(to) = tracker.moved_aside() {
-        ffi::log_error(&format!(
+        // For the admin only: not copied into the new job's output.
+        ffi::log_info(&format!(
             "gpu-tracker: job {job_id}: the spool held records of an earlier job with this id \
              (another user's, or before a reset); moved them to {} (root only)",
             to.display()
@@ -581,6 +582,20 @@ pub unsafe extern "C" fn slurm_spank_exit(
         let Some(t) = tracker else {
             return Ok(());
         };
+        // The summary goes to the job's output unless that is on a FUSE filesystem: a FUSE
+        // daemon that stops answering would hold slurmstepd (and the job, in COMPLETING) for
+        // ever, whatever the deadline, since the kernel waits for it uninterruptibly.
+        let is_batch = t.is_batch();
+        let fuse_output = (is_batch && summary)
+            .then(|| crate::sys::fd_filesystem_type(2))
+            .flatten()
+            .filter(|fs| crate::sys::is_fuse(fs));
+        if let Some(fs) = &fuse_output {
+            t.note(format!(
+                "the job's output is on a {fs} filesystem: no summary was appended to it \
+                 (gpu-tracker-report shows it)"
+            ));
+        }
         let (rec, written) = t.finish();
         match written {
             Ok(path) => ffi::log_debug(&format!("gpu-tracker: wrote {}", path.display())),
@@ -592,6 +607,16 @@ pub unsafe extern "C" fn slurm_spank_exit(
         if rec.step.id != "batch" || !summary {
             return Ok(());
         }
+        if let Some(fs) = fuse_output {
+            // Not an error line: slurmstepd copies those to its stderr, the job's output, the
+            // very file that may not answer. The record's notes say it too.
+            ffi::log_debug(&format!(
+                "gpu-tracker: job {}: summary not written: the job's output is on a {fs} \
+                 filesystem, which could hold the step for ever",
+                rec.job.id
+            ));
+            return Ok(());
+        }
         let (Some(root), Some(instance)) = (spool_dir, instance) else {
             return Ok(());
         };
@@ -601,14 +626,17 @@ pub unsafe extern "C" fn slurm_spank_exit(
         };
         // slurmstepd's descriptor 2 is the batch script's stderr file (the job's output file
         // unless --error names another), opened by Slurm for the user and open until now.
-        crate::sys::write_to_job_output(2, format!("\n{text}").as_bytes(), rec.job.uid).map_err(
-            |e| {
-                format!(
-                    "job {}: summary not written to the job's output: {e}",
-                    rec.job.id
-                )
-            },
-        )
+        // Bounded (a deadline; a write that takes nothing is an error). A failure is logged at
+        // info level: an error line would go to slurmstepd's stderr, the file that failed.
+        if let Err(e) =
+            crate::sys::write_to_job_output(2, format!("\n{text}").as_bytes(), rec.job.uid)
+        {
+            ffi::log_info(&format!(
+                "gpu-tracker: job {}: summary not written to the job's output: {e}",
+                rec.job.id
+            ));
+        }
+        Ok(())
     })
 }
 

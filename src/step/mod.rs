@@ -235,6 +235,19 @@ impl StepTracker {
         })
     }
 
+    /// Whether this is a batch step.
+    pub fn is_batch(&self) -> bool {
+        self.inner.setup.step.id == "batch"
+    }
+
+    /// Adds a line to the record's notes.
+    pub fn note(&self, text: String) {
+        let mut sh = self.inner.lock();
+        if !sh.notes.contains(&text) {
+            sh.notes.push(text);
+        }
+    }
+
     /// Where the directory of an earlier job with this id was moved at start (for the log).
     pub fn moved_aside(&self) -> Option<&std::path::Path> {
         self.moved_aside.as_deref()
