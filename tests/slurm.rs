@@ -1543,7 +1543,7 @@ impl HangFs {
             .args([&control, &backing, &mnt])
             .stdout(std::process::Stdio::null())
             .spawn()
-            .expect("python3 tests/hangfs.py (apt-get install python3-fusepy fuse3)");
+            .expect("python3 tests/hangfs.py (apt-get install python3-pyfuse3 fuse3)");
         let started = Instant::now();
         while !std::fs::read_to_string("/proc/self/mounts")
             .unwrap()
