@@ -348,6 +348,24 @@ pub fn spawn_shell(
     cmd.spawn()
 }
 
+/// Sets close-on-exec on descriptor `fd`. Returns whether it was newly set (`false`: it was
+/// set already). An error (`EBADF`: the descriptor was closed meanwhile) changes nothing.
+pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {
+    // SAFETY: F_GETFD takes no argument and only reads the descriptor's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if flags & libc::FD_CLOEXEC != 0 {
+        return Ok(false);
+    }
+    // SAFETY: F_SETFD takes an int of descriptor flags; it touches nothing but the descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +406,26 @@ mod tests {
         assert_eq!(s.shell_code(), 137);
         assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn close_on_exec_is_set_once() {
+        use std::os::fd::AsRawFd;
+        let (r, _w) = std::io::pipe().unwrap();
+        let fd = r.as_raw_fd();
+        let cloexec = || {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+            u32::from_str_radix(flags.trim(), 8).unwrap() & libc::O_CLOEXEC as u32 != 0
+        };
+        assert!(!set_cloexec(fd).unwrap(), "std opens with O_CLOEXEC");
+        // SAFETY: F_SETFD with 0 clears the descriptor flags of a pipe this test owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+        assert!(!cloexec());
+        assert!(set_cloexec(fd).unwrap());
+        assert!(cloexec());
+        assert!(!set_cloexec(fd).unwrap());
+        assert!(set_cloexec(-1).is_err());
     }
 
     #[test]
