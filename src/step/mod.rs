@@ -15,6 +15,9 @@
 //! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
 //! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
 
+pub mod nvml_gate;
+pub mod pace;
+pub mod procs;
 pub mod record;
 pub mod spool;
 
