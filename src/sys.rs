@@ -366,6 +366,29 @@ pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// Keeps the object holding this code (the plugin's `.so` inside slurmstepd) mapped until the
+/// process ends, whatever `dlclose` is called later: for a thread left running in it. Fails
+/// where the object cannot be looked up again by its name (the main program, say).
+pub fn pin_this_object() -> std::io::Result<()> {
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers) for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = pin_this_object as fn() -> std::io::Result<()> as *const libc::c_void;
+    // SAFETY: `addr` is an address inside this object; `info` is a valid, writable Dl_info.
+    let found = unsafe { libc::dladdr(addr, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return Err(std::io::Error::other("dladdr found no object"));
+    }
+    let flags = libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE;
+    // SAFETY: `dli_fname` is the loader's NUL-terminated name of a loaded object; with
+    // RTLD_NOLOAD dlopen loads nothing new and runs no initializer, it only marks the object.
+    let handle = unsafe { libc::dlopen(info.dli_fname, flags) };
+    if handle.is_null() {
+        return Err(std::io::Error::other("dlopen(RTLD_NOLOAD) found no object"));
+    }
+    // The reference taken here is never dropped: the object stays for the process's life.
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
