@@ -378,7 +378,7 @@ pub fn pin_this_object() -> std::io::Result<()> {
     if found == 0 || info.dli_fname.is_null() {
         return Err(std::io::Error::other("dladdr found no object"));
     }
-    let flags = libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE;
+    let flags = libc::RTLD_LAZY | libc::RTLD_NOLOAD | libc::RTLD_NODELETE;
     // SAFETY: `dli_fname` is the loader's NUL-terminated name of a loaded object; with
     // RTLD_NOLOAD dlopen loads nothing new and runs no initializer, it only marks the object.
     let handle = unsafe { libc::dlopen(info.dli_fname, flags) };
