@@ -516,6 +516,47 @@ pub fn spawn_shell(
     cmd.spawn()
 }
 
+/// Sets close-on-exec on descriptor `fd`. Returns whether it was newly set (`false`: it was
+/// set already). An error (`EBADF`: the descriptor was closed meanwhile) changes nothing.
+pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {
+    // SAFETY: F_GETFD takes no argument and only reads the descriptor's flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if flags & libc::FD_CLOEXEC != 0 {
+        return Ok(false);
+    }
+    // SAFETY: F_SETFD takes an int of descriptor flags; it touches nothing but the descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(true)
+}
+
+/// Keeps the object holding this code (the plugin's `.so` inside slurmstepd) mapped until the
+/// process ends, whatever `dlclose` is called later: for a thread left running in it. Fails
+/// where the object cannot be looked up again by its name (the main program, say).
+pub fn pin_this_object() -> std::io::Result<()> {
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers) for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = pin_this_object as fn() -> std::io::Result<()> as *const libc::c_void;
+    // SAFETY: `addr` is an address inside this object; `info` is a valid, writable Dl_info.
+    let found = unsafe { libc::dladdr(addr, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return Err(std::io::Error::other("dladdr found no object"));
+    }
+    let flags = libc::RTLD_LAZY | libc::RTLD_NOLOAD | libc::RTLD_NODELETE;
+    // SAFETY: `dli_fname` is the loader's NUL-terminated name of a loaded object; with
+    // RTLD_NOLOAD dlopen loads nothing new and runs no initializer, it only marks the object.
+    let handle = unsafe { libc::dlopen(info.dli_fname, flags) };
+    if handle.is_null() {
+        return Err(std::io::Error::other("dlopen(RTLD_NOLOAD) found no object"));
+    }
+    // The reference taken here is never dropped: the object stays for the process's life.
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,6 +786,26 @@ mod tests {
         assert_eq!(s.shell_code(), 137);
         assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
         assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn close_on_exec_is_set_once() {
+        use std::os::fd::AsRawFd;
+        let (r, _w) = std::io::pipe().unwrap();
+        let fd = r.as_raw_fd();
+        let cloexec = || {
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap();
+            u32::from_str_radix(flags.trim(), 8).unwrap() & libc::O_CLOEXEC as u32 != 0
+        };
+        assert!(!set_cloexec(fd).unwrap(), "std opens with O_CLOEXEC");
+        // SAFETY: F_SETFD with 0 clears the descriptor flags of a pipe this test owns.
+        assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+        assert!(!cloexec());
+        assert!(set_cloexec(fd).unwrap());
+        assert!(cloexec());
+        assert!(!set_cloexec(fd).unwrap());
+        assert!(set_cloexec(-1).is_err());
     }
 
     #[test]

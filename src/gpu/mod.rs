@@ -3,6 +3,7 @@
 //! A machine without GPUs or without the NVIDIA library is normal: [`open_lazily`] logs one line
 //! and the tracker reports zeros.
 
+pub mod cloexec;
 pub mod nvml;
 
 use std::path::PathBuf;
@@ -69,6 +70,11 @@ pub trait GpuSource: Send {
     /// Reads device `i` (an index into [`GpuSource::devices`]). `None` once the device is lost
     /// (fell off the bus): the caller keeps what it had.
     fn read(&mut self, i: usize) -> Option<GpuReading>;
+    /// Descriptors the source's library left open without close-on-exec when it was opened,
+    /// and that were marked close-on-exec then (see [`cloexec`]).
+    fn descriptors_marked_cloexec(&self) -> usize {
+        0
+    }
 }
 
 /// Where to find the NVIDIA management library.

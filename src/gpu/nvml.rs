@@ -16,6 +16,7 @@ pub struct NvmlSource {
     nvml: Nvml,
     devices: Vec<GpuInfo>,
     lost: Vec<bool>,
+    cloexec_marked: usize,
 }
 
 fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuError> {
@@ -38,8 +39,18 @@ fn optional<T>(r: Result<T, NvmlError>, lost: &mut bool) -> Option<T> {
 }
 
 impl NvmlSource {
-    /// Loads NVML (from `lib`, or the loader's search path) and lists every device.
+    /// Loads NVML (from `lib`, or the loader's search path) and lists every device (which
+    /// gets every device's handle). The descriptors the library opened meanwhile are marked
+    /// close-on-exec: NVML may open the driver's device files without it.
     pub fn open(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
+        let (r, marked) = super::cloexec::marking(|| NvmlSource::open_unmarked(lib));
+        r.map(|s| NvmlSource {
+            cloexec_marked: marked,
+            ..s
+        })
+    }
+
+    fn open_unmarked(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
         let lib_name = lib
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "libnvidia-ml.so.1".to_string());
@@ -67,6 +78,7 @@ impl NvmlSource {
             lost: vec![false; devices.len()],
             nvml,
             devices,
+            cloexec_marked: 0,
         })
     }
 
@@ -89,6 +101,10 @@ impl NvmlSource {
 impl GpuSource for NvmlSource {
     fn devices(&self) -> &[GpuInfo] {
         &self.devices
+    }
+
+    fn descriptors_marked_cloexec(&self) -> usize {
+        self.cloexec_marked
     }
 
     fn read(&mut self, i: usize) -> Option<GpuReading> {

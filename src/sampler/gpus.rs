@@ -21,7 +21,7 @@ struct DeviceAcc {
 }
 
 /// GPU figures over a run.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct GpuAccumulator {
     select: Option<Vec<String>>,
     devices: Option<Vec<DeviceAcc>>,

@@ -9,6 +9,12 @@ use crate::proc::ProcFs;
 /// tree roots (and the main process itself), walking `children` files, or every process's parent
 /// where the kernel has no `children` files.
 pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
+    members_limited(procfs, target, usize::MAX).0
+}
+
+/// As [`members`], visiting at most `limit` processes of the tree; also says whether the walk
+/// was complete (a cgroup's list always is).
+pub fn members_limited(procfs: &ProcFs, target: &Target, limit: usize) -> (Vec<u32>, bool) {
     let exclude: HashSet<u32> = target.exclude.iter().copied().collect();
     if let Some(cg) = &target.cgroup {
         if let Ok(mut pids) = cg.procs() {
@@ -16,7 +22,7 @@ pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
             if !pids.contains(&target.main) && procfs.pid_stat(target.main).is_ok() {
                 pids.push(target.main);
             }
-            return pids;
+            return (pids, true);
         }
     }
     let mut out = Vec::new();
@@ -25,6 +31,9 @@ pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
     stack.push(target.main);
     let mut parents: Option<HashMap<u32, Vec<u32>>> = None;
     while let Some(pid) = stack.pop() {
+        if seen.len() >= limit {
+            return (out, false);
+        }
         if !seen.insert(pid) {
             continue;
         }
@@ -47,7 +56,7 @@ pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
         };
         stack.extend(kids);
     }
-    out
+    (out, true)
 }
 
 #[cfg(test)]
@@ -71,10 +80,22 @@ mod tests {
             in_process: false,
         };
         let m = members(&ProcFs::default(), &t);
+        // The command's own tree, walked whole and cut short.
+        let own = Target {
+            tree_roots: vec![],
+            exclude: vec![],
+            ..t.clone()
+        };
+        let (all, complete) = members_limited(&ProcFs::default(), &own, 10);
+        let (two, cut_complete) = members_limited(&ProcFs::default(), &own, 2);
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!m.contains(&me));
         assert!(m.contains(&child.id()));
         assert!(m.len() >= 3, "sh and two sleeps: {m:?}");
+        assert!(complete && all.len() == 3, "{all:?}");
+        assert!(!cut_complete);
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[0], child.id(), "the root comes first");
     }
 }

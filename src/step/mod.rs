@@ -4,21 +4,31 @@
 //!
 //! Lifecycle (see `../shared/DESIGN.md` section 2 for why):
 //! - [`StepTracker::start`] (from `init_post_opt`, root): checks the spool, starts the sampler
-//!   thread. NVML is opened on its own thread, and only when the step has GPUs.
+//!   thread.
 //! - [`StepTracker::task_started`] (from `task_post_fork`, root): records the task and its
-//!   cgroup. Cheap: one small file read and a lock.
+//!   cgroup. Cheap: one small file read and a lock. Once the step's last local task is started
+//!   (no task fork can race it then: see [`nvml_gate`]), the sampler thread opens NVML on a
+//!   thread of its own, if the step has GPUs, and marks the descriptors NVML opened
+//!   close-on-exec.
 //! - [`StepTracker::task_ended`] (from `task_exit`, root): the task's exit status and the final
 //!   counters of its cgroup, and of the step's cgroup after the last task (Slurm removes the
 //!   cgroups before `exit`).
-//! - [`StepTracker::finish`] (from `exit`): stops and joins the thread, writes the final record.
+//! - [`StepTracker::finish`] (from `exit`): stops the thread, waits for it at most
+//!   [`FINISH_DEADLINE`], writes the final record. A thread that does not stop in time (an NVML
+//!   call that never returns) is left behind: the record is built from the figures of its last
+//!   sample and says so.
 //!
 //! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
 //! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
+//! Its cost is bounded: each sample reads a bounded number of processes ([`procs`]), and the
+//! interval lengthens while samples cost more than a tenth of it ([`pace`]).
 
+pub mod nvml_gate;
+pub mod pace;
+pub mod procs;
 pub mod record;
 pub mod spool;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -27,11 +37,13 @@ use std::time::{Duration, Instant};
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::{GpuConfig, GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::gres::GpuOrder;
-use crate::proc::{MemSplit, ProcFs};
+use crate::proc::ProcFs;
+use crate::sampler::Timepoint;
 use crate::sampler::gpus::GpuAccumulator;
-use crate::sampler::{Target, Timepoint};
 use crate::sys;
 use crate::units::{MemUnit, TimeUnit, Units};
+use pace::Pace;
+use procs::ProcReader;
 use record::{JobInfo, SamplerStats, StepCpu, StepGpu, StepInfo, StepMemory, StepRecord};
 use record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
 use spool::Spool;
@@ -111,10 +123,21 @@ struct Shared {
     last_step: Option<CgroupReading>,
     stop: bool,
     notes: Vec<String>,
+    /// The sampler thread has returned (or panicked).
+    sampler_done: bool,
+    /// It panicked.
+    sampler_failed: bool,
 }
 
-/// What the sampler thread accumulates.
-#[derive(Default)]
+/// How long [`StepTracker::finish`] (and `Drop`) wait for the sampler thread to stop. A sample
+/// takes milliseconds; this is for a driver call that never returns. Slurm waits for `exit`
+/// before it reports the step complete, so a stuck thread must not hold it: 5 s is far above a
+/// sample's cost, far below Slurm's own kill timeouts (`UnkillableStepTimeout`: 60 s).
+pub const FINISH_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What the sampler thread accumulates: the figures the record is built from. A copy is
+/// published after every sample, for a `finish` that cannot wait for the thread.
+#[derive(Clone)]
 struct Acc {
     samples: u64,
     sample_us_total: f64,
@@ -122,13 +145,64 @@ struct Acc {
     sampled_peak_rss: u64,
     largest_hwm: u64,
     max_cores: f64,
-    last_cpu: Option<(Instant, f64)>,
     gpu: GpuAccumulator,
     gpu_opened: bool,
     gpu_mapping: Option<String>,
     gpu_devices: Vec<(Option<u32>, GpuInfo)>,
     thread_cpu: f64,
     notes: Vec<String>,
+    pace: Pace,
+    /// Samples that read only part of the processes.
+    partial_samples: u64,
+    /// Most processes listed at one sample.
+    most_processes: usize,
+    /// When and why NVML was opened.
+    nvml_opened: Option<nvml_gate::Trigger>,
+    /// Descriptors of NVML marked close-on-exec.
+    nvml_cloexec: u64,
+    /// When the latest sample was taken.
+    last_sample: Option<chrono::DateTime<chrono::Local>>,
+    /// `Some(false)`: the thread did not stop by the deadline (final records only).
+    stopped: Option<bool>,
+}
+
+impl Acc {
+    fn new(interval: Duration) -> Acc {
+        Acc {
+            samples: 0,
+            sample_us_total: 0.0,
+            sample_us_max: 0.0,
+            sampled_peak_rss: 0,
+            largest_hwm: 0,
+            max_cores: 0.0,
+            gpu: GpuAccumulator::default(),
+            gpu_opened: false,
+            gpu_mapping: None,
+            gpu_devices: Vec::new(),
+            thread_cpu: 0.0,
+            notes: Vec::new(),
+            pace: Pace::new(interval),
+            partial_samples: 0,
+            most_processes: 0,
+            nvml_opened: None,
+            nvml_cloexec: 0,
+            last_sample: None,
+            stopped: None,
+        }
+    }
+
+    fn note(&mut self, n: String) {
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
+    }
+}
+
+/// What the sampler thread keeps for itself between samples.
+#[derive(Default)]
+struct Work {
+    last_cpu: Option<(Instant, f64)>,
+    procs: ProcReader,
 }
 
 struct Inner {
@@ -137,6 +211,11 @@ struct Inner {
     start_time: chrono::DateTime<chrono::Local>,
     shared: Mutex<Shared>,
     wake: Condvar,
+    /// The sampler's figures as of its latest sample. Never held across a `/proc` or NVML call.
+    figures: Mutex<Acc>,
+    /// Whether the final record is written; held while any record is written, so no checkpoint
+    /// of a thread that comes back late replaces the final record.
+    final_written: Mutex<bool>,
 }
 
 impl Inner {
@@ -144,12 +223,23 @@ impl Inner {
         // A panic elsewhere never takes the data with it: the figures stay usable.
         self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn publish(&self, acc: &Acc) {
+        *self.figures.lock().unwrap_or_else(|p| p.into_inner()) = acc.clone();
+    }
+
+    fn figures(&self) -> Acc {
+        self.figures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// One tracked step. See the module documentation for the order of calls.
 pub struct StepTracker {
     inner: Arc<Inner>,
-    thread: Option<JoinHandle<Acc>>,
+    thread: Option<JoinHandle<()>>,
     /// Where an earlier job instance's directory was moved at start, if one was in the way.
     moved_aside: Option<PathBuf>,
 }
@@ -217,16 +307,26 @@ impl StepTracker {
                 .push(format!("records are readable by root only: {e}"));
         }
         let inner = Arc::new(Inner {
+            figures: Mutex::new(Acc::new(setup.interval)),
             setup,
             started: Instant::now(),
             start_time: chrono::Local::now(),
             shared: Mutex::new(shared),
             wake: Condvar::new(),
+            final_written: Mutex::new(false),
         });
         let thread_inner = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("gpu-tracker".into())
-            .spawn(move || run(&thread_inner))
+            .spawn(move || {
+                let r =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&thread_inner)));
+                let mut sh = thread_inner.lock();
+                sh.sampler_done = true;
+                sh.sampler_failed = r.is_err();
+                drop(sh);
+                thread_inner.wake.notify_all();
+            })
             .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
         Ok(StepTracker {
             inner,
@@ -314,29 +414,75 @@ impl StepTracker {
         }
     }
 
-    /// Stops the thread and writes the final record. Returns the record and where it went.
+    /// Stops the thread (waiting for it at most [`FINISH_DEADLINE`]) and writes the final
+    /// record. Returns the record and where it went.
     pub fn finish(mut self) -> (StepRecord, Result<PathBuf, String>) {
-        self.inner.lock().stop = true;
-        self.inner.wake.notify_all();
-        let acc = match self.thread.take().map(|t| t.join()) {
-            Some(Ok(acc)) => acc,
-            _ => Acc {
-                notes: vec!["the sampler thread failed; figures are incomplete".into()],
-                ..Acc::default()
-            },
-        };
+        let stopped = self.stop_thread(FINISH_DEADLINE);
+        let mut acc = self.inner.figures();
+        if self.inner.lock().sampler_failed {
+            acc.note("the sampler thread failed; figures are incomplete".into());
+        }
+        if !stopped {
+            let end = acc.last_sample.map_or_else(
+                || "the step's start (no sample was taken)".to_string(),
+                |t| t.format("%H:%M:%S").to_string(),
+            );
+            acc.note(format!(
+                "the sampler did not stop within {} s (an NVML call hung?); figures end at {end}",
+                FINISH_DEADLINE.as_secs()
+            ));
+            // The thread may yet come back into this library's code: keep it mapped after
+            // slurmstepd's dlclose (it dies with slurmstepd).
+            let _ = sys::pin_this_object();
+        }
+        acc.stopped = Some(stopped);
         let rec = build(&self.inner, &acc, true);
+        let mut done = self
+            .inner
+            .final_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let written = write(&self.inner, &rec);
+        *done = true;
         (rec, written)
+    }
+
+    /// Asks the thread to stop and waits for it at most `deadline`; joins it if it stopped,
+    /// else leaves it detached. Returns whether it stopped.
+    fn stop_thread(&mut self, deadline: Duration) -> bool {
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        let until = Instant::now() + deadline;
+        let mut sh = self.inner.lock();
+        sh.stop = true;
+        self.inner.wake.notify_all();
+        while !sh.sampler_done {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            sh = self
+                .inner
+                .wake
+                .wait_timeout(sh, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let done = sh.sampler_done;
+        drop(sh);
+        if done {
+            // It has returned from its work: the join is immediate.
+            let _ = thread.join();
+        }
+        done
     }
 }
 
 impl Drop for StepTracker {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.inner.lock().stop = true;
-            self.inner.wake.notify_all();
-            let _ = t.join();
+        if self.thread.is_some() && !self.stop_thread(FINISH_DEADLINE) {
+            let _ = sys::pin_this_object();
         }
     }
 }
@@ -348,34 +494,50 @@ fn write(inner: &Inner, rec: &StepRecord) -> Result<PathBuf, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The sampler thread: samples every interval, checkpoints, returns what it gathered.
-fn run(inner: &Inner) -> Acc {
+/// Writes a checkpoint, unless the final record is written already.
+fn write_checkpoint(inner: &Inner, rec: &StepRecord) -> Result<(), String> {
+    let done = inner
+        .final_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return Ok(());
+    }
+    write(inner, rec).map(|_| ())
+}
+
+/// The sampler thread: opens NVML once no task fork can race it, samples at the pace the
+/// samples' cost allows, checkpoints, and publishes its figures after every sample.
+fn run(inner: &Inner) {
     let s = &inner.setup;
     let procfs = ProcFs::new(&s.proc_root);
-    let mut acc = Acc::default();
-    let mut gpu = if s.step.alloc_gpus.is_empty() {
-        LazyGpu::none()
-    } else {
-        match &s.nvml_library {
-            Some(lib) => crate::gpu::open_lazily(&GpuConfig {
-                nvml_lib: Some(lib.clone()),
-                disabled: false,
-            }),
-            None => {
-                acc.notes
-                    .push("GPU tracking is off in the site's settings".into());
-                LazyGpu::none()
-            }
+    let mut acc = Acc::new(s.interval);
+    let mut work = Work::default();
+    let mut gpu = LazyGpu::none();
+    // The NVML library to open once every task is started.
+    let mut nvml_pending = match &s.nvml_library {
+        _ if s.step.alloc_gpus.is_empty() => None,
+        Some(lib) => Some(lib.clone()),
+        None => {
+            acc.note("GPU tracking is off in the site's settings".into());
+            None
         }
     };
+    // The file slurmstepd runs: a task still running it has not been let go (see nvml_gate).
+    let stepd_exe = nvml_gate::exe_of(&s.proc_root, "self").ok();
     let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
     let mut next_sample = Instant::now();
     let mut announced = false;
+    let mut tasks_seen = 0;
     loop {
-        {
+        let (pids, all_ended) = {
             let mut sh = inner.lock();
             loop {
                 if sh.stop {
+                    break;
+                }
+                // A new task may be the last one NVML waits for.
+                if nvml_pending.is_some() && sh.tasks.len() != tasks_seen {
                     break;
                 }
                 let now = Instant::now();
@@ -397,26 +559,45 @@ fn run(inner: &Inner) -> Acc {
             if sh.stop {
                 break;
             }
+            let pids: Vec<u32> = sh.tasks.iter().map(|t| t.pid).collect();
+            (pids, sh.tasks.iter().all(|t| t.ended))
+        };
+        tasks_seen = pids.len();
+        if let Some(lib) = nvml_pending.clone() {
+            let released = |p| nvml_gate::released(&s.proc_root, p, stepd_exe);
+            if let Some(trigger) = nvml_gate::may_open(s.step.local_tasks, &pids, released) {
+                nvml_pending = None;
+                if all_ended {
+                    acc.note("GPUs not read: the step's tasks ended before NVML was opened".into());
+                } else {
+                    gpu = crate::gpu::open_lazily(&GpuConfig {
+                        nvml_lib: Some(lib),
+                        disabled: false,
+                    });
+                    acc.nvml_opened = Some(trigger);
+                }
+            }
         }
         let now = Instant::now();
         if now >= next_sample {
-            sample(inner, &procfs, &mut acc, &mut gpu);
-            next_sample = now + s.interval;
+            let t0 = Instant::now();
+            sample(inner, &procfs, &mut acc, &mut work, &mut gpu);
+            acc.pace.after_sample(t0.elapsed());
+            next_sample = now + acc.pace.current;
+            acc.thread_cpu = sys::thread_cpu_seconds();
+            inner.publish(&acc);
         }
         // A first (incomplete) record right after the first sample: the end-of-job summary
         // then knows of every step, even one whose final record is still being written.
-        let first = acc.samples == 1 && !announced;
-        announced = true;
+        let first = acc.samples >= 1 && !announced;
+        announced |= first;
         if let Some(c) = next_checkpoint
             .filter(|c| now >= *c)
             .or(first.then_some(now))
         {
             let rec = build(inner, &acc, false);
-            if let Err(e) = write(inner, &rec) {
-                let note = format!("a checkpoint was not written: {e}");
-                if !acc.notes.contains(&note) {
-                    acc.notes.push(note);
-                }
+            if let Err(e) = write_checkpoint(inner, &rec) {
+                acc.note(format!("a checkpoint was not written: {e}"));
             }
             if !first {
                 next_checkpoint = s.checkpoint_interval.map(|d| c + d);
@@ -426,10 +607,21 @@ fn run(inner: &Inner) -> Acc {
     // One last sample unless the tasks are gone already: catches a late GPU reading.
     let any_live = inner.lock().tasks.iter().any(|t| !t.ended);
     if any_live {
-        sample(inner, &procfs, &mut acc, &mut gpu);
+        sample(inner, &procfs, &mut acc, &mut work, &mut gpu);
+    }
+    let mut unavailable = None;
+    let _ = gpu.get(false, &mut |m| unavailable = Some(m));
+    if let Some(m) = unavailable {
+        acc.note(format!("GPUs not tracked: {m}"));
+    }
+    if !gpu.is_settled() {
+        // The thread opening NVML is still in it; it may come back into this library's code
+        // after slurmstepd's dlclose: keep the library mapped (the thread dies with slurmstepd).
+        acc.note("GPUs not read: NVML was still starting when the step ended".into());
+        let _ = sys::pin_this_object();
     }
     acc.thread_cpu = sys::thread_cpu_seconds();
-    acc
+    inner.publish(&acc);
 }
 
 /// A GPU source restricted to the step's allocated devices.
@@ -475,7 +667,7 @@ pub fn map_allocated(
         .collect()
 }
 
-fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
+fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, work: &mut Work, gpu: &mut LazyGpu) {
     let t0 = Instant::now();
     let s = &inner.setup;
     let (tasks, step_cg, job_cg) = {
@@ -484,47 +676,31 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
             sh.tasks
                 .iter()
                 .filter(|t| !t.ended)
-                .map(|t| t.pid)
+                .map(|t| (t.pid, t.cgroup.clone()))
                 .collect::<Vec<_>>(),
             sh.step_cgroup.clone(),
             sh.job_cgroup.clone(),
         )
     };
     let job_reading = job_cg.as_ref().and_then(|c| c.read().ok());
-    let tps = crate::proc::ticks_per_second() as f64;
-    let mut all_members: HashSet<u32> = HashSet::new();
-    let mut per_task = Vec::with_capacity(tasks.len());
-    let (mut step_private, mut step_shared) = (0u64, 0u64);
-    let mut cpu_sum = 0.0;
-    for &pid in &tasks {
-        let target = Target {
-            main: pid,
-            tree_roots: vec![pid],
-            exclude: vec![],
-            cgroup: None,
-            in_process: false,
-        };
-        let (mut private, mut shared, mut hwm, mut cpu, mut threads, mut n) =
-            (0u64, 0u64, 0u64, 0.0, 0u64, 0u64);
-        for p in crate::sampler::tree::members(procfs, &target) {
-            let (Ok(st), Ok(status)) = (procfs.pid_stat(p), procfs.pid_status(p)) else {
-                continue;
-            };
-            all_members.insert(p);
-            n += 1;
-            threads += status.threads;
-            cpu += (st.own_ticks() + st.reaped_ticks()) as f64 / tps;
-            hwm = hwm.max(status.hwm.unwrap_or(0));
-            if let Some(m) = MemSplit::from_status(&status) {
-                private += m.private;
-                shared = shared.max(m.shared);
-            }
-        }
-        step_private += private;
-        step_shared = step_shared.max(shared);
-        cpu_sum += cpu;
-        per_task.push((pid, private + shared, hwm, cpu, threads, n));
+    // The processes: a bounded number read per sample, in turns (see `procs`).
+    let budget = s.interval.mul_f64(procs::PROCESS_TIME_SHARE);
+    let found = work.procs.sample(procfs, &tasks, budget);
+    acc.most_processes = acc.most_processes.max(found.members.len());
+    if found.partial() {
+        acc.partial_samples += 1;
     }
+    if found.walk_cut {
+        acc.note(format!(
+            "tasks without a cgroup of their own are walked at most {} processes deep per \
+             sample: processes beyond were not seen",
+            procs::MAX_PROCESSES_WALKED
+        ));
+    }
+    let mut all_members = found.members.clone();
+    let step_private: u64 = found.tasks.iter().map(|t| t.private).sum();
+    let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
+    let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
     acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
     let step_reading = step_cg.as_ref().and_then(|c| c.read().ok());
     if let Some(cg) = &step_cg {
@@ -537,13 +713,13 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
         .and_then(|r| r.cpu_ns)
         .map_or(cpu_sum, |ns| ns as f64 / 1e9);
     let now = Instant::now();
-    if let Some((t, c)) = acc.last_cpu {
+    if let Some((t, c)) = work.last_cpu {
         let dt = now.duration_since(t).as_secs_f64();
         if dt >= s.interval.as_secs_f64() / 2.0 {
             acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
         }
     }
-    acc.last_cpu = Some((now, cpu_now));
+    work.last_cpu = Some((now, cpu_now));
 
     {
         let mut sh = inner.lock();
@@ -554,73 +730,23 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
         if job_reading.is_some() && sh.tasks.iter().any(|t| !t.ended) {
             sh.job_reading = job_reading;
         }
-        for (pid, rss, hwm, cpu, threads, n) in per_task {
-            if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == pid) {
-                t.peak_rss = t.peak_rss.max(rss).max(hwm);
-                t.largest_hwm = t.largest_hwm.max(hwm);
-                t.cpu_sampled = t.cpu_sampled.max(cpu);
-                t.max_threads = t.max_threads.max(threads);
-                t.max_processes = t.max_processes.max(n);
-                acc.largest_hwm = acc.largest_hwm.max(hwm);
+        for f in &found.tasks {
+            if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
+                t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
+                t.largest_hwm = t.largest_hwm.max(f.hwm);
+                t.cpu_sampled = t.cpu_sampled.max(f.cpu);
+                t.max_threads = t.max_threads.max(f.threads);
+                t.max_processes = t.max_processes.max(f.processes);
+                acc.largest_hwm = acc.largest_hwm.max(f.hwm);
             }
         }
     }
 
     let mut unavailable = None;
     if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
-        if !acc.gpu_opened {
-            // First reading: narrow the source to the step's GPUs, once.
-            acc.gpu_opened = true;
-            let nvml: Vec<(u32, Option<u32>)> =
-                src.devices().iter().map(|d| (d.index, d.minor)).collect();
-            let table = s.gpu_order.minors(&nvml);
-            let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
-            let source = s
-                .gres_conf
-                .as_ref()
-                .map_or_else(|| "gres.conf".into(), |p| p.display().to_string());
-            acc.notes.push(s.gpu_order.describe(&source));
-            acc.gpu_mapping = Some(s.gpu_order.method().into());
-            if pairs.len() < s.step.alloc_gpus.len() {
-                acc.notes.push(format!(
-                    "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
-                    s.step.alloc_gpus,
-                    src.devices().len(),
-                    pairs.len()
-                ));
-            }
-            acc.gpu_devices = pairs
-                .iter()
-                .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
-                .collect();
-            let full = std::mem::replace(src, Box::new(NoGpu));
-            *src = Box::new(Allocated {
-                devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
-                map: pairs.iter().map(|&(_, i)| i).collect(),
-                inner: full,
-            });
-        }
-        let units = Units {
-            ram: MemUnit::Bytes,
-            gpu_ram: MemUnit::Bytes,
-            time: TimeUnit::Seconds,
-        };
-        let mut tp = Timepoint::default();
-        let mut notes = Vec::new();
-        acc.gpu.sample(
-            src.as_mut(),
-            0,
-            &all_members,
-            s.interval.as_secs_f64(),
-            &units,
-            &mut tp,
-            &mut notes,
-        );
-        for n in notes {
-            if !acc.notes.contains(&n) {
-                acc.notes.push(n);
-            }
-        }
+        // NVML may open descriptors at any call: those too are marked close-on-exec.
+        let ((), marked) = crate::gpu::cloexec::marking(|| gpu_sample(s, acc, src, &all_members));
+        acc.nvml_cloexec += marked as u64;
     }
     if let Some(m) = unavailable {
         acc.notes.push(format!("GPUs not tracked: {m}"));
@@ -629,6 +755,68 @@ fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, gpu: &mut LazyGpu) {
     acc.samples += 1;
     acc.sample_us_total += us;
     acc.sample_us_max = acc.sample_us_max.max(us);
+    acc.last_sample = Some(chrono::Local::now());
+}
+
+/// Reads the step's GPUs once (narrowing the source to them at the first reading).
+fn gpu_sample(
+    s: &StepSetup,
+    acc: &mut Acc,
+    src: &mut Box<dyn GpuSource>,
+    all_members: &std::collections::HashSet<u32>,
+) {
+    if !acc.gpu_opened {
+        // First reading: narrow the source to the step's GPUs, once.
+        acc.gpu_opened = true;
+        acc.nvml_cloexec += src.descriptors_marked_cloexec() as u64;
+        let nvml: Vec<(u32, Option<u32>)> =
+            src.devices().iter().map(|d| (d.index, d.minor)).collect();
+        let table = s.gpu_order.minors(&nvml);
+        let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
+        let source = s
+            .gres_conf
+            .as_ref()
+            .map_or_else(|| "gres.conf".into(), |p| p.display().to_string());
+        acc.notes.push(s.gpu_order.describe(&source));
+        acc.gpu_mapping = Some(s.gpu_order.method().into());
+        if pairs.len() < s.step.alloc_gpus.len() {
+            acc.notes.push(format!(
+                "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
+                s.step.alloc_gpus,
+                src.devices().len(),
+                pairs.len()
+            ));
+        }
+        acc.gpu_devices = pairs
+            .iter()
+            .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
+            .collect();
+        let full = std::mem::replace(src, Box::new(NoGpu));
+        *src = Box::new(Allocated {
+            devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
+            map: pairs.iter().map(|&(_, i)| i).collect(),
+            inner: full,
+        });
+    }
+    let units = Units {
+        ram: MemUnit::Bytes,
+        gpu_ram: MemUnit::Bytes,
+        time: TimeUnit::Seconds,
+    };
+    let mut tp = Timepoint::default();
+    let mut notes = Vec::new();
+    acc.gpu.sample(
+        src.as_mut(),
+        0,
+        all_members,
+        acc.pace.current.as_secs_f64(),
+        &units,
+        &mut tp,
+        &mut notes,
+    );
+    for n in notes {
+        acc.note(n);
+    }
 }
 
 struct NoGpu;
@@ -820,6 +1008,18 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
     };
 
     let mut notes = acc.notes.clone();
+    if acc.partial_samples > 0 {
+        notes.push(format!(
+            "up to {} processes: at most {} processes are read per sample (and no more than {} % \
+             of the interval spent reading them), the others at the next samples in turn; sums \
+             use each process's latest reading ({} sample(s) read part of them)",
+            acc.most_processes,
+            procs::MAX_PROCESSES_PER_SAMPLE,
+            procs::PROCESS_TIME_SHARE * 100.0,
+            acc.partial_samples
+        ));
+    }
+    notes.extend(acc.pace.note());
     notes.extend(sh.notes.iter().cloned());
     if sh.step_cgroup.is_none() && !sh.tasks.is_empty() {
         notes.push("no cgroup found for the step: memory and CPU are sampled".into());
@@ -836,6 +1036,15 @@ fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         cpu_seconds: acc.thread_cpu,
         gpu_source: if acc.gpu_opened { "nvml" } else { "none" }.into(),
         gpu_mapping: acc.gpu_mapping.clone(),
+        interval_max_seconds: Some(acc.pace.max.as_secs_f64()),
+        interval_last_seconds: Some(acc.pace.current.as_secs_f64()),
+        overruns: Some(acc.pace.overruns),
+        backoffs: Some(acc.pace.backoffs),
+        partial_samples: Some(acc.partial_samples),
+        last_sample: acc.last_sample.map(rfc3339),
+        stopped: acc.stopped,
+        nvml_opened: acc.nvml_opened.map(|t| t.as_str().to_string()),
+        nvml_cloexec_descriptors: acc.nvml_opened.map(|_| acc.nvml_cloexec),
         notes,
     };
     StepRecord {

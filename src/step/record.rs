@@ -249,6 +249,41 @@ pub struct SamplerStats {
     /// Absent when no GPU was mapped, and in records of earlier builds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_mapping: Option<String>,
+    /// The longest interval used, seconds: `interval_seconds` unless samples cost more than
+    /// 10 % of the interval and it was lengthened (at most 8 times, at most 60 s). The fields
+    /// below up to `nvml_cloexec_descriptors` are absent in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_max_seconds: Option<f64>,
+    /// The interval in use when the record was written, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_last_seconds: Option<f64>,
+    /// Samples that cost more than 10 % of the interval in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overruns: Option<u64>,
+    /// Times the interval was lengthened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoffs: Option<u64>,
+    /// Samples that read only some of the step's processes (at most 500 per sample; the
+    /// others at the next samples, in turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_samples: Option<u64>,
+    /// When the last sample was taken: the sampled and GPU figures end there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sample: Option<String>,
+    /// In a final record: whether the sampler thread stopped when the step ended. `false`: it
+    /// did not within 5 s (a driver call that never returned, say) and was left behind; the
+    /// sampled and GPU figures end at `last_sample`, the cgroup figures are final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    /// When NVML was opened: `after_last_task` (every local task had been started) or
+    /// `after_tasks_released` (the task count was unknown; every task had left slurmstepd).
+    /// Absent when it was not opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_opened: Option<String>,
+    /// Descriptors NVML left open without close-on-exec, which were marked close-on-exec (so
+    /// no process slurmstepd starts later inherits them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_cloexec_descriptors: Option<u64>,
     /// Things a reader should know (estimates, failures).
     pub notes: Vec<String>,
 }
@@ -453,6 +488,10 @@ mod tests {
     fn sample() -> StepRecord {
         let mut r = tests_support::record("n1", "batch");
         r.tasks[0].peak_memory_bytes = 300 << 20;
+        r.sampler.interval_max_seconds = Some(4.0);
+        r.sampler.overruns = Some(3);
+        r.sampler.stopped = Some(false);
+        r.sampler.nvml_opened = Some("after_last_task".into());
         r
     }
 
@@ -494,9 +533,16 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("job_peak_bytes");
+        for k in ["interval_max_seconds", "overruns", "stopped", "nvml_opened"] {
+            assert!(
+                v["sampler"].as_object_mut().unwrap().remove(k).is_some(),
+                "{k}"
+            );
+        }
         let r = StepRecord::from_json(&v.to_string()).unwrap();
         assert_eq!(r.job.name, None);
         assert_eq!(r.memory.job_peak_bytes, None);
+        assert_eq!((r.sampler.overruns, r.sampler.stopped), (None, None));
     }
 
     #[test]

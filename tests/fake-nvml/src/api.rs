@@ -1,10 +1,11 @@
 //! The exported NVML C functions.
 #![allow(non_camel_case_types, non_snake_case)]
 
-use crate::state::{self, Device, Session};
+use crate::state::{self, Device, Session, Stall};
 use crate::{
-    ARGUMENT_VERSION_MISMATCH, CODES, GPU_IS_LOST, INSUFFICIENT_SIZE, INVALID_ARGUMENT, NOT_FOUND,
-    NOT_SUPPORTED, Ret, SUCCESS, UNINITIALIZED, UNKNOWN, scenario,
+    ARGUMENT_VERSION_MISMATCH, CODES, DRIVER_NOT_LOADED, GPU_IS_LOST, INSUFFICIENT_SIZE,
+    INVALID_ARGUMENT, NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, Ret, SUCCESS, UNINITIALIZED,
+    UNKNOWN, scenario,
 };
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 use std::io::Write;
@@ -82,10 +83,30 @@ fn log_call(name: &str) {
     }
 }
 
-/// Runs an exported call: logs it, converts the result, turns panics into UNKNOWN.
+/// Waits as the scenario's `delays_ms` and `hang` say for call `name` (no lock held meanwhile).
+fn stall(name: &str) {
+    let stall = state::lock().as_ref().map_or(Stall::No, |s| s.stall(name));
+    match stall {
+        Stall::No => {}
+        Stall::For(d) => std::thread::sleep(d),
+        Stall::Forever => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+    }
+}
+
+/// Runs an exported call: logs it, stalls it as the scenario says, converts the result, turns
+/// panics into UNKNOWN.
 fn ffi(name: &str, body: impl FnOnce() -> Res) -> Ret {
+    call(name, true, body)
+}
+
+fn call(name: &str, stalls: bool, body: impl FnOnce() -> Res) -> Ret {
     catch_unwind(AssertUnwindSafe(|| {
         log_call(name);
+        if stalls {
+            stall(name);
+        }
         body().err().unwrap_or(SUCCESS)
     }))
     .unwrap_or(UNKNOWN)
@@ -115,6 +136,15 @@ fn with_device(name: &str, handle: nvmlDevice_t, body: impl FnOnce(&Session, u32
             .ok_or(INVALID_ARGUMENT)?;
         device_ok(session, index, name)?;
         body(session, index)
+    })
+}
+
+/// Opens the device's `device_file` when its handle is first handed out; a file that cannot be
+/// opened gives `NO_PERMISSION`, as a device node the caller may not open does.
+fn open_device_file(session: &Session, index: u32) -> Res {
+    session.open_device_file(index).map_err(|why| {
+        let _ = writeln!(std::io::stderr(), "fake-nvml: {why}");
+        NO_PERMISSION
     })
 }
 
@@ -170,7 +200,7 @@ fn put_array<T>(count: *mut c_uint, array: *mut T, items: Vec<T>) -> Res {
 }
 
 fn init(name: &str) -> Ret {
-    ffi(name, || {
+    let r = call(name, false, || {
         let mut guard = state::lock();
         if let Some(session) = guard.as_mut() {
             session.refcount += 1;
@@ -183,9 +213,18 @@ fn init(name: &str) -> Ret {
         if let Some(code) = scenario.init_error {
             return Err(code);
         }
-        *guard = Some(Session::new(scenario));
+        let session = Session::new(scenario).map_err(|why| {
+            let _ = writeln!(std::io::stderr(), "fake-nvml: nvmlInit failed: {why}");
+            DRIVER_NOT_LOADED
+        })?;
+        *guard = Some(session);
         Ok(())
-    })
+    });
+    // The session (and its `hang`/`delays_ms`) exists only once init succeeded: stall after.
+    if r == SUCCESS {
+        let _ = catch_unwind(|| stall(name));
+    }
+    r
 }
 
 #[unsafe(no_mangle)]
@@ -245,6 +284,7 @@ pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvml
             return Err(INVALID_ARGUMENT);
         }
         device_ok(s, index, name)?;
+        open_device_file(s, index)?;
         put(device, s.handle(index).cast_mut().cast())
     })
 }
@@ -262,6 +302,7 @@ pub extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nv
             .find(|&i| s.spec(i).uuid.as_c_str() == wanted)
             .ok_or(NOT_FOUND)?;
         device_ok(s, index, name)?;
+        open_device_file(s, index)?;
         put(device, s.handle(index).cast_mut().cast())
     })
 }

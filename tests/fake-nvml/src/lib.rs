@@ -13,9 +13,11 @@
 //! # Scenario file
 //!
 //! At `nvmlInit_v2` (when the init reference count goes from 0 to 1) the library
-//! reads the JSON file named by the environment variable `FAKE_NVML_SCENARIO`.
-//! If the variable is unset (or empty) the fake behaves like a machine with 0 GPUs
-//! and init succeeds. If the file cannot be read or is invalid, init returns
+//! reads its scenario: the file `fake-nvml-scenario.json` in the directory of the loaded
+//! library when there is one (so a test can give each copy of the library a scenario of its
+//! own without touching the environment), else the JSON file named by the environment
+//! variable `FAKE_NVML_SCENARIO`. If neither is there the fake behaves like a machine with
+//! 0 GPUs and init succeeds. If the file cannot be read or is invalid, init returns
 //! `NVML_ERROR_UNKNOWN` and prints one line to stderr saying why. Unknown fields
 //! are rejected. All fields except `uuid`, `name` and `memory_total` are optional.
 //!
@@ -41,9 +43,16 @@
 //!         {"pid": 4242, "used_memory": null}
 //!       ],
 //!       "lost_after_ms": null,         // after this many ms since init: GPU_IS_LOST everywhere
-//!       "errors": {"nvmlDeviceGetUtilizationRates": "NOT_SUPPORTED"}
+//!       "errors": {"nvmlDeviceGetUtilizationRates": "NOT_SUPPORTED"},
+//!       "device_file": "/tmp/t/nvidia0" // opened when the handle is first handed out
 //!     }
-//!   ]
+//!   ],
+//!   "control_file": "/tmp/t/nvidiactl", // opened at init
+//!   "delays_ms": {"nvmlDeviceGetUtilizationRates": 30},   // every call sleeps this long
+//!   "hang": {"call": "nvmlDeviceGetUtilizationRates",     // this call stops answering
+//!            "after_ms": 1000,          // once this long since init has passed (default 0)
+//!            "after_calls": 0,          // and it has been called this many times before
+//!            "for_ms": null}            // for this long; absent or null: for ever
 //! }
 //! ```
 //!
@@ -67,6 +76,17 @@
 //!   than `lastSeenTimeStamp`. Graphics processes are always empty.
 //! * A lost device returns `GPU_IS_LOST` from every device call, handle lookups included.
 //!
+//! * Like the real driver library, the fake holds files open while initialized:
+//!   `control_file` from init, each device's `device_file` from the first time a handle of
+//!   that device is handed out (`nvmlDeviceGetHandleByIndex_v2` / `ByUUID`), all closed at
+//!   the last `nvmlShutdown`. They are opened read-only and WITHOUT `O_CLOEXEC`, so a child
+//!   forked and exec'd meanwhile inherits them unless the caller marks them close-on-exec.
+//!   A `control_file` that cannot be opened fails init with `DRIVER_NOT_LOADED`; a
+//!   `device_file` that cannot be opened fails the handle lookup with `NO_PERMISSION`.
+//! * `delays_ms` and `hang` name any exported function. A delayed call sleeps before it
+//!   answers; a hung one blocks its calling thread (holding no lock of the fake) for `for_ms`,
+//!   or for ever. A hang or delay on `nvmlInit_v2` applies once the scenario is loaded.
+//!
 //! If the environment variable `FAKE_NVML_LOG` names a file, one line with the
 //! function name is appended to it for every exported call.
 
@@ -81,11 +101,29 @@ pub(crate) const SUCCESS: Ret = 0;
 pub(crate) const UNINITIALIZED: Ret = 1;
 pub(crate) const INVALID_ARGUMENT: Ret = 2;
 pub(crate) const NOT_SUPPORTED: Ret = 3;
+pub(crate) const NO_PERMISSION: Ret = 4;
 pub(crate) const NOT_FOUND: Ret = 6;
 pub(crate) const INSUFFICIENT_SIZE: Ret = 7;
+pub(crate) const DRIVER_NOT_LOADED: Ret = 9;
 pub(crate) const GPU_IS_LOST: Ret = 15;
 pub(crate) const ARGUMENT_VERSION_MISMATCH: Ret = 25;
 pub(crate) const UNKNOWN: Ret = 999;
+
+/// The file this library was loaded from (`dladdr` of one of its own functions).
+pub(crate) fn own_path() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: all-zero bytes are a valid `Dl_info` (null pointers) for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let addr = own_path as fn() -> Option<std::path::PathBuf> as *const libc::c_void;
+    // SAFETY: `addr` is an address inside this library and `info` is a valid, writable Dl_info.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `dli_fname` points to the loader's NUL-terminated name of
+    // the object, which lives as long as the object is loaded.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::ffi::OsStr::from_bytes(name.to_bytes()).into())
+}
 
 /// Every NVML return code: value, name (without `NVML_ERROR_`), `nvmlErrorString` text.
 pub(crate) const CODES: &[(Ret, &str, &std::ffi::CStr)] = &[

@@ -4,6 +4,18 @@ use crate::{CODES, Ret, SUCCESS};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Library-wide functions (no device handle) that `hang` and `delays_ms` may name.
+pub(crate) const SYSTEM_FUNCTIONS: &[&str] = &[
+    "nvmlInit_v2",
+    "nvmlInitWithFlags",
+    "nvmlShutdown",
+    "nvmlErrorString",
+    "nvmlSystemGetDriverVersion",
+    "nvmlDeviceGetCount_v2",
+];
 
 /// Device functions whose result can be injected through `errors`.
 pub(crate) const DEVICE_FUNCTIONS: &[&str] = &[
@@ -33,6 +45,26 @@ struct RawScenario {
     driver_version: Option<String>,
     #[serde(default)]
     devices: Vec<RawDevice>,
+    #[serde(default)]
+    control_file: Option<PathBuf>,
+    #[serde(default)]
+    hang: Option<Hang>,
+    #[serde(default)]
+    delays_ms: BTreeMap<String, u64>,
+}
+
+/// A call that stops answering: `call` blocks once it has been called `after_calls` times
+/// before and `after_ms` have passed since init, for `for_ms` (for ever when absent).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Hang {
+    pub call: String,
+    #[serde(default)]
+    pub after_ms: u64,
+    #[serde(default)]
+    pub after_calls: u64,
+    #[serde(default)]
+    pub for_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -57,6 +89,8 @@ struct RawDevice {
     lost_after_ms: Option<u64>,
     #[serde(default)]
     errors: BTreeMap<String, String>,
+    #[serde(default)]
+    device_file: Option<PathBuf>,
 }
 
 /// One step of the utilization timeline.
@@ -86,6 +120,10 @@ pub(crate) struct Scenario {
     pub init_error: Option<Ret>,
     pub driver_version: CString,
     pub devices: Vec<DeviceSpec>,
+    /// Opened at init and held until the last shutdown, as the driver's control device.
+    pub control_file: Option<PathBuf>,
+    pub hang: Option<Hang>,
+    pub delays: BTreeMap<String, Duration>,
 }
 
 /// A validated device.
@@ -102,6 +140,8 @@ pub(crate) struct DeviceSpec {
     pub processes: Vec<ProcessSpec>,
     pub lost_after_ms: Option<u64>,
     pub errors: BTreeMap<String, Ret>,
+    /// Opened when the device's handle is first handed out, held until the last shutdown.
+    pub device_file: Option<PathBuf>,
 }
 
 /// Parses an error name such as `NOT_SUPPORTED` or `NVML_ERROR_NOT_SUPPORTED`.
@@ -118,10 +158,18 @@ fn c_string(what: &str, s: String) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
 }
 
-/// Loads the scenario named by `FAKE_NVML_SCENARIO` (empty scenario when unset).
+/// Name of the scenario file looked for beside the loaded library.
+pub(crate) const BESIDE_NAME: &str = "fake-nvml-scenario.json";
+
+/// Loads the scenario: `fake-nvml-scenario.json` in the directory of the loaded library when
+/// there is one, else the file named by `FAKE_NVML_SCENARIO`, else an empty scenario.
 pub(crate) fn load() -> Result<Scenario, String> {
-    let path = match std::env::var_os("FAKE_NVML_SCENARIO") {
-        Some(p) if !p.is_empty() => p,
+    let beside = crate::own_path()
+        .and_then(|p| p.parent().map(|d| d.join(BESIDE_NAME)))
+        .filter(|p| p.is_file());
+    let path = match (beside, std::env::var_os("FAKE_NVML_SCENARIO")) {
+        (Some(p), _) => p.into_os_string(),
+        (None, Some(p)) if !p.is_empty() => p,
         _ => return parse("{}"),
     };
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -146,6 +194,19 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
     let driver_version = raw
         .driver_version
         .unwrap_or_else(|| "550.54.15-fake".to_owned());
+    let known = |f: &str| SYSTEM_FUNCTIONS.contains(&f) || DEVICE_FUNCTIONS.contains(&f);
+    if let Some(h) = &raw.hang {
+        if !known(&h.call) {
+            return Err(format!("hang: unknown function {:?}", h.call));
+        }
+    }
+    let mut delays = BTreeMap::new();
+    for (function, ms) in raw.delays_ms {
+        if !known(&function) {
+            return Err(format!("delays_ms: unknown function {function:?}"));
+        }
+        delays.insert(function, Duration::from_millis(ms));
+    }
     let mut uuids = HashSet::new();
     let mut devices = Vec::with_capacity(raw.devices.len());
     for (index, d) in raw.devices.into_iter().enumerate() {
@@ -191,12 +252,16 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
             processes: d.processes,
             lost_after_ms: d.lost_after_ms,
             errors,
+            device_file: d.device_file,
         });
     }
     Ok(Scenario {
         init_error,
         driver_version: c_string("driver_version", driver_version)?,
         devices,
+        control_file: raw.control_file,
+        hang: raw.hang,
+        delays,
     })
 }
 
@@ -236,9 +301,45 @@ mod tests {
                 "processes": [{"pid": 1, "cmdline_contains": "x"}]}]}"#,
             r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1},
                             {"uuid": "a", "name": "n", "memory_total": 1}]}"#,
+            r#"{"hang": {"call": "nvmlFoo"}}"#,
+            r#"{"hang": {"after_ms": 5}}"#,
+            r#"{"hang": {"call": "nvmlShutdown", "forever": true}}"#,
+            r#"{"delays_ms": {"nvmlFoo": 5}}"#,
+            r#"{"delays_ms": {"nvmlShutdown": -1}}"#,
         ] {
             assert!(parse(bad).is_err(), "accepted {bad}");
         }
         assert_eq!(parse("{}").unwrap().devices.len(), 0);
+    }
+
+    #[test]
+    fn parses_files_hangs_and_delays() {
+        let s = parse(
+            r#"{"control_file": "/tmp/ctl", "delays_ms": {"nvmlDeviceGetUtilizationRates": 30},
+                "hang": {"call": "nvmlDeviceGetMemoryInfo_v2", "after_ms": 1000, "after_calls": 2},
+                "devices": [{"uuid": "a", "name": "n", "memory_total": 1, "device_file": "/tmp/d0"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.control_file.as_deref(),
+            Some(std::path::Path::new("/tmp/ctl"))
+        );
+        assert_eq!(
+            s.devices[0].device_file.as_deref(),
+            Some(std::path::Path::new("/tmp/d0"))
+        );
+        assert_eq!(
+            s.delays["nvmlDeviceGetUtilizationRates"],
+            Duration::from_millis(30)
+        );
+        let h = s.hang.unwrap();
+        assert_eq!(
+            (h.call.as_str(), h.after_ms, h.after_calls, h.for_ms),
+            ("nvmlDeviceGetMemoryInfo_v2", 1000, 2, None)
+        );
+        let s = parse(r#"{"hang": {"call": "nvmlInit_v2", "for_ms": 50}}"#).unwrap();
+        let h = s.hang.unwrap();
+        assert_eq!((h.after_ms, h.after_calls, h.for_ms), (0, 0, Some(50)));
+        assert!(s.control_file.is_none() && s.delays.is_empty());
     }
 }

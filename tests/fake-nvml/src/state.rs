@@ -1,9 +1,14 @@
 //! Global library state: init reference count, the loaded scenario and live queries.
 
 use crate::scenario::{DeviceSpec, Scenario};
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The state of an initialized library (refcount > 0).
 pub(crate) struct Session {
@@ -13,6 +18,23 @@ pub(crate) struct Session {
     /// One slot per device; a handle is the address of its slot (stable: the vector
     /// is never modified during a session).
     pub devices: Vec<Device>,
+    /// The scenario's `control_file`, open since init.
+    _control: Option<OwnedFd>,
+    /// Each device's `device_file`, open once its handle was handed out.
+    device_fds: RefCell<Vec<Option<OwnedFd>>>,
+    /// Calls of the scenario's `hang.call` so far.
+    hang_calls: Cell<u64>,
+}
+
+/// How long a call waits before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// Not at all.
+    No,
+    /// This long.
+    For(Duration),
+    /// Never answers.
+    Forever,
 }
 
 /// A device slot. Its address is the `nvmlDevice_t` handed out to callers.
@@ -33,17 +55,76 @@ pub(crate) fn lock() -> MutexGuard<'static, Option<Session>> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Opens `path` read-only WITHOUT `O_CLOEXEC`, as a driver library may open its device files:
+/// the descriptor survives `exec` in any child forked while it is open.
+fn open_inheritable(path: &Path) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a NUL-terminated path; open takes no other pointer.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened here and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 impl Session {
-    pub fn new(scenario: Scenario) -> Self {
+    /// A session of `scenario`: opens its control file (an error names it).
+    pub fn new(scenario: Scenario) -> Result<Self, String> {
         let devices = (0..scenario.devices.len() as u32)
             .map(|index| Device { index })
             .collect();
-        Session {
+        let control = match &scenario.control_file {
+            Some(p) => Some(
+                open_inheritable(p).map_err(|e| format!("control_file {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        Ok(Session {
             refcount: 1,
             epoch: Instant::now(),
+            device_fds: RefCell::new((0..scenario.devices.len()).map(|_| None).collect()),
             scenario,
             devices,
+            _control: control,
+            hang_calls: Cell::new(0),
+        })
+    }
+
+    /// Opens device `index`'s `device_file` the first time its handle is handed out.
+    pub fn open_device_file(&self, index: u32) -> Result<(), String> {
+        let Some(path) = &self.spec(index).device_file else {
+            return Ok(());
+        };
+        let mut fds = self.device_fds.borrow_mut();
+        let slot = &mut fds[index as usize];
+        if slot.is_none() {
+            *slot = Some(
+                open_inheritable(path)
+                    .map_err(|e| format!("device_file {}: {e}", path.display()))?,
+            );
         }
+        Ok(())
+    }
+
+    /// How long call `name` must wait now (counts the call towards `hang.after_calls`).
+    pub fn stall(&self, name: &str) -> Stall {
+        let mut stall = match self.scenario.delays.get(name) {
+            Some(d) => Stall::For(*d),
+            None => Stall::No,
+        };
+        if let Some(h) = self.scenario.hang.as_ref().filter(|h| h.call == name) {
+            let before = self.hang_calls.get();
+            self.hang_calls.set(before + 1);
+            if before >= h.after_calls && self.elapsed_ms() >= h.after_ms {
+                stall = match h.for_ms {
+                    Some(ms) => Stall::For(Duration::from_millis(ms)),
+                    None => Stall::Forever,
+                };
+            }
+        }
+        stall
     }
 
     pub fn elapsed_ms(&self) -> u64 {

@@ -397,3 +397,148 @@ fn raw_c_api_rules() {
     assert_eq!(calls.lines().filter(|l| *l == "nvmlInit_v2").count(), 2);
     assert_eq!(calls.lines().last(), Some("nvmlShutdown"));
 }
+
+/// A copy of the fake in a directory of its own, with `json` beside it as its scenario: a
+/// library instance (and state) of its own, whatever `FAKE_NVML_SCENARIO` says.
+fn private_copy(name: &str, json: &str) -> PathBuf {
+    let dir = temp_file(&format!("{name}.d"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libnvidia-ml.so.1");
+    std::fs::copy(lib_path(), &lib).unwrap();
+    std::fs::write(dir.join("fake-nvml-scenario.json"), json).unwrap();
+    lib
+}
+
+/// Where descriptor `fd` of this process points, and whether it is close-on-exec.
+fn fd_state(fd: &str) -> Option<(PathBuf, bool)> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())?;
+    Some((target, flags & libc::O_CLOEXEC as u32 != 0))
+}
+
+/// This process's descriptors open on `path`, with their close-on-exec flag.
+fn open_on(path: &std::path::Path) -> Vec<bool> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fd_state(e.file_name().to_str()?))
+        .filter(|(t, _)| t == path)
+        .map(|(_, cloexec)| cloexec)
+        .collect()
+}
+
+#[test]
+fn device_files_are_held_open_without_cloexec_until_shutdown() {
+    let dir = temp_file("files.d");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ctl, d0, d1) = (dir.join("ctl"), dir.join("dev0"), dir.join("dev1"));
+    for f in [&ctl, &d0, &d1] {
+        std::fs::write(f, "").unwrap();
+    }
+    let json = format!(
+        r#"{{"control_file": "{}", "devices": [
+            {{"uuid": "{UUID0}", "name": "A", "memory_total": 1, "device_file": "{}"}},
+            {{"uuid": "{UUID1}", "name": "B", "memory_total": 1, "device_file": "{}"}}]}}"#,
+        ctl.display(),
+        d0.display(),
+        d1.display()
+    );
+    let _s = scenario("files", &json);
+    let nvml = init().expect("init");
+    assert_eq!(open_on(&ctl), vec![false], "control file open, inheritable");
+    assert!(open_on(&d0).is_empty() && open_on(&d1).is_empty());
+    nvml.device_by_index(0).unwrap();
+    assert_eq!(open_on(&d0), vec![false]);
+    assert!(open_on(&d1).is_empty(), "no handle of device 1 yet");
+    // A handle looked up again does not open the file twice.
+    nvml.device_by_index(0).unwrap();
+    nvml.device_by_uuid(UUID1).unwrap();
+    assert_eq!((open_on(&d0).len(), open_on(&d1).len()), (1, 1));
+    nvml.shutdown().unwrap();
+    assert!(open_on(&ctl).is_empty() && open_on(&d0).is_empty() && open_on(&d1).is_empty());
+
+    // A device file that cannot be opened refuses its handle; a missing control file, init.
+    std::fs::remove_file(&d1).unwrap();
+    let nvml = init().expect("init");
+    assert!(matches!(
+        nvml.device_by_index(1),
+        Err(NvmlError::NoPermission)
+    ));
+    nvml.device_by_index(0).unwrap();
+    nvml.shutdown().unwrap();
+    std::fs::remove_file(&ctl).unwrap();
+    assert!(matches!(init(), Err(NvmlError::DriverNotLoaded)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn delayed_and_hung_calls() {
+    let json = format!(
+        r#"{{"delays_ms": {{"nvmlDeviceGetPowerUsage": 150}},
+            "hang": {{"call": "nvmlDeviceGetUtilizationRates", "after_calls": 1, "for_ms": 400}},
+            "devices": [{{"uuid": "{UUID0}", "name": "A", "memory_total": 1}}]}}"#
+    );
+    let _s = scenario("delays", &json);
+    let nvml = init().expect("init");
+    let d = nvml.device_by_index(0).unwrap();
+    let t = std::time::Instant::now();
+    d.power_usage().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    d.utilization_rates().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "the first call answers"
+    );
+    let t = std::time::Instant::now();
+    d.utilization_rates().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    let t = std::time::Instant::now();
+    d.uuid().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "other calls do not wait"
+    );
+}
+
+#[test]
+fn a_call_can_hang_for_ever_in_a_copy_with_its_own_scenario() {
+    // Beside the copy: its own scenario, whatever FAKE_NVML_SCENARIO names. The hung thread
+    // keeps that copy initialized for the rest of the run, so no other test may share it.
+    let json = format!(
+        r#"{{"hang": {{"call": "nvmlDeviceGetMemoryInfo_v2", "after_ms": 200}},
+            "devices": [{{"uuid": "{UUID1}", "name": "Own", "memory_total": 5}}]}}"#
+    );
+    let lib = private_copy("hang", &json);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let nvml = Nvml::builder().lib_path(lib.as_os_str()).init().unwrap();
+        let d = nvml.device_by_index(0).unwrap();
+        tx.send(d.uuid().unwrap()).unwrap();
+        tx.send(format!("{}", d.memory_info().unwrap().total))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = d.memory_info();
+        tx.send("answered after the hang began".into()).unwrap();
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), UUID1);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "5");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(1500)).is_err(),
+        "the call after 200 ms never answers"
+    );
+}

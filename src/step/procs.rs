@@ -1,0 +1,268 @@
+//! The processes of a step's tasks, read within a bound per sample.
+//!
+//! Reading a process costs two `/proc` files (`stat`, `status`); a step of thousands of
+//! processes made one sample cost hundreds of milliseconds. So each sample lists every process
+//! (cheap: a task's cgroup lists them in one file), then reads at most
+//! [`MAX_PROCESSES_PER_SAMPLE`] of them, and stops earlier once reading has taken
+//! [`PROCESS_TIME_SHARE`] of the interval (after [`MIN_PROCESSES_PER_SAMPLE`], so a slow
+//! `/proc` still moves on).
+//! The next sample goes on where this one stopped, in pid order, round the list: every process
+//! is read within `ceil(n / read per sample)` samples. A task's sums (resident memory, threads,
+//! CPU) use each of its processes' latest reading; its process count is the listing's, exact.
+//! The exact figures (the cgroups' peak, CPU and OOM counters) are the kernel's and read in full
+//! at every sample elsewhere: this bound touches only the sampled ones.
+//!
+//! A task without a cgroup of its own is listed by walking its process tree, at most
+//! [`MAX_PROCESSES_WALKED`] processes per sample over all tasks.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::cgroup::Cgroup;
+use crate::proc::{MemSplit, ProcFs};
+use crate::sampler::Target;
+use crate::sampler::tree;
+
+/// Most processes read (`stat` and `status`) in one sample.
+pub const MAX_PROCESSES_PER_SAMPLE: usize = 500;
+/// Fewest processes read in one sample, whatever the time.
+pub const MIN_PROCESSES_PER_SAMPLE: usize = 32;
+/// Share of the interval asked for that one sample may spend reading processes (listing them
+/// is not counted: see [`MAX_PROCESSES_WALKED`]).
+pub const PROCESS_TIME_SHARE: f64 = 0.05;
+/// Most processes visited in one sample when walking process trees (tasks without a cgroup).
+pub const MAX_PROCESSES_WALKED: usize = 2000;
+
+/// One process's latest reading.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    private: u64,
+    shared: u64,
+    hwm: u64,
+    threads: u64,
+    cpu: f64,
+}
+
+/// One task's figures at one sample.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TaskFigures {
+    /// The task's pid.
+    pub pid: u32,
+    /// Private resident memory summed over its processes, bytes.
+    pub private: u64,
+    /// The largest shared resident memory of one of its processes, bytes.
+    pub shared: u64,
+    /// The largest peak resident memory (`VmHWM`) of one of its processes, bytes.
+    pub hwm: u64,
+    /// CPU seconds of its processes, with their reaped children's.
+    pub cpu: f64,
+    /// Threads of its processes.
+    pub threads: u64,
+    /// Its processes (listed, not only read).
+    pub processes: u64,
+}
+
+/// What one sample found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Per task, in the order asked.
+    pub tasks: Vec<TaskFigures>,
+    /// Every process listed.
+    pub members: HashSet<u32>,
+    /// Processes read this sample.
+    pub read: usize,
+    /// Whether a process tree walk stopped at [`MAX_PROCESSES_WALKED`].
+    pub walk_cut: bool,
+}
+
+impl Found {
+    /// Whether some listed process was not read this sample.
+    pub fn partial(&self) -> bool {
+        self.read < self.members.len()
+    }
+}
+
+/// Reads the tasks' processes in turns over samples.
+#[derive(Debug, Default)]
+pub struct ProcReader {
+    latest: HashMap<u32, Reading>,
+    /// The last pid read: the next sample starts after it.
+    cursor: u32,
+}
+
+impl ProcReader {
+    /// One sample of `tasks` (pid, its own cgroup if any), spending at most `budget` on reads
+    /// beyond the first [`MIN_PROCESSES_PER_SAMPLE`].
+    pub fn sample(
+        &mut self,
+        procfs: &ProcFs,
+        tasks: &[(u32, Option<Cgroup>)],
+        budget: Duration,
+    ) -> Found {
+        let tps = crate::proc::ticks_per_second() as f64;
+        let mut found = Found::default();
+        // pid -> the task that lists it first.
+        let mut owner: HashMap<u32, usize> = HashMap::new();
+        let mut walk_left = MAX_PROCESSES_WALKED;
+        for (i, (pid, cg)) in tasks.iter().enumerate() {
+            let listed = match cg.as_ref().and_then(|c| c.procs().ok()) {
+                Some(pids) => pids,
+                None => {
+                    let target = Target {
+                        main: *pid,
+                        tree_roots: vec![*pid],
+                        exclude: vec![],
+                        cgroup: None,
+                        in_process: false,
+                    };
+                    let (pids, complete) = tree::members_limited(procfs, &target, walk_left);
+                    walk_left = walk_left.saturating_sub(pids.len());
+                    found.walk_cut |= !complete;
+                    pids
+                }
+            };
+            for p in listed {
+                owner.entry(p).or_insert(i);
+            }
+        }
+        let mut pids: Vec<u32> = owner.keys().copied().collect();
+        pids.sort_unstable();
+        let start = pids.partition_point(|&p| p <= self.cursor);
+        let t0 = Instant::now();
+        let mut gone = HashSet::new();
+        for k in 0..pids.len() {
+            let n = found.read;
+            if n >= MAX_PROCESSES_PER_SAMPLE
+                || (n >= MIN_PROCESSES_PER_SAMPLE && t0.elapsed() >= budget)
+            {
+                break;
+            }
+            let p = pids[(start + k) % pids.len()];
+            found.read += 1;
+            self.cursor = p;
+            match (procfs.pid_stat(p), procfs.pid_status(p)) {
+                (Ok(st), Ok(status)) => {
+                    let split = MemSplit::from_status(&status);
+                    self.latest.insert(
+                        p,
+                        Reading {
+                            private: split.map_or(0, |m| m.private),
+                            shared: split.map_or(0, |m| m.shared),
+                            hwm: status.hwm.unwrap_or(0),
+                            threads: status.threads,
+                            cpu: (st.own_ticks() + st.reaped_ticks()) as f64 / tps,
+                        },
+                    );
+                }
+                _ => {
+                    self.latest.remove(&p);
+                    gone.insert(p);
+                }
+            }
+        }
+        self.latest.retain(|p, _| owner.contains_key(p));
+        found.tasks = tasks
+            .iter()
+            .map(|(pid, _)| TaskFigures {
+                pid: *pid,
+                ..TaskFigures::default()
+            })
+            .collect();
+        for (p, i) in owner {
+            if gone.contains(&p) {
+                continue;
+            }
+            found.members.insert(p);
+            let t = &mut found.tasks[i];
+            t.processes += 1;
+            if let Some(r) = self.latest.get(&p) {
+                t.private += r.private;
+                t.shared = t.shared.max(r.shared);
+                t.hwm = t.hwm.max(r.hwm);
+                t.threads += r.threads;
+                t.cpu += r.cpu;
+            }
+        }
+        // Gone before it could be read: neither listed nor counted.
+        found.read -= gone.len();
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+
+    /// A shell with `n` sleeping children, in a process group of its own.
+    fn sleepers(n: usize) -> Child {
+        use std::os::unix::process::CommandExt;
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("for i in $(seq {n}); do sleep 20 & done; wait"),
+            ])
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn kill_group(mut c: Child) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", c.id())])
+            .status();
+        let _ = c.wait();
+    }
+
+    fn count_children(pid: u32) -> usize {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .map(|s| s.split_whitespace().count())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_large_task_is_read_in_turns_and_counted_in_full() {
+        let n = MAX_PROCESSES_PER_SAMPLE + 100;
+        let task = sleepers(n);
+        let t = std::time::Instant::now();
+        while count_children(task.id()) < n && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let procfs = ProcFs::default();
+        let mut r = ProcReader::default();
+        let tasks = [(task.id(), None)];
+        // Time is no limit here: the count is.
+        let first = r.sample(&procfs, &tasks, Duration::from_secs(60));
+        let second = r.sample(&procfs, &tasks, Duration::from_secs(60));
+        // No time at all: only the minimum.
+        let third = r.sample(&procfs, &tasks, Duration::ZERO);
+        kill_group(task);
+        assert_eq!(first.tasks[0].processes, n as u64 + 1);
+        assert_eq!(first.read, MAX_PROCESSES_PER_SAMPLE);
+        assert!(first.partial() && !first.walk_cut);
+        // The second sample reads the rest first: every process has a reading now.
+        assert_eq!(second.read, MAX_PROCESSES_PER_SAMPLE);
+        assert_eq!(second.tasks[0].threads, n as u64 + 1, "one thread each");
+        assert!(second.tasks[0].private > first.tasks[0].private);
+        assert_eq!(third.read, MIN_PROCESSES_PER_SAMPLE);
+        assert_eq!(third.tasks[0].threads, n as u64 + 1);
+    }
+
+    #[test]
+    fn a_small_task_is_read_whole() {
+        let task = sleepers(3);
+        let t = std::time::Instant::now();
+        while count_children(task.id()) < 3 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let procfs = ProcFs::default();
+        let mut r = ProcReader::default();
+        let f = r.sample(&procfs, &[(task.id(), None)], Duration::from_secs(1));
+        let id = task.id();
+        kill_group(task);
+        assert_eq!((f.read, f.tasks[0].processes), (4, 4));
+        assert!(!f.partial());
+        assert!(f.members.contains(&id));
+        assert!(f.tasks[0].hwm > 0 && f.tasks[0].threads == 4);
+    }
+}
