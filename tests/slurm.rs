@@ -1632,3 +1632,178 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
         std::fs::remove_file(fs.control.join(mode)).unwrap();
     }
 }
+
+/// The simulated GPUs' fake NVML in a directory of its own with `fake-nvml-scenario.json`
+/// beside it (the cluster's scenario plus `extra` keys, and `device_file` per device when
+/// `files`), named by the settings until drop. Returns the guard and the directory.
+struct NvmlCopy(#[allow(dead_code)] Restore, PathBuf);
+
+fn nvml_copy(tag: &str, extra: serde_json::Value, files: bool) -> NvmlCopy {
+    let dir = state_dir().join("lib").join(format!("nvml-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        state_dir().join("lib/simulated-nvml/libnvidia-ml.so.1"),
+        dir.join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    let mut scenario: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(state_dir().join("simulated-gpus.json")).unwrap(),
+    )
+    .unwrap();
+    if files {
+        std::fs::write(dir.join("nvidiactl"), "").unwrap();
+        scenario["control_file"] = dir.join("nvidiactl").display().to_string().into();
+        for d in scenario["devices"].as_array_mut().unwrap() {
+            let f = dir.join(format!("nvidia{}", d["minor"]));
+            std::fs::write(&f, "").unwrap();
+            d["device_file"] = f.display().to_string().into();
+        }
+    }
+    for (k, v) in extra.as_object().unwrap() {
+        scenario[k] = v.clone();
+    }
+    std::fs::write(
+        dir.join("fake-nvml-scenario.json"),
+        serde_json::to_string_pretty(&scenario).unwrap(),
+    )
+    .unwrap();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let lib = dir.join("libnvidia-ml.so.1");
+    let text: Vec<String> = good
+        .lines()
+        .map(|l| {
+            if l.starts_with("nvml_library") {
+                format!("nvml_library = \"{}\"", lib.display())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&conf, text.join("\n") + "\n").unwrap();
+    NvmlCopy(Restore(conf, good), dir)
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn no_task_inherits_a_descriptor_of_nvml() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let nvml = nvml_copy("fds", serde_json::json!({}), true);
+    let d = nvml.1.display().to_string();
+    let home = state_dir().join("jobs").join(USER);
+    let te = home.join("te.sh");
+    std::fs::write(
+        &te,
+        "#!/bin/bash\nls -l /proc/$$/fd > \"$(dirname \"$0\")/fd-te-$SLURM_JOB_ID-$SLURM_STEP_ID-$$\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&te, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let h = home.display();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.2 --gres=gpu:1 -n 2\n\
+         ls -l /proc/$$/fd > {h}/fd-batch-$SLURM_JOB_ID\n\
+         srun -n 2 --gres=gpu:1 --task-epilog={te} bash -c \
+         'ls -l /proc/$$/fd > {h}/fd-task-$SLURM_JOB_ID-$SLURM_PROCID; sleep 2'\n",
+        te = te.display()
+    );
+    let job = run_job("nvml-fds", &script);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let recs = final_records(job.id, &["batch", "0"]);
+    let mut listings = 0;
+    for e in std::fs::read_dir(&home).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("fd-") && name.contains(&format!("-{}", job.id)) {
+            listings += 1;
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            assert!(
+                !text.contains(&d),
+                "{name} holds NVML's descriptors:\n{text}"
+            );
+        }
+    }
+    assert!(
+        listings >= 5,
+        "batch, 2 tasks and 2 task epilogs list their descriptors"
+    );
+    for step in ["batch", "0"] {
+        let s = &recs[step].sampler;
+        assert_eq!(s.gpu_source, "nvml", "{step}: {s:?}");
+        assert_eq!(s.nvml_opened.as_deref(), Some("after_last_task"), "{step}");
+        assert!(
+            s.nvml_cloexec_descriptors.unwrap_or(0) >= 3,
+            "{step}: {s:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_hung_nvml_or_slow_samples_never_hold_the_step() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let h = hog();
+    // 1. NVML hangs 1.5 s into the step, for 30 s (finite, so an unfixed plugin recovers).
+    {
+        let _nvml = nvml_copy(
+            "hang",
+            serde_json::json!({"hang": {"call": "nvmlDeviceGetUtilizationRates",
+                                        "after_ms": 1500, "for_ms": 30000}}),
+            false,
+        );
+        let started = Instant::now();
+        let job = run_job(
+            "nvml-hang",
+            &format!(
+                "#!/bin/bash\n#SBATCH --gpu-track=0.2 --gres=gpu:1\n\
+                 srun --gpu-track=0.2 --gres=gpu:1 {h} --hold-ms 4000\n"
+            ),
+        );
+        let took = started.elapsed();
+        assert_eq!(job.state, "COMPLETED", "{}", job.output);
+        assert!(
+            took < Duration::from_secs(25),
+            "the job took {took:?}: a step waited for a hung NVML call"
+        );
+        let recs = final_records(job.id, &["batch", "0"]);
+        for step in ["batch", "0"] {
+            let r = &recs[step];
+            assert!(r.complete, "{step}");
+            assert_eq!(r.sampler.stopped, Some(false), "{step}: {:?}", r.sampler);
+            assert!(
+                r.sampler
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("did not stop within 5 s")),
+                "{step}: {:?}",
+                r.sampler.notes
+            );
+        }
+        let out = output_with_summary(USER, "nvml-hang", job.id);
+        summary_of(&out);
+    }
+    // 2. Every GPU reading takes 30 ms at a 0.1 s interval: the sampler backs off.
+    {
+        let _nvml = nvml_copy(
+            "slow",
+            serde_json::json!({"delays_ms": {"nvmlDeviceGetUtilizationRates": 30}}),
+            false,
+        );
+        let job = run_job(
+            "nvml-slow",
+            &format!("#!/bin/bash\n#SBATCH --gpu-track=0.1 --gres=gpu:1\n{h} --hold-ms 5000\n"),
+        );
+        assert_eq!(job.state, "COMPLETED", "{}", job.output);
+        let s = &final_records(job.id, &["batch"])["batch"].sampler;
+        assert_eq!(s.interval_seconds, 0.1);
+        assert!(s.interval_max_seconds.unwrap_or(0.0) >= 0.4, "{s:?}");
+        assert!(
+            s.overruns.unwrap_or(0) >= 2 && s.backoffs.unwrap_or(0) >= 2,
+            "{s:?}"
+        );
+        assert!(s.samples <= 25, "{s:?}");
+        assert!(s.notes.iter().any(|n| n.contains("lengthened")), "{s:?}");
+    }
+}
