@@ -60,6 +60,8 @@ CACHE_SECONDS = 1.0
 # Open flags not passed on to the backing file: the kernel sends the offsets (it applies
 # O_APPEND itself), create() makes new files, and the backing file system need not do O_DIRECT.
 NOT_PASSED = os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOCTTY | os.O_DIRECT
+# Those libfuse's own handlers stop a file system on (SIGHUP too, as the fusepy version did).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def answering(method):
@@ -461,8 +463,8 @@ class HangFs(pyfuse3.Operations):
     # Stopping.
 
     async def stop_on_signal(self, early, task_status=trio.TASK_STATUS_IGNORED):
-        """On SIGTERM or SIGINT, fail the held writes with EIO, then end pyfuse3's main loop."""
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        """On SIGTERM, SIGINT or SIGHUP, fail the held writes with EIO, then end the main loop."""
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             task_status.started()
             if not early:
                 async for _ in signals:
@@ -503,7 +505,7 @@ def main():
     early = []
     previous = {
         s: signal.signal(s, lambda signum, frame: early.append(signum))
-        for s in (signal.SIGTERM, signal.SIGINT)
+        for s in STOP_SIGNALS
     }
     fs = HangFs(backing, control)
     options = set(pyfuse3.default_options)

@@ -1313,14 +1313,13 @@ fn a_jobs_environment_cannot_choose_its_node_user_or_gpus() {
         .collect();
     names.sort();
     let n = node();
-    assert_eq!(
-        names,
-        [
-            "instance.json".to_string(),
-            format!("{n}.0.json"),
-            format!("{n}.batch.json")
-        ]
-    );
+    let mut expected = [
+        "instance.json".to_string(),
+        format!("{n}.0.json"),
+        format!("{n}.batch.json"),
+    ];
+    expected.sort();
+    assert_eq!(names, expected);
     for (step, r) in &recs {
         assert_eq!(r.step.node, n, "{step}");
         assert_eq!(r.job.user, USER, "{step}");
