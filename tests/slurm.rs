@@ -390,8 +390,8 @@ fn a_gpu_job_records_its_gpu_and_only_its_gpu() {
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:1\n\
          echo gpus=$SLURM_JOB_GPUS\n\
-         {h} --hold-ms 2500 --marker SIMGPU0_HOLD &\n\
-         {h} --hold-ms 2500 --marker SIMGPU1_HOLD &\n\
+         {h} --hold-ms 6000 --marker SIMGPU0_HOLD &\n\
+         {h} --hold-ms 6000 --marker SIMGPU1_HOLD &\n\
          wait\n"
     );
     let job = run_job("gpu", &script);

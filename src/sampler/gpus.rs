@@ -17,6 +17,8 @@ struct DeviceAcc {
     util: PercentAcc,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
+    /// Readings of the energy counter: one reading measures nothing.
+    energy_readings: u32,
     lost: bool,
 }
 
@@ -84,6 +86,7 @@ impl GpuAccumulator {
                     util: PercentAcc::default(),
                     energy_first: None,
                     energy_last: None,
+                    energy_readings: 0,
                     lost: false,
                 })
                 .collect()
@@ -127,6 +130,7 @@ impl GpuAccumulator {
             if let Some(e) = r.energy_mj {
                 d.energy_first.get_or_insert(e);
                 d.energy_last = Some(e);
+                d.energy_readings = d.energy_readings.saturating_add(1);
             }
         }
         let n_sel = devices.iter().filter(|d| d.selected).count() as f64;
@@ -172,7 +176,9 @@ impl GpuAccumulator {
                 mean_utilization_percent: (!d.util.is_empty()).then(|| d.util.mean()),
                 max_utilization_percent: (!d.util.is_empty()).then(|| d.util.max()),
                 energy_joules: match (d.energy_first, d.energy_last) {
-                    (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1000.0),
+                    (Some(a), Some(b)) if d.energy_readings >= 2 => {
+                        Some(b.saturating_sub(a) as f64 / 1000.0)
+                    }
                     _ => None,
                 },
                 lost: d.lost,
