@@ -722,17 +722,61 @@ mod tests {
         );
     }
 
-    /// Against tests/hangfs.py (run by hand, as root): with hangfs mounted at `$GT_HANGFS_MNT`
-    /// and controlled by `$GT_HANGFS_CONTROL`,
-    /// `GT_HANGFS_MNT=... GT_HANGFS_CONTROL=... cargo test -- --ignored hangfs`.
+    /// A mounted tests/hangfs.py in a temporary directory, stopped and removed on drop.
+    struct HangFs {
+        base: std::path::PathBuf,
+        child: std::process::Child,
+    }
+
+    impl HangFs {
+        fn mount() -> HangFs {
+            let base = std::env::temp_dir().join(format!("gt-hangfs-unit-{}", std::process::id()));
+            for d in ["backing", "mnt", "control"] {
+                std::fs::create_dir_all(base.join(d)).unwrap();
+            }
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hangfs.py");
+            let child = std::process::Command::new("/usr/bin/python3")
+                .arg(script)
+                .arg("--control")
+                .args([base.join("control"), base.join("backing"), base.join("mnt")])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("run tests/hangfs.py (apt-get install python3-pyfuse3 fuse3)");
+            let mnt = base.join("mnt").display().to_string();
+            let t0 = std::time::Instant::now();
+            while !std::fs::read_to_string("/proc/self/mounts")
+                .unwrap()
+                .contains(&mnt)
+            {
+                assert!(t0.elapsed().as_secs() < 20, "hangfs did not mount");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            HangFs { base, child }
+        }
+    }
+
+    impl Drop for HangFs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.base.join("control/hang"));
+            let _ = std::fs::remove_file(self.base.join("control/zero"));
+            // SAFETY: kill with a child's pid and SIGTERM has no memory effects.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+
+    /// Against a real FUSE file that stops answering (tests/hangfs.py, which needs root and
+    /// Debian's python3-pyfuse3; `tests/run-all.sh` runs it).
     #[test]
-    #[ignore = "needs tests/hangfs.py mounted, as root"]
+    #[ignore = "mounts tests/hangfs.py: needs root and python3-pyfuse3 (tests/run-all.sh)"]
     fn hangfs_hang_and_zero() {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
         use std::time::{Duration, Instant};
-        let mnt = std::path::PathBuf::from(std::env::var("GT_HANGFS_MNT").unwrap());
-        let control = std::path::PathBuf::from(std::env::var("GT_HANGFS_CONTROL").unwrap());
+        let fs = HangFs::mount();
+        let mnt = fs.base.join("mnt");
+        let control = fs.base.join("control");
         let path = mnt.join(format!("out-{}", std::process::id()));
         let f = std::fs::File::options()
             .create_new(true)
