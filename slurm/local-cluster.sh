@@ -516,7 +516,7 @@ cmd_demo() {
             "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --tasks || true
     fi
     echo
-    echo "records (JSON, slurm/RECORD.md): $STATE/spool/gpu-tracker/$LAST_JOB/"
+    echo "records (JSON, slurm/RECORD.md): $STATE/spool/gpu-tracker/gputrack/$LAST_JOB/ (<spool_dir>/<ClusterName>/<jobid>)"
     STEP=""
 }
 
