@@ -431,9 +431,10 @@ mod tests {
             assert_eq!(again.dir, first.dir);
             assert!(again.moved_aside.is_none());
         }
-        // The same id for another user: the earlier directory goes aside, root only.
+        // The same id for another user, even with the same token (a user may copy one): the
+        // earlier directory goes aside, root only.
         let b = Spool::open(&root).unwrap().readable_by(1002);
-        let other = b.claim_job_dir(&inst(5, 1002, "200.1")).unwrap();
+        let other = b.claim_job_dir(&inst(5, 1002, "100.1")).unwrap();
         let aside = other.moved_aside.expect("moved aside");
         assert!(aside.starts_with(root.join(STALE_DIR)));
         assert_eq!(
