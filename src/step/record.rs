@@ -562,11 +562,17 @@ mod terminal_tests {
     fn text_for_terminals_keeps_lines_and_drops_what_steers_them() {
         let t = "a\tb\nc\u{1b}[31m\u{9b}d\u{202e}e\u{2066}f\u{200b}g\u{7f}";
         assert_eq!(terminal_safe(t), "a\tb\nc?[31m?d?e?f?g?");
-        assert!(matches!(terminal_safe("plain\n"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            terminal_safe("plain\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
         let json = serde_json::to_string(&"x\u{202e}\u{85}y").unwrap();
         let safe = json_terminal_safe(&json);
         assert_eq!(safe, "\"x\\u202e\\u0085y\"");
-        assert_eq!(serde_json::from_str::<String>(&safe).unwrap(), "x\u{202e}\u{85}y");
+        assert_eq!(
+            serde_json::from_str::<String>(&safe).unwrap(),
+            "x\u{202e}\u{85}y"
+        );
         assert_eq!(file_safe("evil\u{1b}]2;x"), "evil__2_x");
         assert_eq!(file_safe(".."), "_..");
         assert_eq!(clean_text("n\u{202e}m", 10), "n?m");
