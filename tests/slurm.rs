@@ -1121,6 +1121,15 @@ fn purge_removes_old_records_only_and_only_for_root() {
 // ---------------------------------------------------------------------------------------------
 // Security: nothing a job controls may steer what root records, shows or waits for.
 
+/// The line of job `id` in root's listing of the last hour.
+fn root_listing_line(id: u32) -> String {
+    let (_, list, _) = report_as("root", &["--all", "--since", "1h"]);
+    list.lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("job {id} not in root's listing:\n{list}"))
+}
+
 fn scontrol(args: &[&str]) {
     let st = Command::new("scontrol")
         .args(args)
@@ -1239,11 +1248,7 @@ fn a_reused_job_id_never_shows_the_earlier_jobs_records() {
             "{who}: {json}"
         );
     }
-    let (_, list, _) = report_as("root", &["--all", "--since", "1h"]);
-    let line = list
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(&b.to_string()))
-        .unwrap_or_else(|| panic!("{list}"));
+    let line = root_listing_line(b);
     assert!(
         line.contains(" gtuser ") && !line.contains("gtuser2"),
         "{line}"
@@ -1354,11 +1359,7 @@ fn a_jobs_environment_cannot_choose_its_node_user_or_gpus() {
             "{who} prints a terminal control: {text:?}"
         );
     }
-    let (_, list, _) = report_as("root", &["--all", "--since", "1h"]);
-    let line = list
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
-        .unwrap_or_else(|| panic!("{list}"));
+    let line = root_listing_line(id);
     assert!(
         line.contains(" gtuser ") && !line.contains("gtuser2"),
         "{line}"
