@@ -67,6 +67,12 @@ pub fn path_from_env() -> PathBuf {
         .map_or_else(|| PathBuf::from(DEFAULT_PATH), PathBuf::from)
 }
 
+/// The spool directory name of the cluster slurm.conf (found by [`path_from_env`]) names.
+pub fn this_cluster_dir() -> String {
+    let conf = SlurmConf::read(&path_from_env()).unwrap_or_default();
+    cluster_dir_name(conf.cluster_name.as_deref())
+}
+
 /// A cluster name made safe as one path component: ASCII letters, digits, `-`, `_` and `.`
 /// kept (lower-cased), anything else `_`; never empty, never starting with a dot. Without a
 /// name: `default`.

@@ -15,7 +15,7 @@ use gpu_tracker::config::{self, Config};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
-use gpu_tracker::slurmconf::{self, SlurmConf};
+use gpu_tracker::slurmconf;
 use gpu_tracker::step::record;
 use gpu_tracker::units::{
     FIRST_SINCE_YEAR, LAST_SINCE_YEAR, MAX_AGE_DAYS, MemUnit, TimeUnit, checked_days, within,
@@ -160,15 +160,10 @@ fn settings(args: &Args) -> Result<Config, Failure> {
     }
     // Each cluster has its own directory in the spool: from here on spool_dir is this one's.
     let cluster = match &args.cluster {
-        Some(c) => c.clone(),
-        None => SlurmConf::read(&slurmconf::path_from_env())
-            .ok()
-            .and_then(|c| c.cluster_name)
-            .unwrap_or_default(),
+        Some(c) => slurmconf::cluster_dir_name(Some(c)),
+        None => slurmconf::this_cluster_dir(),
     };
-    cfg.spool_dir = cfg
-        .spool_dir
-        .join(slurmconf::cluster_dir_name(Some(&cluster)));
+    cfg.spool_dir = cfg.spool_dir.join(cluster);
     Ok(cfg)
 }
 

@@ -670,8 +670,7 @@ fn srun_summary() -> Result<(), String> {
     }
     let name = record::step_name(step);
     // srun runs as the user: it reads what the user may read, of the job it launched.
-    let slurm_conf = SlurmConf::read(&slurmconf::path_from_env()).unwrap_or_default();
-    let cluster = slurmconf::cluster_dir_name(slurm_conf.cluster_name.as_deref());
+    let cluster = slurmconf::this_cluster_dir();
     let instance = Instance {
         cluster: cluster.clone(),
         job_id: job,
