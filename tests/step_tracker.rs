@@ -12,7 +12,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::mpsc;
+use std::sync::{RwLock, mpsc};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
@@ -92,6 +92,10 @@ impl Fixture {
 }
 
 /// This process's descriptors open on `path`, each with its close-on-exec flag.
+/// The descriptor test compares this process's descriptors before and after NVML opens: it
+/// runs alone (write), the other tests, which open files and NVML too, beside each other (read).
+static DESCRIPTORS: RwLock<()> = RwLock::new(());
+
 fn open_on(path: &Path) -> Vec<bool> {
     let Ok(rd) = std::fs::read_dir("/proc/self/fd") else {
         return Vec::new();
@@ -158,6 +162,7 @@ fn finish_within(
 
 #[test]
 fn nvml_is_opened_only_after_the_last_local_task_started() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     let fx = Fixture::new("nvml-late", Some(2), 100, json!({}));
     let t = StepTracker::start(fx.setup.clone()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -192,6 +197,7 @@ fn nvml_is_opened_only_after_the_last_local_task_started() {
 
 #[test]
 fn a_child_exec_d_after_nvml_opened_inherits_none_of_its_descriptors() {
+    let _g = DESCRIPTORS.write().unwrap_or_else(|p| p.into_inner());
     let fx = Fixture::new("nvml-cloexec", Some(1), 100, json!({}));
     let t = StepTracker::start(fx.setup.clone()).unwrap();
     let task = sleeper();
@@ -237,6 +243,7 @@ fn a_child_exec_d_after_nvml_opened_inherits_none_of_its_descriptors() {
 
 #[test]
 fn finish_returns_within_its_deadline_when_an_nvml_call_hangs() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     let hang = json!({"hang": {"call": "nvmlDeviceGetUtilizationRates", "after_ms": 500}});
     let fx = Fixture::new("nvml-hang", Some(1), 100, hang);
     let t = StepTracker::start(fx.setup.clone()).unwrap();
@@ -270,6 +277,7 @@ fn finish_returns_within_its_deadline_when_an_nvml_call_hangs() {
 
 #[test]
 fn dropping_a_tracker_whose_sampler_hangs_returns_within_the_deadline() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     let hang = json!({"hang": {"call": "nvmlDeviceGetTotalEnergyConsumption", "after_ms": 300}});
     let fx = Fixture::new("nvml-hang-drop", Some(1), 100, hang);
     let t = StepTracker::start(fx.setup.clone()).unwrap();
@@ -289,6 +297,7 @@ fn dropping_a_tracker_whose_sampler_hangs_returns_within_the_deadline() {
 
 #[test]
 fn a_sampler_that_comes_back_late_does_not_overwrite_the_final_record() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     // Stuck for 7 s, then answering again: past finish's deadline, and with checkpoints due.
     let hang = json!({"hang": {"call": "nvmlDeviceGetUtilizationRates", "after_ms": 500,
                                "for_ms": 7000}});
@@ -316,6 +325,7 @@ fn a_sampler_that_comes_back_late_does_not_overwrite_the_final_record() {
 
 #[test]
 fn slow_samples_lengthen_the_interval_and_the_record_says_so() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     // Each sample waits 30 ms in NVML: 30 % of the 100 ms asked for.
     let slow = json!({"delays_ms": {"nvmlDeviceGetUtilizationRates": 30}});
     let fx = Fixture::new("slow", Some(1), 100, slow);
@@ -344,6 +354,7 @@ fn slow_samples_lengthen_the_interval_and_the_record_says_so() {
 
 #[test]
 fn a_step_with_more_processes_than_a_sample_reads_is_read_in_turns() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     use std::os::unix::process::CommandExt;
     let mut fx = Fixture::new("many", Some(1), 100, json!({}));
     fx.setup.step.alloc_gpus.clear();
@@ -383,6 +394,7 @@ fn a_step_with_more_processes_than_a_sample_reads_is_read_in_turns() {
 
 #[test]
 fn an_nvml_that_never_finishes_starting_holds_nothing() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     let hang = json!({"hang": {"call": "nvmlInit_v2"}});
     let fx = Fixture::new("nvml-init-hang", Some(1), 100, hang);
     let t = StepTracker::start(fx.setup.clone()).unwrap();
