@@ -382,7 +382,11 @@ fn a_step_with_more_processes_than_a_sample_reads_is_read_in_turns() {
     let (r, _) = t.finish();
     let v = value(&r);
     let s = &v["sampler"];
-    assert_eq!(r.tasks[0].max_processes, 601, "every process is counted");
+    assert_eq!(
+        r.tasks[0].max_processes,
+        Some(601),
+        "every process is counted"
+    );
     assert!(s["partial_samples"].as_u64() >= Some(1), "{s:#}");
     assert!(
         notes(&v).contains("at most 500 processes are read per sample"),
@@ -416,4 +420,28 @@ fn an_nvml_that_never_finishes_starting_holds_nothing() {
         "{:#}",
         v["sampler"]
     );
+}
+
+#[test]
+fn a_short_task_started_after_the_first_sample_is_still_seen() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
+    // A long interval: without a sample soon after each task starts, the second task would
+    // live and die between two samples and be recorded with no thread count at all.
+    let mut f = Fixture::new("short-task", Some(2), 5_000, json!({}));
+    f.setup.step.alloc_gpus.clear();
+    let t = StepTracker::start(f.setup.clone()).unwrap();
+    let first = sleeper();
+    t.task_started(Some(0), Some(0), first.id());
+    std::thread::sleep(Duration::from_millis(200));
+    let mut second = Command::new("sleep").arg("0.3").spawn().unwrap();
+    t.task_started(Some(1), Some(1), second.id());
+    let st = second.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    t.task_ended(second.id(), Some(st.into_raw()));
+    end(&t, first);
+    let (r, _) = t.finish();
+    assert_eq!(r.tasks.len(), 2);
+    assert_eq!(r.tasks[1].max_threads, Some(1), "{:?}", r.tasks[1]);
+    assert_eq!(r.tasks[1].max_processes, Some(1));
+    assert!(r.sampler.samples >= 2, "{:?}", r.sampler);
 }

@@ -443,7 +443,7 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "schema": "gpu-tracker/job-list",
-                "schema_version": 1,
+                "schema_version": gpu_tracker::report::JOB_SCHEMA_VERSION,
                 "jobs": docs,
             }))
             .unwrap_or_default()

@@ -104,8 +104,8 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
         _ => s.job_id.to_string(),
     };
     let gib = |b: u64| format!("{:.2}G", b as f64 / f64::from(1u32 << 30));
-    let peak = s.memory.iter().map(|m| m.peak_bytes).max().unwrap_or(0);
-    let req = s.memory.iter().filter_map(|m| m.requested_bytes).max();
+    let peak = s.per_node.iter().map(|m| m.peak_bytes).max().unwrap_or(0);
+    let req = s.per_node.iter().filter_map(|m| m.requested_bytes).max();
     let mem = format!("{}/{}", gib(peak), req.map_or_else(|| "-".into(), gib));
     let gpu = {
         let u: Vec<f64> = s

@@ -5,7 +5,9 @@
 //! Reading needs no privileges: a user sees the records the file permissions (the POSIX ACL the
 //! plugin grants) let them read, root sees all.
 
+pub mod advice;
 pub mod listing;
+pub mod nodes;
 pub mod summary;
 pub mod text;
 
@@ -225,7 +227,7 @@ pub struct JobDocument<'a> {
 /// Value of [`JobDocument::schema`].
 pub const JOB_SCHEMA: &str = "gpu-tracker/job";
 /// Value of [`JobDocument::schema_version`].
-pub const JOB_SCHEMA_VERSION: u32 = 1;
+pub const JOB_SCHEMA_VERSION: u32 = 2;
 
 impl JobRecords {
     /// Only the records of step `step` (`batch`, `0`, ...), with their problems.
@@ -328,8 +330,13 @@ mod tests {
             )
             .write(
                 "5/n1.2.json",
-                &a.to_json()
-                    .replace("\"schema_version\": 1", "\"schema_version\": 7"),
+                &a.to_json().replace(
+                    &format!(
+                        "\"schema_version\": {}",
+                        crate::step::record::SCHEMA_VERSION
+                    ),
+                    "\"schema_version\": 99",
+                ),
             );
         let j = load_job(t.path(), 5).unwrap();
         assert_eq!(j.records.len(), 2);
@@ -347,7 +354,7 @@ mod tests {
         assert!(
             j.problems
                 .iter()
-                .any(|p| matches!(p, Problem::FutureVersion { version: 7, .. }))
+                .any(|p| matches!(p, Problem::FutureVersion { version: 99, .. }))
         );
         assert!(matches!(
             load_job(t.path(), 6),

@@ -1,7 +1,7 @@
-//! A job's figures merged from its step records, and the advice they support.
+//! A job's figures merged from its step records: the job as a whole, each step on each node.
+//! Per-node rows, job totals and imbalance are in [`super::nodes`]; advice in [`super::advice`].
 //!
 //! Every figure keeps its unit fixed (bytes, seconds, percent, joules); renderings convert.
-//! Advice is given only where the figures show it; a job that used what it asked for gets none.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +33,13 @@ pub struct Summary {
     /// Nodes in the job, as Slurm counts them (more than `nodes`: the other nodes' records are
     /// in their own spool).
     pub job_nodes: Option<u32>,
+    /// The job's nodes as Slurm lists them (hostlist format), when a record says.
+    pub job_node_list: Option<String>,
+    /// Nodes of the job with no record here: no tracked step ran there, or they keep their
+    /// records in a spool of their own.
+    pub missing_nodes: Vec<String>,
+    /// Tasks of the job (`--ntasks`), as the batch step knows it.
+    pub job_tasks: Option<u32>,
     /// Whether every record is final.
     pub complete: bool,
     /// Earliest step start.
@@ -44,8 +51,12 @@ pub struct Summary {
     pub elapsed_seconds: f64,
     /// CPU over the job.
     pub cpu: CpuSummary,
-    /// Memory per node.
-    pub memory: Vec<NodeMemory>,
+    /// Each node that wrote records: memory and CPU.
+    pub per_node: Vec<NodeSummary>,
+    /// Sums over the nodes.
+    pub totals: super::nodes::Totals,
+    /// Nodes, tasks and GPUs far below the others.
+    pub imbalance: Vec<super::nodes::Imbalance>,
     /// Each GPU, per node.
     pub gpus: Vec<GpuSummary>,
     /// Each step on each node.
@@ -69,11 +80,19 @@ pub struct CpuSummary {
     pub max_cores: f64,
 }
 
-/// Memory of the job on one node.
+/// The job on one node.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct NodeMemory {
+pub struct NodeSummary {
     /// Node name.
     pub node: String,
+    /// CPU seconds of every step on the node.
+    pub cpu_seconds: f64,
+    /// CPUs allocated to the job on the node.
+    pub alloc_cpus: u32,
+    /// `cpu_seconds` / (job's `elapsed_seconds` × `alloc_cpus`), percent.
+    pub cpu_efficiency_percent: Option<f64>,
+    /// Steps with a record from the node.
+    pub steps: usize,
     /// Peak memory, bytes.
     pub peak_bytes: u64,
     /// `job cgroup` (every step together, exact) or `largest step`.
@@ -138,6 +157,8 @@ pub struct StepSummary {
     pub failed: Vec<TaskFailure>,
     /// Every task, as recorded (for `--tasks`).
     pub task_records: Vec<TaskRecord>,
+    /// Why a task's memory is above the step's peak, when it is (the record's `peak_note`).
+    pub peak_note: Option<String>,
 }
 
 /// A task that did not exit 0.
@@ -175,12 +196,6 @@ pub struct Advice {
     pub message: String,
 }
 
-/// Memory requests are compared with peaks only above this much waste.
-const MEMORY_SLACK_BYTES: u64 = 1 << 30;
-/// Utilization and CPU advice needs a job at least this long (seconds); start-up dominates
-/// shorter ones.
-const MIN_ELAPSED_FOR_USE_ADVICE: f64 = 60.0;
-
 fn parse_time(s: &str) -> Option<DateTime<FixedOffset>> {
     DateTime::parse_from_rfc3339(s).ok()
 }
@@ -192,21 +207,13 @@ fn end_of(r: &StepRecord) -> Option<DateTime<FixedOffset>> {
     }
 }
 
-/// A `--mem` value Slurm takes, at least `bytes`: multiples of 256 MiB up to 4 GiB, whole GiB
-/// above.
-pub fn mem_option(bytes: u64) -> String {
-    const MIB: u64 = 1 << 20;
-    const GIB: u64 = 1 << 30;
-    if bytes <= 4 * GIB {
-        let m = bytes.div_ceil(256 * MIB).max(1) * 256;
-        if m % 1024 == 0 {
-            format!("{}G", m / 1024)
-        } else {
-            format!("{m}M")
-        }
-    } else {
-        format!("{}G", bytes.div_ceil(GIB))
-    }
+/// `f` of the batch step's record when it has the figure, else of any record that has it.
+fn batch_or_any<T>(records: &[StepRecord], f: impl Fn(&StepRecord) -> Option<T>) -> Option<T> {
+    records
+        .iter()
+        .filter(|r| r.step.kind == "batch")
+        .find_map(&f)
+        .or_else(|| records.iter().find_map(&f))
 }
 
 fn failed(t: &TaskRecord) -> bool {
@@ -229,7 +236,10 @@ impl Summary {
                 .map(|n| clean_text(n, 100)),
             user: clean_text(&first.job.user, 64),
             uid: first.job.uid,
-            job_nodes: records.iter().filter_map(|r| r.job.nodes).max(),
+            // The batch step's view is Slurm's own (see JobInfo::nodes).
+            job_nodes: batch_or_any(records, |r| r.job.nodes),
+            job_node_list: batch_or_any(records, |r| r.job.node_list.clone()),
+            job_tasks: batch_or_any(records, |r| r.job.tasks),
             complete: records.iter().all(|r| r.complete),
             ..Summary::default()
         };
@@ -289,8 +299,15 @@ impl Summary {
                 ),
             };
             let requested = on.iter().filter_map(|r| r.job.alloc_memory_bytes).max();
-            s.memory.push(NodeMemory {
+            let alloc = alloc_per_node.get(node.as_str()).copied().unwrap_or(0);
+            let cpu_seconds: f64 = on.iter().map(|r| r.cpu.seconds).sum();
+            s.per_node.push(NodeSummary {
                 node: node.clone(),
+                cpu_seconds,
+                alloc_cpus: alloc,
+                cpu_efficiency_percent: (s.elapsed_seconds > 0.0 && alloc > 0)
+                    .then(|| 100.0 * cpu_seconds / (s.elapsed_seconds * f64::from(alloc))),
+                steps: on.len(),
                 peak_bytes: peak,
                 source: source.into(),
                 includes_page_cache: cache,
@@ -371,6 +388,7 @@ impl Summary {
                     })
                     .collect(),
                 task_records: r.tasks.clone(),
+                peak_note: r.memory.peak_note.as_deref().map(|n| clean_text(n, 400)),
             });
             let kills = r.memory.oom_kills.unwrap_or(0);
             if kills > 0 {
@@ -383,7 +401,8 @@ impl Summary {
                 });
             }
         }
-        s.advice = advise(&s);
+        super::nodes::complete(&mut s, records);
+        s.advice = super::advice::advise(&s);
         s
     }
 
@@ -405,234 +424,12 @@ impl Summary {
     }
 }
 
-fn gib(bytes: u64) -> String {
-    let g = bytes as f64 / f64::from(1u32 << 30);
-    if g >= 1.0 {
-        format!("{g:.1} GiB")
-    } else {
-        format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
-    }
-}
-
-/// The advice the figures support.
-pub fn advise(s: &Summary) -> Vec<Advice> {
-    let mut out = Vec::new();
-    for o in &s.oom {
-        let more = o
-            .limit_bytes
-            .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
-            .unwrap_or_default();
-        let limit = o
-            .limit_bytes
-            .map(|l| format!(" of its {} limit", gib(l)))
-            .unwrap_or_default();
-        out.push(Advice {
-            code: "oom",
-            message: format!(
-                "Step {} on {} was killed for memory: {} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
-                o.step,
-                o.node,
-                o.kills,
-                gib(o.peak_bytes)
-            ),
-        });
-    }
-
-    // Memory asked for far above the peak (not after an OOM kill, and only with every record).
-    if s.oom.is_empty() && s.complete {
-        let worst = s
-            .memory
-            .iter()
-            .filter_map(|m| m.requested_bytes.map(|r| (r, m.peak_bytes)))
-            .max_by_key(|&(_, p)| p);
-        if let Some((req, peak)) = worst {
-            if peak.saturating_mul(2) < req && req - peak >= MEMORY_SLACK_BYTES {
-                let suggest = mem_option(peak + peak / 5);
-                out.push(Advice {
-                    code: "memory-over-requested",
-                    message: format!(
-                        "Memory: the job was allocated {} per node but used at most {} ({:.0}%). Request less next time, for example --mem={suggest}.",
-                        gib(req),
-                        gib(peak),
-                        100.0 * peak as f64 / req as f64
-                    ),
-                });
-            }
-        }
-    }
-
-    let idle: Vec<&GpuSummary> = s
-        .gpus
-        .iter()
-        .filter(|g| g.max_utilization_percent.is_some_and(|u| u < 1.0))
-        .collect();
-    for g in &idle {
-        let held = if g.job_peak_bytes > 0 {
-            format!(" (its processes held {} on it)", gib(g.job_peak_bytes))
-        } else {
-            String::new()
-        };
-        out.push(Advice {
-            code: "gpu-idle",
-            message: format!(
-                "GPU {} on {} ({}) was allocated but idle: 0% utilization throughout{held}.",
-                g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
-                g.node,
-                g.uuid
-            ),
-        });
-    }
-    if !idle.is_empty() {
-        let per_node = s.gpus.len() / s.nodes.len().max(1);
-        let used = per_node.saturating_sub(idle.len() / s.nodes.len().max(1));
-        out.push(Advice {
-            code: "gpu-idle",
-            message: if used == 0 {
-                "This job did not use its GPUs: run it without --gres=gpu (or --gpus) and leave them to others.".into()
-            } else {
-                format!("Request only the GPUs the job uses: --gres=gpu:{used} per node.")
-            },
-        });
-    }
-    if s.elapsed_seconds >= MIN_ELAPSED_FOR_USE_ADVICE {
-        for g in s.gpus.iter().filter(|g| {
-            g.max_utilization_percent.is_some_and(|u| u >= 1.0)
-                && g.mean_utilization_percent.is_some_and(|u| u < 10.0)
-        }) {
-            out.push(Advice {
-                code: "gpu-low-use",
-                message: format!(
-                    "GPU {} on {} was busy {:.0}% of the time on average: the job may be waiting on data loading or the CPU.",
-                    g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
-                    g.node,
-                    g.mean_utilization_percent.unwrap_or(0.0)
-                ),
-            });
-        }
-        let per_node = s.cpu.alloc_cpus / (s.nodes.len().max(1) as u32);
-        if let Some(eff) = s.cpu.efficiency_percent {
-            let needed = (s.cpu.max_cores.ceil() as u32).max(1);
-            if per_node >= 2 && eff < 25.0 && f64::from(needed) <= 0.75 * f64::from(per_node) {
-                out.push(Advice {
-                    code: "cpu-idle",
-                    message: format!(
-                        "CPU: {per_node} cores per node were allocated, the job kept {:.1} busy on average and at most {:.1}. Request {needed} (for example -c {needed}, or fewer tasks).",
-                        s.cpu.efficiency_percent.unwrap_or(0.0) / 100.0 * f64::from(per_node),
-                        s.cpu.max_cores
-                    ),
-                });
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step::record::StepGpu;
-    use crate::step::record::tests_support::record;
+    use crate::step::record::tests_support::{batch_with_memory as job, record};
 
     const GIB: u64 = 1 << 30;
-
-    fn job(peak: u64, requested: u64) -> StepRecord {
-        let mut r = record("n1", "batch");
-        r.job.alloc_memory_bytes = Some(requested);
-        r.memory.peak_bytes = peak;
-        r.memory.job_peak_bytes = Some(peak);
-        r.step.alloc_cpus = Some(4);
-        r.cpu.alloc_cpus = 4;
-        r.cpu.seconds = 4.0 * 60.0 * 0.9;
-        r.cpu.max_cores = 4.0;
-        r
-    }
-
-    #[test]
-    fn mem_options_are_round_and_at_least_the_need() {
-        assert_eq!(mem_option(1), "256M");
-        assert_eq!(mem_option(300 << 20), "512M");
-        assert_eq!(mem_option(GIB), "1G");
-        assert_eq!(mem_option(4 * GIB + 1), "5G");
-    }
-
-    #[test]
-    fn a_job_that_used_what_it_asked_for_gets_no_advice() {
-        let s = Summary::from_records(&[job(3 * GIB, 4 * GIB)]);
-        assert!(s.advice.is_empty(), "{:?}", s.advice);
-        assert_eq!(
-            s.memory[0].percent_of_request.map(|p| p.round()),
-            Some(75.0)
-        );
-        assert_eq!(s.cpu.efficiency_percent.map(|p| p.round()), Some(90.0));
-    }
-
-    #[test]
-    fn memory_far_above_the_peak_suggests_a_smaller_request() {
-        let s = Summary::from_records(&[job(600 << 20, 16 * GIB)]);
-        assert_eq!(s.advice.len(), 1, "{:?}", s.advice);
-        assert_eq!(s.advice[0].code, "memory-over-requested");
-        assert!(
-            s.advice[0].message.contains("--mem=768M"),
-            "{}",
-            s.advice[0].message
-        );
-        // Not below the slack: 100 MB of 1 GiB is wasteful in ratio but not worth a note.
-        assert!(
-            Summary::from_records(&[job(100 << 20, GIB)])
-                .advice
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn an_oom_kill_gets_its_own_advice_and_no_smaller_request() {
-        let mut r = job(200 << 20, 16 * GIB);
-        r.memory.oom_kills = Some(1);
-        r.memory.limit_bytes = Some(200 << 20);
-        let s = Summary::from_records(&[r]);
-        assert_eq!(s.oom.len(), 1);
-        let codes: Vec<_> = s.advice.iter().map(|a| a.code).collect();
-        assert_eq!(codes, vec!["oom"]);
-        assert!(
-            s.advice[0].message.contains("--mem=512M"),
-            "{}",
-            s.advice[0].message
-        );
-    }
-
-    #[test]
-    fn idle_gpus_and_idle_cores_are_named() {
-        let mut r = job(3 * GIB, 4 * GIB);
-        r.cpu.seconds = 0.5 * 60.0;
-        r.cpu.max_cores = 1.2;
-        let gpu = |i: u32, util: f64| StepGpu {
-            slurm_index: Some(i),
-            uuid: format!("GPU-{i}"),
-            mean_utilization_percent: Some(util),
-            max_utilization_percent: Some(util),
-            ..StepGpu::default()
-        };
-        r.gpus = vec![gpu(0, 80.0), gpu(1, 0.0)];
-        let s = Summary::from_records(&[r.clone()]);
-        let codes: Vec<_> = s.advice.iter().map(|a| a.code).collect();
-        assert_eq!(
-            codes,
-            vec!["gpu-idle", "gpu-idle", "cpu-idle"],
-            "{:?}",
-            s.advice
-        );
-        assert!(s.advice[0].message.contains("GPU-1"));
-        assert!(s.advice[1].message.contains("--gres=gpu:1"));
-        assert!(
-            s.advice[2].message.contains("-c 2"),
-            "{}",
-            s.advice[2].message
-        );
-        // A short job gets no CPU advice: start-up dominates.
-        r.step.elapsed_seconds = 10.0;
-        let s = Summary::from_records(&[r]);
-        assert!(s.advice.iter().all(|a| a.code != "cpu-idle"));
-    }
 
     fn s1_with_job_peak() -> StepRecord {
         let mut r = record("n1", "1");
@@ -653,7 +450,7 @@ mod tests {
         let s = Summary::from_records(&[s0, b]);
         assert_eq!(s.steps[0].id, "batch");
         assert_eq!(s.cpu.seconds, 60.0);
-        assert_eq!(s.memory[0].peak_bytes, 2 * GIB);
+        assert_eq!(s.per_node[0].peak_bytes, 2 * GIB);
         assert!(!s.complete);
         assert!(s.any_failed());
         assert_eq!(s.steps[1].command.as_deref(), Some("python?[2J train.py"));
@@ -663,7 +460,7 @@ mod tests {
         let mut both = s1_with_job_peak();
         both.memory.peak_bytes = GIB;
         let s = Summary::from_records(&[both]);
-        assert_eq!(s.memory[0].peak_bytes, 3 * GIB);
-        assert_eq!(s.memory[0].source, "job cgroup");
+        assert_eq!(s.per_node[0].peak_bytes, 3 * GIB);
+        assert_eq!(s.per_node[0].source, "job cgroup");
     }
 }

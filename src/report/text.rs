@@ -90,6 +90,51 @@ fn failure(f: &TaskFailure) -> String {
 pub const RULE: &str =
     "==============================================================================";
 
+/// One row per node, and the totals: CPU efficiency, CPU time, peak memory against the request.
+fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
+    let mem = |peak: u64, req: Option<u64>| match req.filter(|r| *r > 0) {
+        Some(r) => format!(
+            "{} of {} ({:.0}%)",
+            o.mem(peak),
+            o.mem(r),
+            100.0 * peak as f64 / r as f64
+        ),
+        None => format!("{} (no limit)", o.mem(peak)),
+    };
+    let _ = writeln!(w, "Per node:");
+    let _ = writeln!(
+        w,
+        "  {:<14} {:>7} {:>10}  {:<30} {:>5}",
+        "NODE", "CPU EFF", "CPU TIME", "PEAK MEMORY OF REQUESTED", "STEPS"
+    );
+    for n in &s.per_node {
+        let _ = writeln!(
+            w,
+            "  {:<14} {:>7} {:>10}  {:<30} {:>5}",
+            n.node,
+            pct(n.cpu_efficiency_percent),
+            o.time(n.cpu_seconds),
+            mem(n.peak_bytes, n.requested_bytes),
+            n.steps
+        );
+    }
+    let _ = writeln!(
+        w,
+        "  {:<14} {:>7} {:>10}  {:<30}",
+        "total",
+        pct(s.cpu.efficiency_percent),
+        o.time(s.cpu.seconds),
+        mem(s.totals.memory_peak_bytes, s.totals.memory_requested_bytes),
+    );
+    let cache = s.per_node.iter().any(|n| n.includes_page_cache);
+    let _ = writeln!(
+        w,
+        "  (memory: each node's peak{}; the total adds the nodes' peaks, which may fall at \
+         different times)",
+        if cache { ", page cache included" } else { "" }
+    );
+}
+
 /// Renders the summary; `problems` are listed after it.
 pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     let mut out = String::new();
@@ -111,13 +156,26 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     let _ = writeln!(w, "User:          {} (uid {})", s.user, s.uid);
     let mut nodes = s.nodes.join(",");
     if let Some(n) = s.job_nodes.filter(|n| *n as usize > s.nodes.len()) {
-        let _ = write!(
-            nodes,
-            " ({} of {n} nodes; the others keep their records in their own spool)",
-            s.nodes.len()
-        );
+        let _ = write!(nodes, " ({} of {n} nodes)", s.nodes.len());
     }
     let _ = writeln!(w, "Nodes:         {nodes}");
+    if !s.missing_nodes.is_empty() {
+        let list = s.missing_nodes.join(",");
+        let first = &s.missing_nodes[0];
+        let _ = writeln!(
+            w,
+            "Not seen:      {list}: no record of {} in this spool. No tracked step ran there, or \
+             the node keeps its records in a spool of its own: read them there (\"gpu-tracker-report \
+             {id}\" on {first}), or from Slurm's database once the job has ended, where the site \
+             stores summaries (\"gpu-tracker-report {id}\" on any node).",
+            if s.missing_nodes.len() == 1 {
+                "it"
+            } else {
+                "them"
+            },
+            id = s.job_id
+        );
+    }
     let state = if s.complete {
         format!("{} step record(s), all final", s.steps.len())
     } else {
@@ -142,12 +200,8 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         s.cpu.alloc_cpus,
         s.cpu.max_cores
     );
-    for m in &s.memory {
-        let label = if s.memory.len() > 1 {
-            format!("Memory ({}):", m.node)
-        } else {
-            "Memory:".into()
-        };
+    if s.per_node.len() == 1 {
+        let m = &s.per_node[0];
         let req = match (m.requested_bytes, m.percent_of_request) {
             (Some(r), Some(p)) => format!(" of {} requested ({p:.0}%)", o.mem(r)),
             _ => " (no memory limit)".into(),
@@ -159,10 +213,12 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         };
         let _ = writeln!(
             w,
-            "{label:<15}peak {}{req} [{}{cache}]",
+            "Memory:        peak {}{req} [{}{cache}]",
             o.mem(m.peak_bytes),
             m.source
         );
+    } else if !s.per_node.is_empty() {
+        per_node_table(w, s, o);
     }
     for g in &s.gpus {
         let idx = g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string());
@@ -220,6 +276,9 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
                 let _ = writeln!(w, "  {:<11} command: {c}", "");
             }
             if o.tasks {
+                if let Some(n) = &st.peak_note {
+                    let _ = writeln!(w, "  {:<11} note: {n}", "");
+                }
                 for t in &st.task_records {
                     let end = match (t.exit_code, t.signal) {
                         (_, Some(sig)) => crate::sys::signal_name(sig),
@@ -234,7 +293,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
                         t.pid,
                         o.time(t.cpu_seconds),
                         o.mem(t.peak_memory_bytes),
-                        t.max_threads
+                        t.max_threads.map_or_else(|| "?".into(), |n| n.to_string())
                     );
                 }
             }
@@ -243,6 +302,12 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         if !st.failed.is_empty() {
             let f: Vec<String> = st.failed.iter().map(failure).collect();
             let _ = writeln!(w, "Failed tasks:  {}", f.join("; "));
+        }
+    }
+    if !s.imbalance.is_empty() {
+        let _ = writeln!(w, "Imbalance:");
+        for i in &s.imbalance {
+            let _ = writeln!(w, "  * {}", i.message);
         }
     }
     for e in &s.oom {

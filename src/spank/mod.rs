@@ -245,6 +245,18 @@ fn allocated_gpus(sp: Spank, kind: StepKind, slurm_conf: &SlurmConf) -> Vec<u32>
 const SUBMIT_TOKEN_VAR: &str = "SLURM_GPU_TRACKER_SUBMIT";
 
 /// A token as the plugin makes them: digits and dots, at most 40 characters.
+/// More nodes than any Slurm cluster has: a larger `SLURM_JOB_NUM_NODES` is not Slurm's.
+const MAX_JOB_NODES: u32 = 1 << 20;
+
+/// Whether `l` can be a Slurm hostlist as Slurm writes it: at most 4 KiB of node-name
+/// characters, brackets, commas and dashes.
+fn valid_hostlist(l: &str) -> bool {
+    !l.is_empty()
+        && l.len() <= 4096
+        && l.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"[],-._".contains(&b))
+}
+
 fn valid_token(t: &str) -> bool {
     !t.is_empty() && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
 }
@@ -355,7 +367,18 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         user: crate::sys::user_name(uid).unwrap_or_default(),
         uid,
         gid: sp.u32_item(spank_item::S_JOB_GID).unwrap_or(u32::MAX),
-        nodes: sp.u32_item(spank_item::S_JOB_NNODES),
+        // Slurm overwrites both in the batch step's environment (env_array_for_batch_job); in
+        // srun's steps they are what srun was told. Figures for the job's own user only.
+        nodes: sp
+            .getenv("SLURM_JOB_NUM_NODES")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| (1..=MAX_JOB_NODES).contains(n)),
+        node_list: sp
+            .getenv("SLURM_JOB_NODELIST")
+            .filter(|l| valid_hostlist(l)),
+        tasks: (kind == StepKind::Batch)
+            .then(|| sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT))
+            .flatten(),
         alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_JOB_ALLOC_MEM)),
         alloc_cores: sp.str_item(spank_item::S_JOB_ALLOC_CORES),
         name: sp
@@ -372,12 +395,21 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         node,
         hostname,
         node_index: sp.u32_item(spank_item::S_JOB_NODEID),
+        // In slurmstepd S_JOB_NNODES is the step's node count (0 in the batch step).
+        nodes: match kind {
+            StepKind::Srun => sp.u32_item(spank_item::S_JOB_NNODES).filter(|n| *n > 0),
+            _ => Some(1),
+        },
         alloc_cpus: sp.u16_item(spank_item::S_JOB_NCPUS).map(u32::from),
         alloc_cores: sp.str_item(spank_item::S_STEP_ALLOC_CORES),
         alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_STEP_ALLOC_MEM)),
         alloc_gpus: gpus,
         local_tasks: sp.u32_item(spank_item::S_JOB_LOCAL_TASK_COUNT),
-        total_tasks: sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT),
+        // The batch step runs one task, the script; Slurm answers with the job's task count.
+        total_tasks: match kind {
+            StepKind::Batch => Some(1),
+            _ => sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT),
+        },
         command: sp
             .argv()
             .filter(|a| !a.is_empty())

@@ -23,10 +23,13 @@
 //! Its cost is bounded: each sample reads a bounded number of processes ([`procs`]), and the
 //! interval lengthens while samples cost more than a tenth of it ([`pace`]).
 
+mod build;
+mod cgroups;
 pub mod nvml_gate;
 pub mod pace;
 pub mod procs;
 pub mod record;
+mod sample;
 pub mod spool;
 
 use std::path::PathBuf;
@@ -35,18 +38,21 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{Cgroup, CgroupReading};
-use crate::gpu::{GpuConfig, GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::gpu::{GpuConfig, GpuInfo, LazyGpu};
 use crate::gres::GpuOrder;
 use crate::proc::ProcFs;
-use crate::sampler::Timepoint;
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sys;
-use crate::units::{MemUnit, TimeUnit, Units};
 use pace::Pace;
 use procs::ProcReader;
-use record::{JobInfo, SamplerStats, StepCpu, StepGpu, StepInfo, StepMemory, StepRecord};
-use record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
+use record::{JobInfo, StepInfo, StepRecord};
 use spool::Spool;
+
+use build::build;
+use cgroups::job_cgroup_of;
+pub use cgroups::step_cgroup_of;
+pub use sample::map_allocated;
+use sample::sample;
 
 /// What the plugin knows when a step starts.
 #[derive(Debug, Clone)]
@@ -107,8 +113,9 @@ struct Task {
     peak_rss: u64,
     largest_hwm: u64,
     cpu_sampled: f64,
-    max_threads: u64,
-    max_processes: u64,
+    /// `None` until a sample sees the task.
+    max_threads: Option<u64>,
+    max_processes: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +141,10 @@ struct Shared {
 /// before it reports the step complete, so a stuck thread must not hold it: 5 s is far above a
 /// sample's cost, far below Slurm's own kill timeouts (`UnkillableStepTimeout`: 60 s).
 pub const FINISH_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How soon after a task starts the sampler reads it: time for slurmstepd to start the step's
+/// other tasks and let them exec, so that one sample sees them all.
+const NEW_TASK_SAMPLE_DELAY: Duration = Duration::from_millis(20);
 
 /// What the sampler thread accumulates: the figures the record is built from. A copy is
 /// published after every sample, for a `finish` that cannot wait for the thread.
@@ -242,54 +253,6 @@ pub struct StepTracker {
     thread: Option<JoinHandle<()>>,
     /// Where an earlier job instance's directory was moved at start, if one was in the way.
     moved_aside: Option<PathBuf>,
-}
-
-/// The cgroup of a step, from one of its task's `/proc/<pid>/cgroup`: the path is cut after
-/// its `step_*` component (Slurm's task cgroups sit below it). On v2 the step's `user` child
-/// is taken when there is one: it holds the tasks but not slurmstepd itself.
-pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Option<Cgroup> {
-    let cut: String = crate::cgroup::parse::parse_proc_cgroup(proc_cgroup)
-        .into_iter()
-        .map(|l| {
-            let comps: Vec<&str> = l.path.split('/').collect();
-            let path = match comps.iter().rposition(|c| c.starts_with("step_")) {
-                Some(i) => comps[..=i].join("/"),
-                None => l.path.clone(),
-            };
-            format!("{}:{}:{path}\n", l.hierarchy, l.controllers.join(","))
-        })
-        .collect();
-    let mut cg = Cgroup::from_proc_cgroup(cgroup_root, &cut).ok()?;
-    if cg.version == crate::cgroup::Version::V2 {
-        let user = cg.memory_dir.join("user");
-        if user.join("memory.current").exists() {
-            cg.cpu_dir = Some(user.clone());
-            cg.memory_dir = user;
-        }
-    }
-    Some(cg)
-}
-
-/// The job's cgroup on this node: the parent of the step's `step_*` directory, memory counters
-/// only. Never recognised by name: Slurm 26.05 names it by an opaque id (`SLURM_JOB_SLUID`),
-/// not `job_<id>`.
-fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
-    let step_dir = step.memory_dir.ancestors().find(|d| {
-        d.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("step_"))
-    })?;
-    let dir = step_dir.parent()?;
-    dir.join(match step.version {
-        crate::cgroup::Version::V1 => "memory.usage_in_bytes",
-        crate::cgroup::Version::V2 => "memory.current",
-    })
-    .exists()
-    .then(|| Cgroup {
-        version: step.version,
-        memory_dir: dir.to_path_buf(),
-        cpu_dir: None,
-    })
 }
 
 impl StepTracker {
@@ -529,12 +492,19 @@ fn run(inner: &Inner) {
     let mut next_sample = Instant::now();
     let mut announced = false;
     let mut tasks_seen = 0;
+    let mut tasks_scheduled = 0;
     loop {
         let (pids, all_ended) = {
             let mut sh = inner.lock();
             loop {
                 if sh.stop {
                     break;
+                }
+                // New tasks are sampled soon, not an interval later: a short task would
+                // otherwise end unseen (no thread or process count).
+                if sh.tasks.len() != tasks_scheduled {
+                    tasks_scheduled = sh.tasks.len();
+                    next_sample = next_sample.min(Instant::now() + NEW_TASK_SAMPLE_DELAY);
                 }
                 // A new task may be the last one NVML waits for.
                 if nvml_pending.is_some() && sh.tasks.len() != tasks_seen {
@@ -622,548 +592,4 @@ fn run(inner: &Inner) {
     }
     acc.thread_cpu = sys::thread_cpu_seconds();
     inner.publish(&acc);
-}
-
-/// A GPU source restricted to the step's allocated devices.
-struct Allocated {
-    inner: Box<dyn GpuSource>,
-    map: Vec<usize>,
-    devices: Vec<GpuInfo>,
-}
-
-impl GpuSource for Allocated {
-    fn devices(&self) -> &[GpuInfo] {
-        &self.devices
-    }
-    fn read(&mut self, i: usize) -> Option<GpuReading> {
-        self.inner.read(*self.map.get(i)?)
-    }
-}
-
-/// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
-/// index → minor number table ([`GpuOrder::minors`]): index `a` is the device whose minor is
-/// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
-/// number, or for NVML's index where NVML gives no minors: the old assumption, which the
-/// record's `gpu_mapping` then names.
-pub fn map_allocated(
-    alloc: &[u32],
-    devices: &[GpuInfo],
-    minors: Option<&[Option<u32>]>,
-) -> Vec<(u32, usize)> {
-    let by_minor = devices.iter().all(|d| d.minor.is_some());
-    alloc
-        .iter()
-        .filter_map(|&a| {
-            let found = match minors {
-                Some(table) => {
-                    let m = (*table.get(a as usize)?)?;
-                    devices.iter().position(|d| d.minor == Some(m))
-                }
-                None if by_minor => devices.iter().position(|d| d.minor == Some(a)),
-                None => devices.iter().position(|d| d.index == a),
-            };
-            found.map(|i| (a, i))
-        })
-        .collect()
-}
-
-fn sample(inner: &Inner, procfs: &ProcFs, acc: &mut Acc, work: &mut Work, gpu: &mut LazyGpu) {
-    let t0 = Instant::now();
-    let s = &inner.setup;
-    let (tasks, step_cg, job_cg) = {
-        let sh = inner.lock();
-        (
-            sh.tasks
-                .iter()
-                .filter(|t| !t.ended)
-                .map(|t| (t.pid, t.cgroup.clone()))
-                .collect::<Vec<_>>(),
-            sh.step_cgroup.clone(),
-            sh.job_cgroup.clone(),
-        )
-    };
-    let job_reading = job_cg.as_ref().and_then(|c| c.read().ok());
-    // The processes: a bounded number read per sample, in turns (see `procs`).
-    let budget = s.interval.mul_f64(procs::PROCESS_TIME_SHARE);
-    let found = work.procs.sample(procfs, &tasks, budget);
-    acc.most_processes = acc.most_processes.max(found.members.len());
-    if found.partial() {
-        acc.partial_samples += 1;
-    }
-    if found.walk_cut {
-        acc.note(format!(
-            "tasks without a cgroup of their own are walked at most {} processes deep per \
-             sample: processes beyond were not seen",
-            procs::MAX_PROCESSES_WALKED
-        ));
-    }
-    let mut all_members = found.members.clone();
-    let step_private: u64 = found.tasks.iter().map(|t| t.private).sum();
-    let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
-    let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
-    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
-    let step_reading = step_cg.as_ref().and_then(|c| c.read().ok());
-    if let Some(cg) = &step_cg {
-        if let Ok(p) = cg.procs() {
-            all_members.extend(p);
-        }
-    }
-    // CPU: the cgroup's counter when there is one, else the tasks' sampled sum.
-    let cpu_now = step_reading
-        .and_then(|r| r.cpu_ns)
-        .map_or(cpu_sum, |ns| ns as f64 / 1e9);
-    let now = Instant::now();
-    if let Some((t, c)) = work.last_cpu {
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt >= s.interval.as_secs_f64() / 2.0 {
-            acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
-        }
-    }
-    work.last_cpu = Some((now, cpu_now));
-
-    {
-        let mut sh = inner.lock();
-        if step_reading.is_some() {
-            sh.last_step = step_reading;
-        }
-        // Not after the last task ended: that reading is final.
-        if job_reading.is_some() && sh.tasks.iter().any(|t| !t.ended) {
-            sh.job_reading = job_reading;
-        }
-        for f in &found.tasks {
-            if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
-                t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
-                t.largest_hwm = t.largest_hwm.max(f.hwm);
-                t.cpu_sampled = t.cpu_sampled.max(f.cpu);
-                t.max_threads = t.max_threads.max(f.threads);
-                t.max_processes = t.max_processes.max(f.processes);
-                acc.largest_hwm = acc.largest_hwm.max(f.hwm);
-            }
-        }
-    }
-
-    let mut unavailable = None;
-    if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
-        // NVML may open descriptors at any call: those too are marked close-on-exec.
-        let ((), marked) = crate::gpu::cloexec::marking(|| gpu_sample(s, acc, src, &all_members));
-        acc.nvml_cloexec += marked as u64;
-    }
-    if let Some(m) = unavailable {
-        acc.notes.push(format!("GPUs not tracked: {m}"));
-    }
-    let us = t0.elapsed().as_secs_f64() * 1e6;
-    acc.samples += 1;
-    acc.sample_us_total += us;
-    acc.sample_us_max = acc.sample_us_max.max(us);
-    acc.last_sample = Some(chrono::Local::now());
-}
-
-/// Reads the step's GPUs once (narrowing the source to them at the first reading).
-fn gpu_sample(
-    s: &StepSetup,
-    acc: &mut Acc,
-    src: &mut Box<dyn GpuSource>,
-    all_members: &std::collections::HashSet<u32>,
-) {
-    if !acc.gpu_opened {
-        // First reading: narrow the source to the step's GPUs, once.
-        acc.gpu_opened = true;
-        acc.nvml_cloexec += src.descriptors_marked_cloexec() as u64;
-        let nvml: Vec<(u32, Option<u32>)> =
-            src.devices().iter().map(|d| (d.index, d.minor)).collect();
-        let table = s.gpu_order.minors(&nvml);
-        let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
-        let source = s
-            .gres_conf
-            .as_ref()
-            .map_or_else(|| "gres.conf".into(), |p| p.display().to_string());
-        acc.notes.push(s.gpu_order.describe(&source));
-        acc.gpu_mapping = Some(s.gpu_order.method().into());
-        if pairs.len() < s.step.alloc_gpus.len() {
-            acc.notes.push(format!(
-                "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
-                s.step.alloc_gpus,
-                src.devices().len(),
-                pairs.len()
-            ));
-        }
-        acc.gpu_devices = pairs
-            .iter()
-            .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
-            .collect();
-        let full = std::mem::replace(src, Box::new(NoGpu));
-        *src = Box::new(Allocated {
-            devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
-            map: pairs.iter().map(|&(_, i)| i).collect(),
-            inner: full,
-        });
-    }
-    let units = Units {
-        ram: MemUnit::Bytes,
-        gpu_ram: MemUnit::Bytes,
-        time: TimeUnit::Seconds,
-    };
-    let mut tp = Timepoint::default();
-    let mut notes = Vec::new();
-    acc.gpu.sample(
-        src.as_mut(),
-        0,
-        all_members,
-        acc.pace.current.as_secs_f64(),
-        &units,
-        &mut tp,
-        &mut notes,
-    );
-    for n in notes {
-        acc.note(n);
-    }
-}
-
-struct NoGpu;
-
-impl GpuSource for NoGpu {
-    fn devices(&self) -> &[GpuInfo] {
-        &[]
-    }
-    fn read(&mut self, _: usize) -> Option<GpuReading> {
-        None
-    }
-}
-
-fn rfc3339(t: chrono::DateTime<chrono::Local>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, false)
-}
-
-/// OOM kills in the step. On v1 the kernel counts a kill in the victim's own memory cgroup (a
-/// task's, when Slurm made one) even when the limit hit was the job's, and the counter is not
-/// hierarchical: the step's count and its tasks' add up. On v2 `memory.events` of the step
-/// already includes its children.
-fn step_oom_kills(
-    cg: Option<&Cgroup>,
-    reading: Option<CgroupReading>,
-    tasks: &[TaskRecord],
-) -> Option<u64> {
-    let own = reading.and_then(|r| r.oom_kills);
-    match cg.map(|c| c.version) {
-        Some(crate::cgroup::Version::V1) => {
-            let in_tasks = tasks.iter().filter_map(|t| t.oom_kills).sum::<u64>();
-            own.map(|o| o + in_tasks)
-                .or((in_tasks > 0).then_some(in_tasks))
-        }
-        _ => own,
-    }
-}
-
-/// The record as known now; `complete` for the final one.
-fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
-    let s = &inner.setup;
-    let sh = inner.lock();
-    let elapsed = inner.started.elapsed().as_secs_f64();
-    let now = chrono::Local::now();
-    let mut step = s.step.clone();
-    step.start = rfc3339(inner.start_time);
-    step.end = complete.then(|| rfc3339(now));
-    step.elapsed_seconds = elapsed;
-
-    let tasks: Vec<TaskRecord> = sh
-        .tasks
-        .iter()
-        .map(|t| {
-            let (exit_code, signal, core) = match t.status {
-                Some(w) if libc::WIFEXITED(w) => (Some(libc::WEXITSTATUS(w)), None, false),
-                Some(w) if libc::WIFSIGNALED(w) => {
-                    (None, Some(libc::WTERMSIG(w)), libc::WCOREDUMP(w))
-                }
-                _ => (None, None, false),
-            };
-            let cg_cpu = t.final_cgroup.and_then(|r| r.cpu_ns);
-            let cg_now = t
-                .final_cgroup
-                .or_else(|| t.cgroup.as_ref().and_then(|c| c.read().ok()));
-            let cg_peak = cg_now.and_then(|r| r.peak);
-            let sampled = t.peak_rss.max(t.largest_hwm);
-            let (peak, source) = match cg_peak {
-                Some(c) if c >= sampled => (c, "cgroup"),
-                _ => (sampled, "sampled"),
-            };
-            TaskRecord {
-                local_id: t.local_id,
-                global_id: t.global_id,
-                pid: t.pid,
-                ended: t.ended,
-                exit_code,
-                signal,
-                core_dumped: core,
-                peak_memory_bytes: peak,
-                peak_source: source.into(),
-                sampled_peak_rss_bytes: sampled,
-                cgroup_peak_bytes: cg_peak,
-                oom_kills: cg_now.and_then(|r| r.oom_kills),
-                cpu_seconds: cg_cpu.map_or(t.cpu_sampled, |ns| ns as f64 / 1e9),
-                cpu_source: if cg_cpu.is_some() {
-                    "cgroup"
-                } else {
-                    "sampled"
-                }
-                .into(),
-                max_threads: t.max_threads,
-                max_processes: t.max_processes,
-            }
-        })
-        .collect();
-
-    let reading = sh.final_step.or(sh.last_step);
-    let cg = sh.step_cgroup.as_ref();
-    let sampled_peak = acc.sampled_peak_rss.max(acc.largest_hwm);
-    let (peak, source, cache) = match (cg, reading.and_then(|r| r.peak)) {
-        (Some(c), Some(p)) => (p, c.peak_source().to_string(), c.peak_includes_page_cache()),
-        _ => (sampled_peak, "sampled".to_string(), false),
-    };
-    let memory = StepMemory {
-        peak_bytes: peak,
-        peak_source: source,
-        peak_includes_page_cache: cache,
-        sampled_peak_rss_bytes: sampled_peak,
-        limit_bytes: reading.and_then(|r| r.limit),
-        oom_kills: step_oom_kills(cg, reading, &tasks),
-        limit_hits: reading.and_then(|r| r.limit_hits),
-        cgroup: cg.map(|c| c.memory_dir.display().to_string()),
-        cgroup_version: cg.map(|c| {
-            match c.version {
-                crate::cgroup::Version::V1 => "v1",
-                crate::cgroup::Version::V2 => "v2",
-            }
-            .to_string()
-        }),
-        job_peak_bytes: sh.job_reading.and_then(|r| r.peak),
-        job_limit_bytes: sh.job_reading.and_then(|r| r.limit),
-    };
-
-    let task_cpu: f64 = tasks.iter().map(|t| t.cpu_seconds).sum();
-    let (cpu_seconds, cpu_source) = match reading.and_then(|r| r.cpu_ns) {
-        Some(ns) => (ns as f64 / 1e9, "cgroup"),
-        None => (task_cpu, "sampled"),
-    };
-    let alloc_cpus = s
-        .step
-        .alloc_cpus
-        .filter(|n| *n > 0)
-        .unwrap_or_else(crate::proc::online_cpus);
-    let mean_cores = if elapsed > 0.0 {
-        cpu_seconds / elapsed
-    } else {
-        0.0
-    };
-    let cpu = StepCpu {
-        seconds: cpu_seconds,
-        source: cpu_source.into(),
-        alloc_cpus,
-        utilization_percent: 100.0 * mean_cores / f64::from(alloc_cpus),
-        mean_cores,
-        max_cores: acc
-            .max_cores
-            .max(if acc.samples <= 1 { mean_cores } else { 0.0 }),
-    };
-
-    let units = Units {
-        ram: MemUnit::Bytes,
-        gpu_ram: MemUnit::Bytes,
-        time: TimeUnit::Seconds,
-    };
-    let (usage, _, _, _) = acc.gpu.finish(&units);
-    let gpus: Vec<StepGpu> = if usage.is_empty() {
-        acc.gpu_devices
-            .iter()
-            .map(|(a, d)| StepGpu {
-                slurm_index: *a,
-                nvml_index: d.index,
-                minor: d.minor,
-                uuid: d.uuid.clone(),
-                name: d.name.clone(),
-                memory_total_bytes: d.memory_total,
-                ..StepGpu::default()
-            })
-            .collect()
-    } else {
-        usage
-            .iter()
-            .map(|g| {
-                let dev = acc.gpu_devices.iter().find(|(_, d)| d.uuid == g.uuid);
-                StepGpu {
-                    slurm_index: dev.and_then(|(a, _)| *a),
-                    nvml_index: g.index,
-                    minor: dev.and_then(|(_, d)| d.minor),
-                    uuid: g.uuid.clone(),
-                    name: g.name.clone(),
-                    memory_total_bytes: g.memory_total as u64,
-                    peak_device_memory_bytes: g.max_used as u64,
-                    peak_step_memory_bytes: g.max_tracked as u64,
-                    mean_utilization_percent: g.mean_utilization_percent,
-                    max_utilization_percent: g.max_utilization_percent,
-                    energy_joules: g.energy_joules,
-                    lost: g.lost,
-                }
-            })
-            .collect()
-    };
-
-    let mut notes = acc.notes.clone();
-    if acc.partial_samples > 0 {
-        notes.push(format!(
-            "up to {} processes: at most {} processes are read per sample (and no more than {} % \
-             of the interval spent reading them), the others at the next samples in turn; sums \
-             use each process's latest reading ({} sample(s) read part of them)",
-            acc.most_processes,
-            procs::MAX_PROCESSES_PER_SAMPLE,
-            procs::PROCESS_TIME_SHARE * 100.0,
-            acc.partial_samples
-        ));
-    }
-    notes.extend(acc.pace.note());
-    notes.extend(sh.notes.iter().cloned());
-    if sh.step_cgroup.is_none() && !sh.tasks.is_empty() {
-        notes.push("no cgroup found for the step: memory and CPU are sampled".into());
-    }
-    let sampler = SamplerStats {
-        interval_seconds: s.interval.as_secs_f64(),
-        samples: acc.samples,
-        mean_sample_microseconds: if acc.samples > 0 {
-            acc.sample_us_total / acc.samples as f64
-        } else {
-            0.0
-        },
-        max_sample_microseconds: acc.sample_us_max,
-        cpu_seconds: acc.thread_cpu,
-        gpu_source: if acc.gpu_opened { "nvml" } else { "none" }.into(),
-        gpu_mapping: acc.gpu_mapping.clone(),
-        interval_max_seconds: Some(acc.pace.max.as_secs_f64()),
-        interval_last_seconds: Some(acc.pace.current.as_secs_f64()),
-        overruns: Some(acc.pace.overruns),
-        backoffs: Some(acc.pace.backoffs),
-        partial_samples: Some(acc.partial_samples),
-        last_sample: acc.last_sample.map(rfc3339),
-        stopped: acc.stopped,
-        nvml_opened: acc.nvml_opened.map(|t| t.as_str().to_string()),
-        nvml_cloexec_descriptors: acc.nvml_opened.map(|_| acc.nvml_cloexec),
-        notes,
-    };
-    StepRecord {
-        schema: SCHEMA.into(),
-        schema_version: SCHEMA_VERSION,
-        complete,
-        written_at: rfc3339(now),
-        tracker_version: env!("CARGO_PKG_VERSION").into(),
-        job: s.job.clone(),
-        step,
-        tasks,
-        memory,
-        cpu,
-        gpus,
-        sampler,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cgroup::fixture::TempTree;
-
-    fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
-        GpuInfo {
-            index,
-            minor,
-            uuid: format!("GPU-{index}"),
-            name: "G".into(),
-            memory_total: 1,
-        }
-    }
-
-    #[test]
-    fn slurm_indices_map_through_the_minor_table() {
-        // NVML index 0 is minor 7, index 1 is minor 4; Slurm's index 0 is the minor-4 file.
-        let devs = [gpu(0, Some(7)), gpu(1, Some(4))];
-        let table = [Some(4), Some(7)];
-        assert_eq!(map_allocated(&[0], &devs, Some(&table)), vec![(0, 1)]);
-        assert_eq!(
-            map_allocated(&[1, 0], &devs, Some(&table)),
-            vec![(1, 0), (0, 1)]
-        );
-        // Beyond the table, or a file with no minor, or a minor NVML lacks: not mapped.
-        assert_eq!(map_allocated(&[2], &devs, Some(&table)), vec![]);
-        assert_eq!(map_allocated(&[0], &devs, Some(&[None])), vec![]);
-        assert_eq!(map_allocated(&[0], &devs, Some(&[Some(5)])), vec![]);
-        // A subset: gres.conf names /dev/nvidia[2-3] of four GPUs.
-        let four = [
-            gpu(0, Some(0)),
-            gpu(1, Some(1)),
-            gpu(2, Some(2)),
-            gpu(3, Some(3)),
-        ];
-        let subset = [Some(2), Some(3)];
-        assert_eq!(
-            map_allocated(&[0, 1], &four, Some(&subset)),
-            vec![(0, 2), (1, 3)]
-        );
-    }
-
-    #[test]
-    fn without_a_table_the_index_is_taken_for_the_minor() {
-        let devs = [gpu(0, Some(1)), gpu(1, Some(0))];
-        assert_eq!(map_allocated(&[0], &devs, None), vec![(0, 1)]);
-        assert_eq!(map_allocated(&[1, 5], &devs, None), vec![(1, 0)]);
-        let no_minor = [gpu(0, None), gpu(1, Some(0))];
-        assert_eq!(map_allocated(&[1], &no_minor, None), vec![(1, 1)]);
-    }
-
-    #[test]
-    fn the_step_cgroup_is_found_above_a_task() {
-        let t = TempTree::new("stepcg");
-        let step = "memory/slurm_n1/uid_1000/job_7/step_3";
-        t.write(&format!("{step}/memory.usage_in_bytes"), "1\n")
-            .write(&format!("{step}/task_0/memory.usage_in_bytes"), "1\n");
-        let proc = "11:memory:/slurm_n1/uid_1000/job_7/step_3/task_0\n0::/\n";
-        let cg = step_cgroup_of(t.path(), proc).unwrap();
-        assert_eq!(cg.memory_dir, t.path().join(step));
-        let v2 = "system.slice/n1_slurmstepd.scope/job_7/step_3";
-        t.write(&format!("{v2}/memory.current"), "1\n")
-            .write(&format!("{v2}/user/memory.current"), "1\n")
-            .write(&format!("{v2}/user/task_0/memory.current"), "1\n");
-        let cg = step_cgroup_of(t.path(), &format!("0::/{v2}/user/task_0\n")).unwrap();
-        assert_eq!(cg.memory_dir, t.path().join(v2).join("user"));
-        t.write(
-            "system.slice/n1_slurmstepd.scope/job_7/memory.current",
-            "1\n",
-        );
-        let job = job_cgroup_of(&cg).unwrap();
-        assert_eq!(
-            job.memory_dir,
-            t.path().join("system.slice/n1_slurmstepd.scope/job_7")
-        );
-        // Slurm 26.05: the job's directory has an opaque name, and `user/task_special` beside
-        // the tasks.
-        let v26 = "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/step_batch";
-        t.write(
-            "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/memory.current",
-            "1\n",
-        )
-        .write(&format!("{v26}/memory.current"), "1\n")
-        .write(&format!("{v26}/user/memory.current"), "1\n")
-        .write(&format!("{v26}/user/task_special/memory.current"), "0\n")
-        .write(&format!("{v26}/user/task_0/memory.current"), "1\n");
-        let cg = step_cgroup_of(t.path(), &format!("0::/{v26}/user/task_0\n")).unwrap();
-        assert_eq!(cg.memory_dir, t.path().join(v26).join("user"));
-        let job = job_cgroup_of(&cg).unwrap();
-        assert_eq!(
-            job.memory_dir,
-            t.path()
-                .join("system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100")
-        );
-        // No cgroup where none exists: a step directory at the top of the hierarchy.
-        let top = Cgroup {
-            version: crate::cgroup::Version::V2,
-            memory_dir: t.path().join("nowhere/step_0"),
-            cpu_dir: None,
-        };
-        assert!(job_cgroup_of(&top).is_none());
-    }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Value of [`StepRecord::schema`].
 pub const SCHEMA: &str = "gpu-tracker/step";
 /// Value of [`StepRecord::schema_version`] written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One job step on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,8 +56,17 @@ pub struct JobInfo {
     pub uid: u32,
     /// Primary group id.
     pub gid: u32,
-    /// Nodes in the job.
+    /// Nodes in the job: `SLURM_JOB_NUM_NODES` as Slurm set it for the batch step; in other
+    /// steps as srun saw it. (Version 1 wrote the step's node count here, and 0 for the batch
+    /// step.)
     pub nodes: Option<u32>,
+    /// The job's nodes in Slurm's hostlist format (`SLURM_JOB_NODELIST`, read like `nodes`;
+    /// at most 4 KiB of hostlist characters). Added in version 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_list: Option<String>,
+    /// Tasks of the job (`--ntasks`), known in the batch step only. Added in version 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
     /// Memory allocated to the job on this node, bytes (`None`: no limit set).
     pub alloc_memory_bytes: Option<u64>,
     /// Cores allocated to the job on this node, in Slurm's list format.
@@ -89,6 +98,9 @@ pub struct StepInfo {
     pub hostname: String,
     /// Index of this node in the step's node list.
     pub node_index: Option<u32>,
+    /// Nodes the step runs on (1 for the batch and extern steps). Added in version 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
     /// Step start (when tracking began, before the first task).
     pub start: String,
     /// Step end on this node; `None` while it runs.
@@ -105,7 +117,8 @@ pub struct StepInfo {
     pub alloc_gpus: Vec<u32>,
     /// Tasks of the step on this node.
     pub local_tasks: Option<u32>,
-    /// Tasks of the step over all nodes.
+    /// Tasks of the step over all nodes (1 for the batch step: the script; version 1 wrote the
+    /// job's task count there).
     pub total_tasks: Option<u32>,
     /// The step's command line (at most 200 characters, control characters removed).
     #[serde(default)]
@@ -146,10 +159,11 @@ pub struct TaskRecord {
     pub cpu_seconds: f64,
     /// `cgroup` (exact, from the task's cgroup) or `sampled` (last reading of its processes).
     pub cpu_source: String,
-    /// Most threads at once, over the task's processes.
-    pub max_threads: u64,
-    /// Most processes at once.
-    pub max_processes: u64,
+    /// Most threads at once, over the task's processes; `None` when no sample saw the task (it
+    /// ended between two samples). Version 1 wrote 0 for that.
+    pub max_threads: Option<u64>,
+    /// Most processes at once; `None` like `max_threads`.
+    pub max_processes: Option<u64>,
 }
 
 /// Memory of the step on this node.
@@ -181,6 +195,11 @@ pub struct StepMemory {
     /// Memory limit of the job's cgroup on this node, bytes.
     #[serde(default)]
     pub job_limit_bytes: Option<u64>,
+    /// Why a figure below the step's peak is larger than it, when one is: a task's sampled
+    /// resident memory counts shared file pages (libraries, files read earlier) that the kernel
+    /// charged to the cgroup that first touched them, not to this step. Added in version 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_note: Option<String>,
 }
 
 /// CPU of the step on this node.
@@ -321,7 +340,32 @@ impl StepRecord {
                 u32::try_from(version).unwrap_or(u32::MAX),
             ));
         }
-        serde_json::from_value(v).map_err(|e| RecordError::Corrupt(e.to_string()))
+        let mut r: StepRecord =
+            serde_json::from_value(v).map_err(|e| RecordError::Corrupt(e.to_string()))?;
+        if version < 2 {
+            r.upgrade_from_v1();
+        }
+        Ok(r)
+    }
+
+    /// Reads a version 1 record's fields with version 2's meaning: there `job.nodes` was the
+    /// step's node count (0 in the batch step), the batch step's `total_tasks` the job's, and a
+    /// task no sample saw had 0 threads and processes.
+    fn upgrade_from_v1(&mut self) {
+        let step_nodes = self.job.nodes.take().filter(|n| *n > 0);
+        if self.step.kind == "batch" {
+            self.job.tasks = self.step.total_tasks;
+            self.step.total_tasks = Some(1);
+            self.step.nodes = Some(1);
+        } else {
+            self.step.nodes = step_nodes;
+        }
+        for t in &mut self.tasks {
+            if t.max_processes == Some(0) {
+                t.max_processes = None;
+                t.max_threads = None;
+            }
+        }
     }
 
     /// The record as pretty JSON, newline-terminated.
@@ -444,6 +488,16 @@ pub const STEP_INTERACTIVE: u32 = 0xffff_fffa;
 pub(crate) mod tests_support {
     use super::*;
 
+    /// The batch step of job 42 on n1 with `requested` bytes of memory and a job peak of
+    /// `peak` bytes.
+    pub fn batch_with_memory(peak: u64, requested: u64) -> StepRecord {
+        let mut r = record("n1", "batch");
+        r.job.alloc_memory_bytes = Some(requested);
+        r.memory.peak_bytes = peak;
+        r.memory.job_peak_bytes = Some(peak);
+        r
+    }
+
     /// A complete record of job 42 (user alice, uid 1001), `step` on `node`, one task.
     pub fn record(node: &str, step: &str) -> StepRecord {
         StepRecord {
@@ -543,6 +597,33 @@ mod tests {
         assert_eq!(r.job.name, None);
         assert_eq!(r.memory.job_peak_bytes, None);
         assert_eq!((r.sampler.overruns, r.sampler.stopped), (None, None));
+    }
+
+    #[test]
+    fn version_1_records_are_read_with_version_2_meanings() {
+        let mut batch = sample();
+        batch.schema_version = 1;
+        batch.job.nodes = Some(0);
+        batch.step.kind = "batch".into();
+        batch.step.total_tasks = Some(4);
+        batch.tasks[0].max_threads = Some(0);
+        batch.tasks[0].max_processes = Some(0);
+        let r = StepRecord::from_json(&batch.to_json()).unwrap();
+        assert_eq!((r.job.nodes, r.job.tasks), (None, Some(4)));
+        assert_eq!((r.step.nodes, r.step.total_tasks), (Some(1), Some(1)));
+        assert_eq!(
+            (r.tasks[0].max_threads, r.tasks[0].max_processes),
+            (None, None)
+        );
+        let mut srun = sample();
+        srun.schema_version = 1;
+        srun.step.kind = "srun".into();
+        srun.job.nodes = Some(2);
+        srun.tasks[0].max_threads = Some(3);
+        srun.tasks[0].max_processes = Some(1);
+        let r = StepRecord::from_json(&srun.to_json()).unwrap();
+        assert_eq!((r.job.nodes, r.step.nodes), (None, Some(2)));
+        assert_eq!(r.tasks[0].max_threads, Some(3));
     }
 
     #[test]

@@ -1,0 +1,347 @@
+//! A job across its nodes: totals over the nodes, the nodes Slurm gave the job that left no
+//! record here, and imbalance (a node, task or GPU far below the others).
+//!
+//! Imbalance is flagged where one is below half the busiest of its kind, and the busiest did
+//! enough for the comparison to mean something: [`MIN_BUSY_PERCENT`] for nodes' CPU efficiency
+//! and GPUs' mean utilization, [`MIN_TASK_CPU_SECONDS`] for tasks of one step.
+
+use serde::Serialize;
+
+use super::summary::Summary;
+use crate::step::record::StepRecord;
+
+/// A node, task or GPU is flagged below this share of the busiest of its kind.
+pub const IMBALANCE_RATIO: f64 = 0.5;
+/// Nodes and GPUs are compared only when the busiest is at least this busy, percent.
+pub const MIN_BUSY_PERCENT: f64 = 10.0;
+/// Tasks of a step are compared only when the busiest used this much CPU, seconds.
+pub const MIN_TASK_CPU_SECONDS: f64 = 1.0;
+/// At most this many imbalance lines of each kind; the rest are counted.
+pub const MAX_FLAGS_PER_KIND: usize = 5;
+
+/// Sums over the job's nodes (those with records).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Nodes' peak memory added up, bytes. An upper bound of the job's memory at one time: the
+    /// nodes may have peaked at different times.
+    pub memory_peak_bytes: u64,
+    /// Memory allocated on those nodes, added up, bytes (`None` when a node had no limit).
+    pub memory_requested_bytes: Option<u64>,
+    /// GPUs with records.
+    pub gpus: usize,
+    /// Peak GPU memory of the job's processes, added up over the GPUs, bytes.
+    pub gpu_memory_peak_bytes: u64,
+    /// Mean of the GPUs' mean utilization, percent.
+    pub gpu_mean_utilization_percent: Option<f64>,
+    /// Tasks over the steps' records.
+    pub tasks: usize,
+}
+
+/// One node, task or GPU far below the others.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Imbalance {
+    /// `node`, `task` or `gpu`.
+    pub kind: &'static str,
+    /// Which: `vm-2`, `step 0 task 3 on vm-2`, `GPU 1 on vm-2`.
+    pub what: String,
+    /// Its figure (CPU efficiency or utilization percent, or CPU seconds for tasks).
+    pub value: f64,
+    /// The busiest one's figure.
+    pub busiest_value: f64,
+    /// Which the busiest is.
+    pub busiest: String,
+    /// For people.
+    pub message: String,
+}
+
+/// Fills in `s.totals`, `s.missing_nodes` and `s.imbalance` from `records` (those
+/// [`Summary::from_records`] merged into `s`).
+pub fn complete(s: &mut Summary, records: &[StepRecord]) {
+    s.totals = totals(s, records);
+    s.missing_nodes = s
+        .job_node_list
+        .as_deref()
+        .map(crate::gres::parse::expand_hostlist)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| !s.nodes.contains(n))
+        .collect();
+    let mut flags = node_flags(s);
+    flags.extend(task_flags(records));
+    flags.extend(gpu_flags(s));
+    s.imbalance = flags;
+}
+
+fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
+    let requested: Option<Vec<u64>> = s.per_node.iter().map(|n| n.requested_bytes).collect();
+    let means: Vec<f64> = s
+        .gpus
+        .iter()
+        .filter_map(|g| g.mean_utilization_percent)
+        .collect();
+    Totals {
+        memory_peak_bytes: s.per_node.iter().map(|n| n.peak_bytes).sum(),
+        memory_requested_bytes: requested.filter(|r| !r.is_empty()).map(|r| r.iter().sum()),
+        gpus: s.gpus.len(),
+        gpu_memory_peak_bytes: s.gpus.iter().map(|g| g.job_peak_bytes).sum(),
+        gpu_mean_utilization_percent: (!means.is_empty())
+            .then(|| means.iter().sum::<f64>() / means.len() as f64),
+        tasks: records.iter().map(|r| r.tasks.len()).sum(),
+    }
+}
+
+/// The items of `items` (name, figure) below [`IMBALANCE_RATIO`] of the largest, when the
+/// largest is at least `floor`; with the largest's name and figure.
+fn below_busiest(items: &[(String, f64)], floor: f64) -> Vec<(&str, f64, &str, f64)> {
+    let Some((top_name, top)) = items
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(n, v)| (n.as_str(), *v))
+    else {
+        return Vec::new();
+    };
+    if items.len() < 2 || top < floor {
+        return Vec::new();
+    }
+    items
+        .iter()
+        .filter(|(_, v)| *v < IMBALANCE_RATIO * top)
+        .map(|(n, v)| (n.as_str(), *v, top_name, top))
+        .collect()
+}
+
+/// "8.0x less", or "nothing" against a busy one.
+fn how_much_less(v: f64, top: f64) -> String {
+    if v <= 0.0 {
+        "none at all".into()
+    } else {
+        format!("{:.1}x less", top / v)
+    }
+}
+
+/// Keeps [`MAX_FLAGS_PER_KIND`] flags, the furthest below first, and counts the rest.
+fn capped(mut flags: Vec<Imbalance>, kind: &'static str) -> Vec<Imbalance> {
+    flags.sort_by(|a, b| a.value.total_cmp(&b.value));
+    let more = flags.len().saturating_sub(MAX_FLAGS_PER_KIND);
+    flags.truncate(MAX_FLAGS_PER_KIND);
+    if more > 0 {
+        flags.push(Imbalance {
+            kind,
+            what: format!("{more} more"),
+            value: 0.0,
+            busiest_value: 0.0,
+            busiest: String::new(),
+            message: format!("and {more} more {kind}(s) below half of the busiest"),
+        });
+    }
+    flags
+}
+
+fn node_flags(s: &Summary) -> Vec<Imbalance> {
+    let items: Vec<(String, f64)> = s
+        .per_node
+        .iter()
+        .filter_map(|n| Some((n.node.clone(), n.cpu_efficiency_percent?)))
+        .collect();
+    let flags = below_busiest(&items, MIN_BUSY_PERCENT)
+        .into_iter()
+        .map(|(n, v, top_n, top)| Imbalance {
+            kind: "node",
+            what: n.to_string(),
+            value: v,
+            busiest_value: top,
+            busiest: top_n.to_string(),
+            message: format!(
+                "node {n}: CPU efficiency {v:.0}% against {top:.0}% on {top_n} ({})",
+                how_much_less(v, top)
+            ),
+        })
+        .collect();
+    capped(flags, "node")
+}
+
+fn task_flags(records: &[StepRecord]) -> Vec<Imbalance> {
+    let mut steps: Vec<&str> = records
+        .iter()
+        .filter(|r| r.step.kind != "batch")
+        .map(|r| r.step.id.as_str())
+        .collect();
+    steps.sort_by_key(|id| super::step_order(id));
+    steps.dedup();
+    let mut flags = Vec::new();
+    for step in steps {
+        let items: Vec<(String, f64)> = records
+            .iter()
+            .filter(|r| r.step.id == step)
+            .flat_map(|r| {
+                r.tasks.iter().map(|t| {
+                    let id = t
+                        .global_id
+                        .map_or_else(|| format!("pid {}", t.pid), |g| g.to_string());
+                    (
+                        format!("step {step} task {id} on {}", r.step.node),
+                        t.cpu_seconds,
+                    )
+                })
+            })
+            .collect();
+        flags.extend(below_busiest(&items, MIN_TASK_CPU_SECONDS).into_iter().map(
+            |(n, v, top_n, top)| Imbalance {
+                kind: "task",
+                what: n.to_string(),
+                value: v,
+                busiest_value: top,
+                busiest: top_n.to_string(),
+                message: format!(
+                    "{n}: {v:.1} s of CPU against {top:.1} s for {} ({})",
+                    top_n.split(" on ").next().unwrap_or(top_n),
+                    how_much_less(v, top)
+                ),
+            },
+        ));
+    }
+    capped(flags, "task")
+}
+
+fn gpu_flags(s: &Summary) -> Vec<Imbalance> {
+    let items: Vec<(String, f64)> = s
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let idx = g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string());
+            Some((
+                format!("GPU {idx} on {}", g.node),
+                g.mean_utilization_percent?,
+            ))
+        })
+        .collect();
+    let flags = below_busiest(&items, MIN_BUSY_PERCENT)
+        .into_iter()
+        .map(|(n, v, top_n, top)| Imbalance {
+            kind: "gpu",
+            what: n.to_string(),
+            value: v,
+            busiest_value: top,
+            busiest: top_n.to_string(),
+            message: format!(
+                "{n}: mean utilization {v:.0}% against {top:.0}% for {top_n} ({})",
+                how_much_less(v, top)
+            ),
+        })
+        .collect();
+    capped(flags, "gpu")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::record::StepGpu;
+    use crate::step::record::tests_support::record;
+
+    const GIB: u64 = 1 << 30;
+
+    /// Step `step` of a 60 s job on `node`: 4 CPUs, `cpu` CPU seconds, `peak` bytes.
+    fn on(node: &str, step: &str, cpu: f64, peak: u64) -> StepRecord {
+        let mut r = record(node, step);
+        r.step.alloc_cpus = Some(4);
+        r.cpu.alloc_cpus = 4;
+        r.cpu.seconds = cpu;
+        r.memory.peak_bytes = peak;
+        r.job.alloc_memory_bytes = Some(4 * GIB);
+        r.job.nodes = Some(3);
+        r.job.node_list = Some("n[1-3]".into());
+        r.tasks[0].cpu_seconds = cpu;
+        r.tasks[0].global_id = Some(if node == "n1" { 0 } else { 1 });
+        r
+    }
+
+    #[test]
+    fn a_node_far_below_the_others_is_named_with_the_ratio() {
+        let mut b = on("n1", "batch", 0.0, GIB);
+        b.job.tasks = Some(2);
+        let recs = vec![b, on("n1", "0", 216.0, 2 * GIB), on("n2", "0", 24.0, GIB)];
+        let s = Summary::from_records(&recs);
+        assert_eq!(s.nodes, vec!["n1", "n2"]);
+        assert_eq!(s.missing_nodes, vec!["n3"]);
+        assert_eq!(s.job_nodes, Some(3));
+        assert_eq!(s.job_tasks, Some(2));
+        let n1 = &s.per_node[0];
+        assert_eq!((n1.steps, n1.alloc_cpus), (2, 4));
+        assert_eq!(n1.cpu_efficiency_percent.map(f64::round), Some(90.0));
+        assert_eq!(s.totals.memory_peak_bytes, 3 * GIB);
+        assert_eq!(s.totals.memory_requested_bytes, Some(8 * GIB));
+        let nodes: Vec<&Imbalance> = s.imbalance.iter().filter(|i| i.kind == "node").collect();
+        assert_eq!(nodes.len(), 1, "{:?}", s.imbalance);
+        assert_eq!(nodes[0].what, "n2");
+        assert_eq!(
+            nodes[0].message,
+            "node n2: CPU efficiency 10% against 90% on n1 (9.0x less)"
+        );
+        let tasks: Vec<&Imbalance> = s.imbalance.iter().filter(|i| i.kind == "task").collect();
+        assert_eq!(tasks.len(), 1, "{:?}", s.imbalance);
+        assert_eq!(tasks[0].what, "step 0 task 1 on n2");
+        assert!(
+            tasks[0]
+                .message
+                .contains("24.0 s of CPU against 216.0 s for step 0 task 0"),
+            "{}",
+            tasks[0].message
+        );
+    }
+
+    #[test]
+    fn even_or_idle_work_is_not_flagged() {
+        // Even: 60% and 40% are within half of each other.
+        let s = Summary::from_records(&[on("n1", "0", 144.0, GIB), on("n2", "0", 96.0, GIB)]);
+        assert!(s.imbalance.is_empty(), "{:?}", s.imbalance);
+        // Both nearly idle: 0.6 s against 0.1 s of CPU says nothing about balance.
+        let s = Summary::from_records(&[on("n1", "0", 0.6, GIB), on("n2", "0", 0.1, GIB)]);
+        assert!(s.imbalance.is_empty(), "{:?}", s.imbalance);
+    }
+
+    #[test]
+    fn an_idle_gpu_among_busy_ones_is_flagged() {
+        let mut r = on("n1", "0", 200.0, GIB);
+        let gpu = |i: u32, util: f64| StepGpu {
+            slurm_index: Some(i),
+            uuid: format!("GPU-{i}"),
+            peak_step_memory_bytes: GIB,
+            mean_utilization_percent: Some(util),
+            max_utilization_percent: Some(util),
+            ..StepGpu::default()
+        };
+        r.gpus = vec![gpu(0, 80.0), gpu(1, 70.0), gpu(2, 0.0)];
+        let s = Summary::from_records(&[r]);
+        let g: Vec<&str> = s
+            .imbalance
+            .iter()
+            .filter(|i| i.kind == "gpu")
+            .map(|i| i.message.as_str())
+            .collect();
+        assert_eq!(
+            g,
+            vec!["GPU 2 on n1: mean utilization 0% against 80% for GPU 0 on n1 (none at all)"]
+        );
+        assert_eq!(s.totals.gpus, 3);
+        assert_eq!(s.totals.gpu_memory_peak_bytes, 3 * GIB);
+        assert_eq!(
+            s.totals.gpu_mean_utilization_percent.map(f64::round),
+            Some(50.0)
+        );
+    }
+
+    #[test]
+    fn many_flags_are_capped_and_counted() {
+        let mut recs = vec![on("n1", "0", 240.0, GIB)];
+        for i in 2..=9 {
+            recs.push(on(&format!("n{i}"), "1", 1.0, GIB));
+        }
+        let s = Summary::from_records(&recs);
+        let nodes: Vec<&Imbalance> = s.imbalance.iter().filter(|i| i.kind == "node").collect();
+        assert_eq!(nodes.len(), MAX_FLAGS_PER_KIND + 1);
+        assert_eq!(
+            nodes.last().unwrap().message,
+            "and 3 more node(s) below half of the busiest"
+        );
+    }
+}

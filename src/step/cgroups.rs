@@ -1,0 +1,110 @@
+//! Where a step's cgroups are: the step's own, from a task's `/proc/<pid>/cgroup`, and the
+//! job's on this node above it.
+
+use crate::cgroup::Cgroup;
+
+/// The cgroup of a step, from one of its task's `/proc/<pid>/cgroup`: the path is cut after
+/// its `step_*` component (Slurm's task cgroups sit below it). On v2 the step's `user` child
+/// is taken when there is one: it holds the tasks but not slurmstepd itself.
+pub fn step_cgroup_of(cgroup_root: &std::path::Path, proc_cgroup: &str) -> Option<Cgroup> {
+    let cut: String = crate::cgroup::parse::parse_proc_cgroup(proc_cgroup)
+        .into_iter()
+        .map(|l| {
+            let comps: Vec<&str> = l.path.split('/').collect();
+            let path = match comps.iter().rposition(|c| c.starts_with("step_")) {
+                Some(i) => comps[..=i].join("/"),
+                None => l.path.clone(),
+            };
+            format!("{}:{}:{path}\n", l.hierarchy, l.controllers.join(","))
+        })
+        .collect();
+    let mut cg = Cgroup::from_proc_cgroup(cgroup_root, &cut).ok()?;
+    if cg.version == crate::cgroup::Version::V2 {
+        let user = cg.memory_dir.join("user");
+        if user.join("memory.current").exists() {
+            cg.cpu_dir = Some(user.clone());
+            cg.memory_dir = user;
+        }
+    }
+    Some(cg)
+}
+
+/// The job's cgroup on this node: the parent of the step's `step_*` directory, memory counters
+/// only. Never recognised by name: Slurm 26.05 names it by an opaque id (`SLURM_JOB_SLUID`),
+/// not `job_<id>`.
+pub(super) fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
+    let step_dir = step.memory_dir.ancestors().find(|d| {
+        d.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("step_"))
+    })?;
+    let dir = step_dir.parent()?;
+    dir.join(match step.version {
+        crate::cgroup::Version::V1 => "memory.usage_in_bytes",
+        crate::cgroup::Version::V2 => "memory.current",
+    })
+    .exists()
+    .then(|| Cgroup {
+        version: step.version,
+        memory_dir: dir.to_path_buf(),
+        cpu_dir: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::fixture::TempTree;
+
+    #[test]
+    fn the_step_cgroup_is_found_above_a_task() {
+        let t = TempTree::new("stepcg");
+        let step = "memory/slurm_n1/uid_1000/job_7/step_3";
+        t.write(&format!("{step}/memory.usage_in_bytes"), "1\n")
+            .write(&format!("{step}/task_0/memory.usage_in_bytes"), "1\n");
+        let proc = "11:memory:/slurm_n1/uid_1000/job_7/step_3/task_0\n0::/\n";
+        let cg = step_cgroup_of(t.path(), proc).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(step));
+        let v2 = "system.slice/n1_slurmstepd.scope/job_7/step_3";
+        t.write(&format!("{v2}/memory.current"), "1\n")
+            .write(&format!("{v2}/user/memory.current"), "1\n")
+            .write(&format!("{v2}/user/task_0/memory.current"), "1\n");
+        let cg = step_cgroup_of(t.path(), &format!("0::/{v2}/user/task_0\n")).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(v2).join("user"));
+        t.write(
+            "system.slice/n1_slurmstepd.scope/job_7/memory.current",
+            "1\n",
+        );
+        let job = job_cgroup_of(&cg).unwrap();
+        assert_eq!(
+            job.memory_dir,
+            t.path().join("system.slice/n1_slurmstepd.scope/job_7")
+        );
+        // Slurm 26.05: the job's directory has an opaque name, and `user/task_special` beside
+        // the tasks.
+        let v26 = "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/step_batch";
+        t.write(
+            "system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100/memory.current",
+            "1\n",
+        )
+        .write(&format!("{v26}/memory.current"), "1\n")
+        .write(&format!("{v26}/user/memory.current"), "1\n")
+        .write(&format!("{v26}/user/task_special/memory.current"), "0\n")
+        .write(&format!("{v26}/user/task_0/memory.current"), "1\n");
+        let cg = step_cgroup_of(t.path(), &format!("0::/{v26}/user/task_0\n")).unwrap();
+        assert_eq!(cg.memory_dir, t.path().join(v26).join("user"));
+        let job = job_cgroup_of(&cg).unwrap();
+        assert_eq!(
+            job.memory_dir,
+            t.path()
+                .join("system.slice/n1_slurmstepd.scope/s1H9M83SWQ0100")
+        );
+        // No cgroup where none exists: a step directory at the top of the hierarchy.
+        let top = Cgroup {
+            version: crate::cgroup::Version::V2,
+            memory_dir: t.path().join("nowhere/step_0"),
+            cpu_dir: None,
+        };
+        assert!(job_cgroup_of(&top).is_none());
+    }
+}

@@ -1,0 +1,274 @@
+//! One sample of a step: its processes (a bounded number per sample), its cgroups, and its
+//! GPUs through NVML, narrowed to the devices Slurm allocated.
+
+use std::time::Instant;
+
+use super::{Acc, Inner, StepSetup, Work, procs};
+use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::proc::ProcFs;
+use crate::sampler::Timepoint;
+use crate::units::{MemUnit, TimeUnit, Units};
+
+/// A GPU source restricted to the step's allocated devices.
+struct Allocated {
+    inner: Box<dyn GpuSource>,
+    map: Vec<usize>,
+    devices: Vec<GpuInfo>,
+}
+
+impl GpuSource for Allocated {
+    fn devices(&self) -> &[GpuInfo] {
+        &self.devices
+    }
+    fn read(&mut self, i: usize) -> Option<GpuReading> {
+        self.inner.read(*self.map.get(i)?)
+    }
+}
+
+/// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
+/// index → minor number table ([`GpuOrder::minors`]): index `a` is the device whose minor is
+/// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
+/// number, or for NVML's index where NVML gives no minors: the old assumption, which the
+/// record's `gpu_mapping` then names.
+pub fn map_allocated(
+    alloc: &[u32],
+    devices: &[GpuInfo],
+    minors: Option<&[Option<u32>]>,
+) -> Vec<(u32, usize)> {
+    let by_minor = devices.iter().all(|d| d.minor.is_some());
+    alloc
+        .iter()
+        .filter_map(|&a| {
+            let found = match minors {
+                Some(table) => {
+                    let m = (*table.get(a as usize)?)?;
+                    devices.iter().position(|d| d.minor == Some(m))
+                }
+                None if by_minor => devices.iter().position(|d| d.minor == Some(a)),
+                None => devices.iter().position(|d| d.index == a),
+            };
+            found.map(|i| (a, i))
+        })
+        .collect()
+}
+
+pub(super) fn sample(
+    inner: &Inner,
+    procfs: &ProcFs,
+    acc: &mut Acc,
+    work: &mut Work,
+    gpu: &mut LazyGpu,
+) {
+    let t0 = Instant::now();
+    let s = &inner.setup;
+    let (tasks, step_cg, job_cg) = {
+        let sh = inner.lock();
+        (
+            sh.tasks
+                .iter()
+                .filter(|t| !t.ended)
+                .map(|t| (t.pid, t.cgroup.clone()))
+                .collect::<Vec<_>>(),
+            sh.step_cgroup.clone(),
+            sh.job_cgroup.clone(),
+        )
+    };
+    let job_reading = job_cg.as_ref().and_then(|c| c.read().ok());
+    // The processes: a bounded number read per sample, in turns (see `procs`).
+    let budget = s.interval.mul_f64(procs::PROCESS_TIME_SHARE);
+    let found = work.procs.sample(procfs, &tasks, budget);
+    acc.most_processes = acc.most_processes.max(found.members.len());
+    if found.partial() {
+        acc.partial_samples += 1;
+    }
+    if found.walk_cut {
+        acc.note(format!(
+            "tasks without a cgroup of their own are walked at most {} processes deep per \
+             sample: processes beyond were not seen",
+            procs::MAX_PROCESSES_WALKED
+        ));
+    }
+    let mut all_members = found.members.clone();
+    let step_private: u64 = found.tasks.iter().map(|t| t.private).sum();
+    let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
+    let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
+    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
+    let step_reading = step_cg.as_ref().and_then(|c| c.read().ok());
+    if let Some(cg) = &step_cg {
+        if let Ok(p) = cg.procs() {
+            all_members.extend(p);
+        }
+    }
+    // CPU: the cgroup's counter when there is one, else the tasks' sampled sum.
+    let cpu_now = step_reading
+        .and_then(|r| r.cpu_ns)
+        .map_or(cpu_sum, |ns| ns as f64 / 1e9);
+    let now = Instant::now();
+    if let Some((t, c)) = work.last_cpu {
+        let dt = now.duration_since(t).as_secs_f64();
+        if dt >= s.interval.as_secs_f64() / 2.0 {
+            acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
+        }
+    }
+    work.last_cpu = Some((now, cpu_now));
+
+    {
+        let mut sh = inner.lock();
+        if step_reading.is_some() {
+            sh.last_step = step_reading;
+        }
+        // Not after the last task ended: that reading is final.
+        if job_reading.is_some() && sh.tasks.iter().any(|t| !t.ended) {
+            sh.job_reading = job_reading;
+        }
+        for f in &found.tasks {
+            if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
+                t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
+                t.largest_hwm = t.largest_hwm.max(f.hwm);
+                t.cpu_sampled = t.cpu_sampled.max(f.cpu);
+                t.max_threads = Some(t.max_threads.unwrap_or(0).max(f.threads));
+                t.max_processes = Some(t.max_processes.unwrap_or(0).max(f.processes));
+                acc.largest_hwm = acc.largest_hwm.max(f.hwm);
+            }
+        }
+    }
+
+    let mut unavailable = None;
+    if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
+        // NVML may open descriptors at any call: those too are marked close-on-exec.
+        let ((), marked) = crate::gpu::cloexec::marking(|| gpu_sample(s, acc, src, &all_members));
+        acc.nvml_cloexec += marked as u64;
+    }
+    if let Some(m) = unavailable {
+        acc.notes.push(format!("GPUs not tracked: {m}"));
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6;
+    acc.samples += 1;
+    acc.sample_us_total += us;
+    acc.sample_us_max = acc.sample_us_max.max(us);
+    acc.last_sample = Some(chrono::Local::now());
+}
+
+/// Reads the step's GPUs once (narrowing the source to them at the first reading).
+fn gpu_sample(
+    s: &StepSetup,
+    acc: &mut Acc,
+    src: &mut Box<dyn GpuSource>,
+    all_members: &std::collections::HashSet<u32>,
+) {
+    if !acc.gpu_opened {
+        // First reading: narrow the source to the step's GPUs, once.
+        acc.gpu_opened = true;
+        acc.nvml_cloexec += src.descriptors_marked_cloexec() as u64;
+        let nvml: Vec<(u32, Option<u32>)> =
+            src.devices().iter().map(|d| (d.index, d.minor)).collect();
+        let table = s.gpu_order.minors(&nvml);
+        let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
+        let source = s
+            .gres_conf
+            .as_ref()
+            .map_or_else(|| "gres.conf".into(), |p| p.display().to_string());
+        acc.notes.push(s.gpu_order.describe(&source));
+        acc.gpu_mapping = Some(s.gpu_order.method().into());
+        if pairs.len() < s.step.alloc_gpus.len() {
+            acc.notes.push(format!(
+                "Slurm allocated GPUs {:?} but NVML shows {} device(s); {} matched",
+                s.step.alloc_gpus,
+                src.devices().len(),
+                pairs.len()
+            ));
+        }
+        acc.gpu_devices = pairs
+            .iter()
+            .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
+            .collect();
+        let full = std::mem::replace(src, Box::new(NoGpu));
+        *src = Box::new(Allocated {
+            devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
+            map: pairs.iter().map(|&(_, i)| i).collect(),
+            inner: full,
+        });
+    }
+    let units = Units {
+        ram: MemUnit::Bytes,
+        gpu_ram: MemUnit::Bytes,
+        time: TimeUnit::Seconds,
+    };
+    let mut tp = Timepoint::default();
+    let mut notes = Vec::new();
+    acc.gpu.sample(
+        src.as_mut(),
+        0,
+        all_members,
+        acc.pace.current.as_secs_f64(),
+        &units,
+        &mut tp,
+        &mut notes,
+    );
+    for n in notes {
+        acc.note(n);
+    }
+}
+
+struct NoGpu;
+
+impl GpuSource for NoGpu {
+    fn devices(&self) -> &[GpuInfo] {
+        &[]
+    }
+    fn read(&mut self, _: usize) -> Option<GpuReading> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
+        GpuInfo {
+            index,
+            minor,
+            uuid: format!("GPU-{index}"),
+            name: "G".into(),
+            memory_total: 1,
+        }
+    }
+
+    #[test]
+    fn slurm_indices_map_through_the_minor_table() {
+        // NVML index 0 is minor 7, index 1 is minor 4; Slurm's index 0 is the minor-4 file.
+        let devs = [gpu(0, Some(7)), gpu(1, Some(4))];
+        let table = [Some(4), Some(7)];
+        assert_eq!(map_allocated(&[0], &devs, Some(&table)), vec![(0, 1)]);
+        assert_eq!(
+            map_allocated(&[1, 0], &devs, Some(&table)),
+            vec![(1, 0), (0, 1)]
+        );
+        // Beyond the table, or a file with no minor, or a minor NVML lacks: not mapped.
+        assert_eq!(map_allocated(&[2], &devs, Some(&table)), vec![]);
+        assert_eq!(map_allocated(&[0], &devs, Some(&[None])), vec![]);
+        assert_eq!(map_allocated(&[0], &devs, Some(&[Some(5)])), vec![]);
+        // A subset: gres.conf names /dev/nvidia[2-3] of four GPUs.
+        let four = [
+            gpu(0, Some(0)),
+            gpu(1, Some(1)),
+            gpu(2, Some(2)),
+            gpu(3, Some(3)),
+        ];
+        let subset = [Some(2), Some(3)];
+        assert_eq!(
+            map_allocated(&[0, 1], &four, Some(&subset)),
+            vec![(0, 2), (1, 3)]
+        );
+    }
+
+    #[test]
+    fn without_a_table_the_index_is_taken_for_the_minor() {
+        let devs = [gpu(0, Some(1)), gpu(1, Some(0))];
+        assert_eq!(map_allocated(&[0], &devs, None), vec![(0, 1)]);
+        assert_eq!(map_allocated(&[1, 5], &devs, None), vec![(1, 0)]);
+        let no_minor = [gpu(0, None), gpu(1, Some(0))];
+        assert_eq!(map_allocated(&[1], &no_minor, None), vec![(1, 1)]);
+    }
+}
