@@ -162,7 +162,8 @@ fn wait_job(user: &str, name: &str, id: u32) -> Job {
 }
 
 /// The job's records once the steps named are there and final (slurmstepd writes them in its
-/// `exit`, which can come just after the job is reported ended).
+/// `exit`, which can come just after the job is reported ended). Every final record of the job
+/// must pass [`assert_consistent`].
 fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRecord> {
     let started = Instant::now();
     loop {
@@ -171,9 +172,137 @@ fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRecord> {
             .iter()
             .all(|s| recs.get(*s).is_some_and(|r| r.complete));
         if done || started.elapsed() > Duration::from_secs(15) {
+            assert_consistent(id, &all_records(id));
             return recs;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every record of job `id` in the cluster's spool, from every node.
+fn all_records(id: u32) -> Vec<StepRecord> {
+    let Ok(rd) = std::fs::read_dir(job_spool_dir(id)) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.ends_with(".json") && n != "instance.json"
+        })
+        .filter_map(|e| StepRecord::from_json(&std::fs::read_to_string(e.path()).ok()?).ok())
+        .collect()
+}
+
+/// Slurm's account of job `id` (`sacct -P`, this job and its steps): step id (`batch`, `0`,
+/// ...; the job itself as ``) → (nodes, tasks). Empty without accounting; waits up to 20 s for
+/// the steps named to be there (slurmdbd hears of steps after they end).
+fn sacct_steps(id: u32, steps: &[&str]) -> BTreeMap<String, (u32, u32)> {
+    let conf = std::fs::read_to_string(slurm_conf()).unwrap_or_default();
+    if !conf.contains("accounting_storage/slurmdbd") {
+        return BTreeMap::new();
+    }
+    let started = Instant::now();
+    loop {
+        let out = Command::new("sacct")
+            .args([
+                "-n",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "JobID,NNodes,NTasks",
+            ])
+            .env("SLURM_CONF", slurm_conf())
+            .output()
+            .unwrap();
+        let got: BTreeMap<String, (u32, u32)> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                let step = f.first()?.strip_prefix(&id.to_string())?;
+                let step = step.strip_prefix('.').unwrap_or(step).to_string();
+                Some((
+                    step,
+                    (f.get(1)?.parse().ok()?, f.get(2)?.parse().unwrap_or(0)),
+                ))
+            })
+            .collect();
+        if steps.iter().all(|s| got.contains_key(*s)) || started.elapsed() > Duration::from_secs(20)
+        {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// What every final record must obey: a task's memory above its step's peak is explained in
+/// the record; no task was seen with 0 threads; the counts are Slurm's (the job's nodes, node
+/// list and tasks as `scontrol` has them; each step's nodes and tasks as `sacct` has them,
+/// where the cluster keeps accounting; the batch step runs one task on one node).
+fn assert_consistent(id: u32, recs: &[StepRecord]) {
+    let job_nodes = job_field(id, "NumNodes").and_then(|n| n.parse::<u32>().ok());
+    let node_list = job_field(id, "NodeList");
+    let job_tasks = job_field(id, "NumTasks").and_then(|n| n.parse::<u32>().ok());
+    let steps: Vec<&str> = recs
+        .iter()
+        .filter(|r| r.complete)
+        .map(|r| r.step.id.as_str())
+        .collect();
+    let acct = sacct_steps(id, &steps);
+    for r in recs.iter().filter(|r| r.complete) {
+        let at = format!("job {id} step {} on {}", r.step.id, r.step.node);
+        assert_eq!(r.job.id, id, "{at}");
+        let m = &r.memory;
+        for t in &r.tasks {
+            assert!(
+                t.peak_memory_bytes <= m.peak_bytes || m.peak_note.is_some(),
+                "{at}: task {:?} peaks at {} above the step's {} with no word on why",
+                t.global_id,
+                t.peak_memory_bytes,
+                m.peak_bytes
+            );
+            assert_ne!(t.max_threads, Some(0), "{at}: a task seen with no thread");
+            assert_ne!(
+                t.max_processes,
+                Some(0),
+                "{at}: a task seen with no process"
+            );
+        }
+        assert!(
+            m.sampled_peak_rss_bytes <= m.peak_bytes || m.peak_note.is_some(),
+            "{at}: sampled {} above the peak {} with no word on why",
+            m.sampled_peak_rss_bytes,
+            m.peak_bytes
+        );
+        if let Some(job_peak) = m.job_peak_bytes {
+            assert!(
+                job_peak >= m.peak_bytes,
+                "{at}: job cgroup {job_peak} below the step's"
+            );
+        }
+        assert_eq!(
+            r.tasks.len() as u32,
+            r.step.local_tasks.unwrap_or(0),
+            "{at}: tasks recorded against Slurm's local task count"
+        );
+        if r.step.kind == "batch" {
+            assert_eq!(
+                (r.step.nodes, r.step.total_tasks),
+                (Some(1), Some(1)),
+                "{at}"
+            );
+            assert_eq!(r.job.nodes, job_nodes, "{at}: the job's nodes");
+            assert_eq!(r.job.node_list, node_list, "{at}: the job's node list");
+            assert_eq!(r.job.tasks, job_tasks, "{at}: the job's tasks");
+        }
+        if let Some(&(nodes, tasks)) = acct.get(&r.step.id) {
+            assert_eq!(r.step.nodes, Some(nodes), "{at}: nodes, as sacct has them");
+            assert_eq!(
+                r.step.total_tasks,
+                Some(tasks),
+                "{at}: tasks, as sacct has them"
+            );
+        }
     }
 }
 
@@ -1807,4 +1936,266 @@ fn a_hung_nvml_or_slow_samples_never_hold_the_step() {
         assert!(s.samples <= 25, "{s:?}");
         assert!(s.notes.iter().any(|n| n.contains("lengthened")), "{s:?}");
     }
+}
+
+/// The second node of the test cluster (`slurm/local-cluster.sh up --nodes 3
+/// --node-local-spool`, as tests/run-all.sh brings it up): it shares the first node's spool.
+fn shared_spool_node() -> String {
+    format!("{}-2", node())
+}
+
+/// The third node: it keeps its records in a node-local spool (its own mount namespace, where
+/// another directory is mounted over the spool), as on a cluster whose nodes have their own
+/// disks.
+fn local_spool_node() -> String {
+    format!("{}-3", node())
+}
+
+/// Fails with how to bring them up unless the cluster has the nodes the multi-node tests use.
+fn need_nodes() {
+    cluster();
+    let out = Command::new("sinfo")
+        .args(["-h", "-N", "-p", "multi", "-o", "%N %T"])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for n in [node(), shared_spool_node(), local_spool_node()] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(n.as_str())),
+            "node {n} is not in partition multi ({text}): bring the cluster up with \
+             slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting"
+        );
+    }
+}
+
+/// `CMD` run as root in node `node`'s mount namespace (slurm/local-cluster.sh on-node).
+fn on_node(node: &str, cmd: &[&str]) -> (bool, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm/local-cluster.sh");
+    let out = Command::new(script)
+        .args(["on-node", node, "--"])
+        .args(cmd)
+        .env("GPU_TRACKER_CLUSTER_DIR", state_dir())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// One busy task and one sleeping task, on two nodes: `srun -n2 --ntasks-per-node=1`.
+const UNEVEN_STEP: &str = "srun -n2 --ntasks-per-node=1 bash -c 'if [ \"$SLURM_PROCID\" = 0 ]; \
+     then end=$((SECONDS + 4)); while [ $SECONDS -lt $end ]; do :; done; else sleep 4; fi'";
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_two_node_job_shows_each_node_and_names_the_one_far_below() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    need_nodes();
+    let (n1, n2) = (node(), shared_spool_node());
+    let script = format!("#!/bin/bash\n#SBATCH --gpu-track=0.2\n{UNEVEN_STEP}\n");
+    let nodes = format!("{n1},{n2}");
+    let id = submit_as(
+        USER,
+        "two-nodes",
+        &script,
+        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
+    );
+    let job = wait_job(USER, "two-nodes", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    final_records(id, &["batch", "0"]);
+    let mut files: Vec<String> = std::fs::read_dir(job_spool_dir(id))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let want = [
+        "instance.json".to_string(),
+        format!("{n1}.0.json"),
+        format!("{n1}.batch.json"),
+        format!("{n2}.0.json"),
+    ];
+    assert_eq!(files, want, "a record per node and step");
+    let recs = all_records(id);
+    assert!(recs.iter().all(|r| r.complete && r.job.nodes == Some(2)));
+
+    let output = output_with_summary(USER, "two-nodes", id);
+    let sum = summary_of(&output);
+    assert!(
+        sum.contains(&format!("Nodes:         {n1},{n2}\n")),
+        "{sum}"
+    );
+    assert!(sum.contains("Per node:"), "{sum}");
+    let row = |n: &str| {
+        sum.lines()
+            .find(|l| l.split_whitespace().next() == Some(n))
+            .unwrap_or_else(|| panic!("no row for {n}: {sum}"))
+            .to_string()
+    };
+    let eff = |n: &str| -> f64 {
+        row(n)
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
+    };
+    assert!(eff(&n1) >= 30.0, "the busy node: {}", row(&n1));
+    assert!(eff(&n2) <= 5.0, "the sleeping node: {}", row(&n2));
+    assert!(row("total").contains('%'), "{sum}");
+    assert!(
+        sum.contains(&format!("Imbalance:\n  * node {n2}: CPU efficiency ")),
+        "{sum}"
+    );
+    assert!(
+        sum.contains(&format!("  * step 0 task 1 on {n2}: ")),
+        "{sum}"
+    );
+    assert!(
+        !sum.contains("Not seen:"),
+        "both nodes share the spool: {sum}"
+    );
+    // The report says the same, later, to the job's user.
+    let (code, text, err) = report_as(USER, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains(&row(&n2)), "{text}");
+    assert!(
+        text.contains(&format!("node {n2}: CPU efficiency")),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_node_with_its_own_spool_is_named_in_the_summary_with_how_to_read_it() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    need_nodes();
+    let (n1, n3) = (node(), local_spool_node());
+    let script = "#!/bin/bash\n#SBATCH --gpu-track=0.2\nsrun -n2 --ntasks-per-node=1 sleep 1\n";
+    let nodes = format!("{n1},{n3}");
+    let id = submit_as(
+        USER,
+        "local-spool",
+        script,
+        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
+    );
+    let job = wait_job(USER, "local-spool", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    final_records(id, &["batch", "0"]);
+    let output = output_with_summary(USER, "local-spool", id);
+    let sum = summary_of(&output);
+    assert!(
+        sum.contains(&format!("Nodes:         {n1} (1 of 2 nodes)\n")),
+        "{sum}"
+    );
+    assert!(
+        sum.contains(&format!(
+            "Not seen:      {n3}: no record of it in this spool."
+        )),
+        "{sum}"
+    );
+    assert!(
+        sum.contains(&format!("\"gpu-tracker-report {id}\" on {n3}")),
+        "{sum}"
+    );
+    // The host's spool has no record of the node; the node's own has its step.
+    let here = job_spool_dir(id).join(format!("{n3}.0.json"));
+    assert!(!here.exists());
+    let dir = job_spool_dir(id);
+    let (ok, listing) = on_node(&n3, &["ls", dir.to_str().unwrap()]);
+    assert!(ok, "{listing}");
+    assert!(listing.contains(&format!("{n3}.0.json")), "{listing}");
+    assert!(!listing.contains(&format!("{n1}.batch.json")), "{listing}");
+}
+
+/// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
+/// after the job ends).
+fn stored_comment(id: u32) -> String {
+    let started = Instant::now();
+    loop {
+        let out = Command::new("sacct")
+            .args([
+                "-n",
+                "-X",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "AdminComment",
+            ])
+            .env("SLURM_CONF", slurm_conf())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if text.starts_with("gpu-tracker:") || started.elapsed() > Duration::from_secs(90) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_job_whose_spool_records_are_gone_is_read_from_slurms_database() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    need_nodes();
+    let (n1, n2) = (node(), shared_spool_node());
+    let script = format!("#!/bin/bash\n#SBATCH --gpu-track=0.2\n{UNEVEN_STEP}\n");
+    let nodes = format!("{n1},{n2}");
+    let id = submit_as(
+        USER,
+        "from-db",
+        &script,
+        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
+    );
+    let job = wait_job(USER, "from-db", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    final_records(id, &["batch", "0"]);
+    let comment = stored_comment(id);
+    assert!(
+        comment.starts_with("gpu-tracker:1:{"),
+        "AdminComment: {comment:?}"
+    );
+    assert!(comment.len() <= 4000, "{} bytes", comment.len());
+
+    // The spool loses the job (a purge, a node-local disk out of reach, a lost disk).
+    std::fs::remove_dir_all(job_spool_dir(id)).unwrap();
+    let (code, text, err) = report_as(USER, &[&id.to_string()]);
+    assert_eq!(code, 0, "{text}{err}");
+    assert!(
+        text.contains(&format!("gpu-tracker summary of job {id}\n")),
+        "{text}"
+    );
+    assert!(text.contains("Source:        Slurm's database"), "{text}");
+    assert!(text.contains("User:          gtuser (uid "), "{text}");
+    assert!(text.contains("Job name:      from-db"), "{text}");
+    for n in [&n1, &n2] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(n.as_str())),
+            "a row for {n}: {text}"
+        );
+    }
+    assert!(
+        text.contains(&format!("node {n2}: CPU efficiency")),
+        "{text}"
+    );
+    let (code, json, err) = report_as(USER, &[&id.to_string(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["summary"]["per_node"].as_array().map(Vec::len), Some(2));
+    assert!(
+        doc["summary"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("Slurm's database")
+    );
+    // Slurm's rules decide who reads it: the cluster hides jobs from other users.
+    let (code, text, _) = report_as("gtuser2", &[&id.to_string()]);
+    assert_ne!(code, 0, "{text}");
+    assert!(!text.contains("Per node"), "{text}");
 }

@@ -13,6 +13,8 @@ use chrono::{
 use clap::Parser;
 use gpu_tracker::config::{self, Config};
 use gpu_tracker::report::listing::{self, Filter};
+use gpu_tracker::report::slurmdb;
+use gpu_tracker::report::stored::{Stored, StoredError};
 use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
 use gpu_tracker::slurmconf;
@@ -131,6 +133,15 @@ struct Args {
     /// SLURM_CONF or /etc/slurm/slurm.conf).
     #[arg(long = "cluster", value_name = "NAME")]
     cluster: Option<String>,
+    /// Store the job's summary in Slurm's database (its AdminComment, through sacctmgr), for
+    /// reading it later where the spool is out of reach. Run by the site's EpilogSlurmctld as
+    /// Slurm's user (slurm/epilog-slurmctld); waits up to 30 s for records still being finished.
+    #[arg(
+        long = "store-admin-comment",
+        value_name = "JOBID",
+        conflicts_with_all = ["job", "user", "all", "since", "purge"]
+    )]
+    store_admin_comment: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -171,6 +182,9 @@ fn run(args: &Args) -> Result<u8, Failure> {
     let cfg = settings(args)?;
     if args.purge {
         return purge(&cfg, args.older_than);
+    }
+    if let Some(id) = args.store_admin_comment {
+        return store_in_database(&cfg, id);
     }
     match &args.job {
         Some(spec) => show_job(&cfg, args, spec),
@@ -264,19 +278,114 @@ fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
     }
 }
 
+/// How long `--store-admin-comment` waits for records still being finished: EpilogSlurmctld
+/// may start before the last node's slurmstepd has written its final record.
+const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `--store-admin-comment`: the job's summary into Slurm's database.
+fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
+    let root = &cfg.spool_dir;
+    let deadline = std::time::Instant::now() + STORE_WAIT;
+    let records = loop {
+        let r = match report::load_job(root, job_id) {
+            Ok(r) => r,
+            Err(LoadError::NoRecords(..)) => {
+                sayln!("gpu-tracker-report: job {job_id} has no records here: nothing stored");
+                return Ok(NOT_TRACKED);
+            }
+            Err(e) => return Err((FAILED, e.to_string())),
+        };
+        let pending = r
+            .problems
+            .iter()
+            .any(|p| matches!(p, Problem::Incomplete { .. }));
+        if !pending || std::time::Instant::now() >= deadline {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    if records.records.is_empty() {
+        sayln!("gpu-tracker-report: job {job_id} has no readable record: nothing stored");
+        return Ok(NOT_TRACKED);
+    }
+    let summary = Summary::from_records(&records.records);
+    let text = Stored::of(&summary).encode();
+    let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
+    slurmdb::store(&job, &text).map_err(|e| (FAILED, format!("job {job}: {e}")))?;
+    sayln!(
+        "gpu-tracker-report: stored the summary of job {job} in Slurm's database ({} bytes{})",
+        text.len(),
+        if summary.complete {
+            ""
+        } else {
+            "; some records were not final"
+        }
+    );
+    Ok(OK)
+}
+
+/// A job whose records are not in the spool, from the summary stored in Slurm's database.
+/// `Ok(None)` when the database has none (or `sacct` cannot be run).
+fn show_stored(args: &Args, job: &str) -> Result<Option<u8>, Failure> {
+    let Ok(Some(db)) = slurmdb::fetch(job) else {
+        return Ok(None);
+    };
+    let stored = match Stored::decode(&db.admin_comment) {
+        Ok(s) => s,
+        Err(StoredError::Absent) => return Ok(None),
+        Err(e) => return Err((CORRUPT, format!("job {job}: Slurm's database holds {e}"))),
+    };
+    let summary = stored.to_summary(&db.user, db.uid, Some(&db.name));
+    if args.format == "json" {
+        let doc = serde_json::json!({
+            "schema": report::JOB_SCHEMA,
+            "schema_version": report::JOB_SCHEMA_VERSION,
+            "summary": summary,
+            "records": [],
+            "problems": [],
+        });
+        say_json(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        ));
+    } else {
+        let o = TextOptions {
+            ram: args.ru,
+            time: args.tu,
+            tasks: false,
+        };
+        say!("{}", render(&summary, &[], &o));
+    }
+    Ok(Some(if summary.complete { OK } else { INCOMPLETE }))
+}
+
 fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
     let spec = parse_spec(spec_text).map_err(|m| (USAGE, m))?;
     let root = &cfg.spool_dir;
+    // Not in the spool: the summary kept in Slurm's database, where there is one.
+    let elsewhere = |job: &str| -> Result<u8, Failure> {
+        if spec.step.is_none() {
+            if let Some(code) = show_stored(args, job)? {
+                return Ok(code);
+            }
+        }
+        Err(not_found(job, root))
+    };
     let job_id = match (spec.job, spec.array) {
         (Some(j), _) => j,
-        (None, Some((a, t))) => listing::find_array_task(root, a, t)
-            .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?
-            .ok_or_else(|| not_found(&format!("{a}_{t}"), root))?,
+        (None, Some((a, t))) => {
+            match listing::find_array_task(root, a, t)
+                .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?
+            {
+                Some(j) => j,
+                None => return elsewhere(&format!("{a}_{t}")),
+            }
+        }
         (None, None) => return Err((USAGE, "no job given".into())),
     };
     let mut records: JobRecords = match report::load_job(root, job_id) {
         Ok(r) => r,
-        Err(LoadError::NoRecords(..)) => return Err(not_found(&job_id.to_string(), root)),
+        Err(LoadError::NoRecords(..)) => return elsewhere(&job_id.to_string()),
         Err(e @ LoadError::Denied(..)) => return Err((DENIED, e.to_string())),
         Err(e) => return Err((FAILED, e.to_string())),
     };

@@ -8,6 +8,8 @@
 pub mod advice;
 pub mod listing;
 pub mod nodes;
+pub mod slurmdb;
+pub mod stored;
 pub mod summary;
 pub mod text;
 

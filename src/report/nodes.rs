@@ -72,6 +72,15 @@ pub fn complete(s: &mut Summary, records: &[StepRecord]) {
     s.imbalance = flags;
 }
 
+/// Like [`complete`] for a summary read back from Slurm's database: no records, so no task
+/// comparison, and the missing nodes are as stored.
+pub fn complete_stored(s: &mut Summary) {
+    s.totals = totals(s, &[]);
+    let mut flags = node_flags(s);
+    flags.extend(gpu_flags(s));
+    s.imbalance = flags;
+}
+
 fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
     let requested: Option<Vec<u64>> = s.per_node.iter().map(|n| n.requested_bytes).collect();
     let means: Vec<f64> = s

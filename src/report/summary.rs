@@ -65,6 +65,10 @@ pub struct Summary {
     pub oom: Vec<OomEvent>,
     /// What the user could change.
     pub advice: Vec<Advice>,
+    /// Where the figures were read, when not from the spool's records (`None`): a summary kept
+    /// in Slurm's database has no steps or tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// CPU of the job.

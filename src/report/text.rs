@@ -190,7 +190,14 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
             open.join(", ")
         )
     };
-    let _ = writeln!(w, "Records:       {state}");
+    match &s.source {
+        Some(src) => {
+            let _ = writeln!(w, "Source:        {src}");
+        }
+        None => {
+            let _ = writeln!(w, "Records:       {state}");
+        }
+    }
     let _ = writeln!(w, "Elapsed:       {}", o.time(s.elapsed_seconds));
     let _ = writeln!(
         w,

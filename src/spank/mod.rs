@@ -397,8 +397,8 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         node_index: sp.u32_item(spank_item::S_JOB_NODEID),
         // In slurmstepd S_JOB_NNODES is the step's node count (0 in the batch step).
         nodes: match kind {
-            StepKind::Srun => sp.u32_item(spank_item::S_JOB_NNODES).filter(|n| *n > 0),
-            _ => Some(1),
+            StepKind::Batch => Some(1),
+            _ => sp.u32_item(spank_item::S_JOB_NNODES).filter(|n| *n > 0),
         },
         alloc_cpus: sp.u16_item(spank_item::S_JOB_NCPUS).map(u32::from),
         alloc_cores: sp.str_item(spank_item::S_STEP_ALLOC_CORES),

@@ -1,0 +1,354 @@
+//! The compact summary kept in Slurm's database (the job's `AdminComment`), for reading a job
+//! from a login node once its spool records are out of reach (a node-local spool, a purge, a
+//! lost disk).
+//!
+//! The text is `gpu-tracker:1:` followed by one line of JSON with backticks for its double
+//! quotes: the job's figures, one row per node and per GPU. Backticks, because `sacctmgr modify
+//! job ... set AdminComment=` turns every quote into one (Slurm 22.05 to 26.05); it also
+//! lowercases the whole text in 22.05, which only node names feel (they come back in lower
+//! case). Node names are kept to `[A-Za-z0-9._-]`. It is at most [`MAX_STORED_BYTES`] bytes: rows that do not fit are left
+//! out and counted (`cut_nodes`, `cut_gpus`), the job's totals always stay. Slurm's own rules
+//! decide who reads it (`sacct`, with `PrivateData=jobs` where the site hides jobs from other
+//! users); nothing else is kept outside the spool.
+
+use serde::{Deserialize, Serialize};
+
+use super::summary::{GpuSummary, NodeSummary, Summary};
+
+/// What opens a stored summary; the number is the format's version.
+pub const PREFIX: &str = "gpu-tracker:1:";
+/// The most bytes a stored summary takes, prefix included.
+pub const MAX_STORED_BYTES: usize = 4000;
+
+/// The stored figures. Short keys: the text lives in every job's database row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stored {
+    /// Job id.
+    pub job: u32,
+    /// Array job and task, for array tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<(u32, u32)>,
+    /// Every record was final.
+    pub complete: bool,
+    /// Elapsed seconds.
+    pub elapsed: f64,
+    /// CPU seconds, CPUs allocated over the nodes with records, most cores busy.
+    pub cpu: (f64, u32, f64),
+    /// Nodes in the job, as Slurm counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_nodes: Option<u32>,
+    /// Nodes of the job with no record where the summary was made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// Per node: name, CPU seconds, CPUs allocated, peak memory bytes, memory requested bytes
+    /// (0: no limit), steps.
+    pub nodes: Vec<(String, f64, u32, u64, u64, usize)>,
+    /// Per GPU: node, Slurm's index, the job's peak memory bytes, memory size bytes, mean and
+    /// max utilization percent (-1: not reported).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<(String, i64, u64, u64, f64, f64)>,
+    /// Processes killed for memory, over the steps.
+    #[serde(default)]
+    pub oom_kills: u64,
+    /// Tasks that failed, over the steps.
+    #[serde(default)]
+    pub failed_tasks: usize,
+    /// Node rows left out to stay within the size bound.
+    #[serde(default)]
+    pub cut_nodes: usize,
+    /// GPU rows left out.
+    #[serde(default)]
+    pub cut_gpus: usize,
+}
+
+/// Why a stored text could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoredError {
+    /// No gpu-tracker summary in it (another tool's comment, or none).
+    #[error("no gpu-tracker summary")]
+    Absent,
+    /// A later format.
+    #[error("a stored summary of a newer gpu-tracker ({0})")]
+    Newer(String),
+    /// Damaged.
+    #[error("a damaged stored summary: {0}")]
+    Damaged(String),
+}
+
+fn pct_or_none(p: Option<f64>) -> f64 {
+    p.map_or(-1.0, |v| (v * 10.0).round() / 10.0)
+}
+
+fn round(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+impl Stored {
+    /// The compact form of `s`.
+    pub fn of(s: &Summary) -> Stored {
+        let name = |n: &str| -> String {
+            n.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+                .take(64)
+                .collect()
+        };
+        Stored {
+            job: s.job_id,
+            array: s.array_job_id.zip(s.array_task_id),
+            complete: s.complete,
+            elapsed: round(s.elapsed_seconds),
+            cpu: (
+                round(s.cpu.seconds),
+                s.cpu.alloc_cpus,
+                round(s.cpu.max_cores),
+            ),
+            job_nodes: s.job_nodes,
+            missing: s.missing_nodes.iter().map(|n| name(n)).collect(),
+            nodes: s
+                .per_node
+                .iter()
+                .map(|n| {
+                    (
+                        name(&n.node),
+                        round(n.cpu_seconds),
+                        n.alloc_cpus,
+                        n.peak_bytes,
+                        n.requested_bytes.unwrap_or(0),
+                        n.steps,
+                    )
+                })
+                .collect(),
+            gpus: s
+                .gpus
+                .iter()
+                .map(|g| {
+                    (
+                        name(&g.node),
+                        g.slurm_index.map_or(-1, i64::from),
+                        g.job_peak_bytes,
+                        g.memory_total_bytes,
+                        pct_or_none(g.mean_utilization_percent),
+                        pct_or_none(g.max_utilization_percent),
+                    )
+                })
+                .collect(),
+            oom_kills: s.oom.iter().map(|o| o.kills).sum(),
+            failed_tasks: s.steps.iter().map(|st| st.failed.len()).sum(),
+            cut_nodes: 0,
+            cut_gpus: 0,
+        }
+    }
+
+    /// The text to store: [`PREFIX`] and the JSON, at most [`MAX_STORED_BYTES`] bytes. GPU
+    /// rows, then node rows, are left out from the end (and counted) until it fits.
+    pub fn encode(&self) -> String {
+        let mut s = self.clone();
+        s.missing.truncate(64);
+        loop {
+            let json = serde_json::to_string(&s).unwrap_or_default();
+            let text = format!("{PREFIX}{}", json.replace('"', "`"));
+            if text.len() <= MAX_STORED_BYTES {
+                return text;
+            }
+            if s.gpus.pop().is_some() {
+                s.cut_gpus += 1;
+            } else if s.nodes.pop().is_some() {
+                s.cut_nodes += 1;
+            } else if s.missing.pop().is_none() {
+                // Only fixed-size fields are left: the bound holds by construction.
+                return text;
+            }
+        }
+    }
+
+    /// Reads a stored text (an `AdminComment`): [`StoredError::Absent`] when it holds no
+    /// gpu-tracker summary.
+    pub fn decode(text: &str) -> Result<Stored, StoredError> {
+        let text = text.trim();
+        let Some(rest) = text.strip_prefix("gpu-tracker:") else {
+            return Err(StoredError::Absent);
+        };
+        let Some(json) = rest.strip_prefix("1:") else {
+            let v = rest.split(':').next().unwrap_or_default();
+            return Err(StoredError::Newer(format!(
+                "format {}",
+                crate::step::record::file_safe(v)
+            )));
+        };
+        if text.len() > MAX_STORED_BYTES * 4 {
+            return Err(StoredError::Damaged(format!("{} bytes", text.len())));
+        }
+        serde_json::from_str(&json.replace('`', "\""))
+            .map_err(|e| StoredError::Damaged(e.to_string()))
+    }
+
+    /// A summary to render from the stored figures (no steps, tasks or notes: those stay in the
+    /// spool). `user` and `uid` come from Slurm's database.
+    pub fn to_summary(&self, user: &str, uid: u32, name: Option<&str>) -> Summary {
+        let mut s = Summary {
+            job_id: self.job,
+            array_job_id: self.array.map(|a| a.0),
+            array_task_id: self.array.map(|a| a.1),
+            name: name.map(|n| crate::step::record::clean_text(n, 100)),
+            user: crate::step::record::clean_text(user, 64),
+            uid,
+            job_nodes: self.job_nodes,
+            complete: self.complete,
+            elapsed_seconds: self.elapsed,
+            source: Some(source_text(self)),
+            ..Summary::default()
+        };
+        s.cpu.seconds = self.cpu.0;
+        s.cpu.alloc_cpus = self.cpu.1;
+        s.cpu.max_cores = self.cpu.2;
+        if s.elapsed_seconds > 0.0 && s.cpu.alloc_cpus > 0 {
+            s.cpu.efficiency_percent =
+                Some(100.0 * s.cpu.seconds / (s.elapsed_seconds * f64::from(s.cpu.alloc_cpus)));
+        }
+        let clean = |n: &str| crate::step::record::clean_text(n, 64);
+        for (node, cpu, alloc, peak, req, steps) in &self.nodes {
+            let requested = (*req > 0).then_some(*req);
+            s.per_node.push(NodeSummary {
+                node: clean(node),
+                cpu_seconds: *cpu,
+                alloc_cpus: *alloc,
+                cpu_efficiency_percent: (s.elapsed_seconds > 0.0 && *alloc > 0)
+                    .then(|| 100.0 * cpu / (s.elapsed_seconds * f64::from(*alloc))),
+                steps: *steps,
+                peak_bytes: *peak,
+                source: "job cgroup".into(),
+                includes_page_cache: true,
+                requested_bytes: requested,
+                percent_of_request: requested.map(|r| 100.0 * *peak as f64 / r as f64),
+            });
+        }
+        s.nodes = s.per_node.iter().map(|n| n.node.clone()).collect();
+        let known = |p: f64| (p >= 0.0).then_some(p);
+        for (node, idx, peak, total, mean, max) in &self.gpus {
+            s.gpus.push(GpuSummary {
+                node: clean(node),
+                slurm_index: u32::try_from(*idx).ok(),
+                uuid: String::new(),
+                name: String::new(),
+                memory_total_bytes: *total,
+                job_peak_bytes: *peak,
+                mean_utilization_percent: known(*mean),
+                max_utilization_percent: known(*max),
+                ..GpuSummary::default()
+            });
+        }
+        s.missing_nodes = self.missing.iter().map(|n| clean(n)).collect();
+        super::nodes::complete_stored(&mut s);
+        s.advice = super::advice::advise(&s);
+        s
+    }
+}
+
+/// The "Source:" line of a summary read back from Slurm's database.
+fn source_text(st: &Stored) -> String {
+    let mut t = "Slurm's database (the job's AdminComment, stored when it ended): per node and \
+                 GPU only; the steps, tasks and notes were in the spool"
+        .to_string();
+    if st.cut_nodes + st.cut_gpus > 0 {
+        t.push_str(&format!(
+            "; {} node and {} GPU row(s) were left out to keep it under {MAX_STORED_BYTES} bytes",
+            st.cut_nodes, st.cut_gpus
+        ));
+    }
+    if st.oom_kills > 0 || st.failed_tasks > 0 {
+        t.push_str(&format!(
+            "; {} task(s) failed, {} process(es) were killed for memory",
+            st.failed_tasks, st.oom_kills
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::record::StepGpu;
+    use crate::step::record::tests_support::record;
+
+    const GIB: u64 = 1 << 30;
+
+    fn two_nodes() -> Summary {
+        let mut recs = Vec::new();
+        for (node, cpu) in [("n1", 200.0), ("n2", 20.0)] {
+            let mut r = record(node, "0");
+            r.step.alloc_cpus = Some(4);
+            r.cpu.alloc_cpus = 4;
+            r.cpu.seconds = cpu;
+            r.memory.job_peak_bytes = Some(GIB);
+            r.job.alloc_memory_bytes = Some(2 * GIB);
+            r.job.nodes = Some(3);
+            r.job.node_list = Some("n[1-3]".into());
+            r.gpus = vec![StepGpu {
+                slurm_index: Some(0),
+                uuid: format!("GPU-{node}"),
+                memory_total_bytes: 16 * GIB,
+                peak_step_memory_bytes: GIB,
+                mean_utilization_percent: Some(if node == "n1" { 90.0 } else { 5.0 }),
+                max_utilization_percent: Some(100.0),
+                ..StepGpu::default()
+            }];
+            recs.push(r);
+        }
+        Summary::from_records(&recs)
+    }
+
+    #[test]
+    fn a_stored_summary_reads_back_to_the_same_job_figures() {
+        let s = two_nodes();
+        let text = Stored::of(&s).encode();
+        assert!(text.starts_with(PREFIX), "{text}");
+        assert!(text.len() < 600, "{} bytes: {text}", text.len());
+        // Nothing sacctmgr or sacct -P would change or split.
+        assert!(!text.contains(['|', '\n', '"', '\'', ' ']), "{text}");
+        let lowered = Stored::decode(&text.to_lowercase()).unwrap();
+        assert_eq!(lowered, Stored::decode(&text).unwrap());
+        let back = Stored::decode(&text)
+            .unwrap()
+            .to_summary("alice", 1001, Some("train"));
+        assert_eq!(back.job_id, 42);
+        assert_eq!(back.nodes, vec!["n1", "n2"]);
+        assert_eq!(back.missing_nodes, vec!["n3"]);
+        assert_eq!(back.job_nodes, Some(3));
+        assert_eq!(back.per_node[1].peak_bytes, GIB);
+        assert_eq!(back.per_node[1].requested_bytes, Some(2 * GIB));
+        assert_eq!(back.cpu.seconds, 220.0);
+        assert_eq!(back.gpus.len(), 2);
+        assert_eq!(back.gpus[1].mean_utilization_percent, Some(5.0));
+        let flags: Vec<&str> = back.imbalance.iter().map(|i| i.what.as_str()).collect();
+        assert_eq!(flags, vec!["n2", "GPU 0 on n2"], "{:?}", back.imbalance);
+    }
+
+    #[test]
+    fn a_job_too_large_for_the_bound_keeps_its_totals_and_counts_what_was_cut() {
+        let mut st = Stored::of(&two_nodes());
+        let row = st.nodes[0].clone();
+        st.nodes = (0..500)
+            .map(|i| (format!("node{i:04}"), row.1, row.2, row.3, row.4, row.5))
+            .collect();
+        let text = st.encode();
+        assert!(text.len() <= MAX_STORED_BYTES, "{}", text.len());
+        let back = Stored::decode(&text).unwrap();
+        assert_eq!(back.cut_gpus, 2);
+        assert_eq!(back.nodes.len() + back.cut_nodes, 500);
+        assert_eq!(back.cpu, st.cpu);
+    }
+
+    #[test]
+    fn other_comments_newer_formats_and_damage_are_told_apart() {
+        assert_eq!(Stored::decode(""), Err(StoredError::Absent));
+        assert_eq!(Stored::decode("JS1:H4sI..."), Err(StoredError::Absent));
+        assert!(matches!(
+            Stored::decode("gpu-tracker:2:{}"),
+            Err(StoredError::Newer(_))
+        ));
+        assert!(matches!(
+            Stored::decode("gpu-tracker:1:{\"job\": "),
+            Err(StoredError::Damaged(_))
+        ));
+    }
+}
