@@ -639,8 +639,12 @@ start_mariadb() {
     done
     ((i < 240)) || fail "MariaDB does not answer in 120 s"
     pass=$(sed -n 's/^StoragePass=//p' "$DBD_CONF")
-    # slurmdbd connects over TCP to 127.0.0.1 (skip-name-resolve: the host is the address).
+    # slurmdbd connects over TCP to 127.0.0.1 (skip-name-resolve: the host is the address). The
+    # database is made here: slurmdbd 24.11 with MariaDB 11.8 (Debian 13) makes it itself but
+    # then dies on its first query ("Number of columns in result (=1) set exceeds maximum
+    # allowed number of columns (=0)"), on the connection it opened before creating it.
     db_sql <<EOF
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
 ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
