@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster (Debian's Slurm 22.05 packages) for the quick start and the
-# end-to-end tests. Daemons run directly (no systemd); everything lives in one state directory.
+# A real Slurm cluster on this one machine (Debian's Slurm 22.05 packages) for the quick start and
+# the end-to-end tests. Daemons run directly (no systemd); everything lives in one state directory.
 #
-#   slurm/local-cluster.sh up       install, configure, start, check jobs run as a plain user
-#   slurm/local-cluster.sh down     stop the daemons this script started
-#   slurm/local-cluster.sh status   which daemons run, and sinfo
-#   slurm/local-cluster.sh env      shell exports for using the cluster by hand
-#   slurm/local-cluster.sh demo     up, then one small batch job as the test user
+#   slurm/local-cluster.sh up [OPTIONS]     install, configure, start, check jobs run as a plain user
+#   slurm/local-cluster.sh down             stop every daemon this script started
+#   slurm/local-cluster.sh status           which daemons run, and sinfo
+#   slurm/local-cluster.sh env              shell exports for using the cluster by hand
+#   slurm/local-cluster.sh demo [OPTIONS]   up, then one small batch job as the test user
+#   slurm/local-cluster.sh on-node NODE -- CMD...
+#                                           CMD as root as NODE sees files (its node-local spool)
+#
+# Plain "up": one node named after this machine (hostname -s), the only node of the default
+# partition "debug". OPTIONS:
+#   --nodes N            N slurmd (1-4) on this machine: the first as above, then <name>-2 ...
+#                        <name>-N; partition "multi" (not the default) holds all N
+#   --node-local-spool   the last node (N >= 2) keeps the plugin's records on its own "disk": its
+#                        slurmd runs in a mount namespace where a private directory is mounted
+#                        over spool_dir, out of sight of this machine and of slurmctld (on-node)
+#   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd,
+#                        the test users in an account, and EpilogSlurmctld=<state>/bin/epilog-slurmctld
+#                        (slurm/epilog-slurmctld: the summary stored in Slurm's database)
 #
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
 # GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),
-# GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; slurmd gets the next one; default 16817),
+# GPU_TRACKER_REPORT_BIN (the gpu-tracker-report installed into <state>/bin, default
+# <repo>/target/release/gpu-tracker-report when built),
+# GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; default 16817; the nodes get the next
+# four, slurmdbd the one after and MariaDB the next: a block of 8, moved on by 8 while taken),
 # GPU_TRACKER_CONTAIN_SPANK=1 (Slurm 24.05+: SlurmdParameters=contain_spank, with the job
 # container plugin that it exists for, so the task callbacks run in the job's namespace).
 #
@@ -26,13 +42,21 @@ CONF=$STATE/slurm.conf
 TRACKER_CONF=$STATE/gpu-tracker.toml
 NODE=$(hostname -s)
 TEST_USERS=(gtuser gtuser2)
+# The account the test users are in with --accounting.
+TEST_ACCOUNT=gputest
+# What "up" was asked for (parse_options).
+NODES=1 NODE_LOCAL=0 ACCOUNTING=0
+# slurmdbd's database: a MariaDB of our own (data, socket and port in the state directory).
+DB_CNF=$STATE/mariadb.cnf
+DB_RUN=$STATE/run/mysqld
+DBD_CONF=$STATE/slurmdbd.conf
 # Slurm, and what building the plugin needs (Slurm's headers, libclang for bindgen, a C linker)
 # unless GPU_TRACKER_PLUGIN names a plugin built elsewhere (the test guests of slurm/vm.sh).
 PACKAGES=(slurmctld slurmd slurm-client munge)
 [[ -n ${GPU_TRACKER_PLUGIN:-} ]] || PACKAGES+=(libslurm-dev libclang-dev gcc libc6-dev)
 export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 
-STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0
+STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0 DB_CHANGED=0 DBD_CHANGED=0 CLUSTER_ADDED=0
 
 # Names the step now running and the logs worth showing if it fails.
 step() { STEP=$1; shift; STEP_LOGS=("$@"); }
@@ -56,7 +80,56 @@ need_root() {
     ((EUID == 0)) && return 0
     command -v sudo >/dev/null || fail "must run as root (no sudo found)"
     exec sudo env GPU_TRACKER_CLUSTER_DIR="$STATE" GPU_TRACKER_PLUGIN="$PLUGIN_SRC" \
-        GPU_TRACKER_SLURM_PORT="${GPU_TRACKER_SLURM_PORT:-16817}" bash "$SCRIPT" "$@"
+        GPU_TRACKER_SLURM_PORT="${GPU_TRACKER_SLURM_PORT:-16817}" \
+        ${GPU_TRACKER_REPORT_BIN:+GPU_TRACKER_REPORT_BIN="$GPU_TRACKER_REPORT_BIN"} bash "$SCRIPT" "$@"
+}
+
+# Reads up's and demo's options into NODES, NODE_LOCAL and ACCOUNTING.
+parse_options() {
+    while (($# > 0)); do
+        case $1 in
+        --nodes)
+            [[ ${2:-} =~ ^[1-4]$ ]] || fail "--nodes takes a number from 1 to 4, not '${2:-}'"
+            NODES=$2
+            shift ;;
+        --nodes=*)
+            [[ ${1#--nodes=} =~ ^[1-4]$ ]] || fail "--nodes takes a number from 1 to 4, not '${1#--nodes=}'"
+            NODES=${1#--nodes=} ;;
+        --node-local-spool) NODE_LOCAL=1 ;;
+        --accounting) ACCOUNTING=1 ;;
+        *) fail "unknown option '$1' (up|demo [--nodes N] [--node-local-spool] [--accounting])" ;;
+        esac
+        shift
+    done
+    ((NODE_LOCAL == 0 || NODES >= 2)) || fail "--node-local-spool needs --nodes 2 or more (the first node keeps the shared spool)"
+    ((ACCOUNTING == 0)) || PACKAGES+=(mariadb-server slurmdbd)
+    return 0
+}
+
+# The name of node $1 (1-based): this machine's short name, then <name>-2, <name>-3, ...
+node_name() { if (($1 == 1)); then echo "$NODE"; else echo "$NODE-$1"; fi; }
+
+# The names of the nodes "up" brings up, one a line.
+node_names() {
+    local i
+    for ((i = 1; i <= NODES; i++)); do node_name "$i"; done
+}
+
+# Succeeds when node $1 is the one whose records stay on its own "disk".
+node_is_local() { ((NODE_LOCAL)) && [[ $1 == "$(node_name "$NODES")" ]]; }
+
+# slurmd's pid file and log of node $1 (slurm.conf names them with %n).
+slurmd_pid() { echo "$STATE/run/slurmd-$1.pid"; }
+slurmd_log() { echo "$STATE/log/slurmd-$1.log"; }
+
+# The pid files of every slurmd this script may have started: all nodes of any earlier "up",
+# and slurmd.pid of the layout before there were several nodes.
+slurmd_pid_files() {
+    local f
+    for f in "$STATE"/run/slurmd-*.pid "$STATE/run/slurmd.pid"; do
+        [[ -e $f ]] && echo "$f"
+    done
+    return 0
 }
 
 # Installs the Debian packages that are missing (apt-get update first), logging to log/apt.log.
@@ -93,20 +166,46 @@ ensure_users() {
 # Succeeds when nothing listens on TCP port $1 of 127.0.0.1.
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Prints "ctld_port slurmd_port": those in slurm.conf while our daemons hold them or they are
-# free, else the first free pair from GPU_TRACKER_SLURM_PORT on.
+# The ports of a block that starts at $1: slurmctld $1, node i $1+i (i = 1..4), slurmdbd $1+5,
+# MariaDB $1+6 ($1+7 is left free).
+PORT_BLOCK=8
+dbd_port() { echo $(($1 + 5)); }
+db_port() { echo $(($1 + 6)); }
+
+# Succeeds when every port of the block at $1 that this "up" uses is free, or is held by the
+# daemon of ours that uses it (the block of an earlier "up" whose daemons still run).
+ports_usable() {
+    local c=$1 i
+    alive "$STATE/run/slurmctld.pid" slurmctld || port_free "$c" || return 1
+    for ((i = 1; i <= NODES; i++)); do
+        alive "$(slurmd_pid "$(node_name "$i")")" slurmd || port_free $((c + i)) ||
+            { ((i == 1)) && alive "$STATE/run/slurmd.pid" slurmd; } || return 1
+    done
+    ((ACCOUNTING)) || return 0
+    alive "$STATE/run/slurmdbd.pid" slurmdbd || port_free "$(dbd_port "$c")" || return 1
+    alive "$DB_RUN/mariadbd.pid" mariadbd || port_free "$(db_port "$c")"
+}
+
+# Succeeds when every port of the block at $1 that this "up" uses is free.
+ports_free() {
+    local c=$1 i
+    port_free "$c" || return 1
+    for ((i = 1; i <= NODES; i++)); do port_free $((c + i)) || return 1; done
+    ((ACCOUNTING)) || return 0
+    port_free "$(dbd_port "$c")" && port_free "$(db_port "$c")"
+}
+
+# Prints the first port of the block: slurm.conf's while it is usable, else the first free block
+# from GPU_TRACKER_SLURM_PORT on.
 pick_ports() {
-    local p=${GPU_TRACKER_SLURM_PORT:-16817} c="" d=""
-    if [[ -r $CONF ]]; then
-        c=$(sed -n 's/^SlurmctldPort=//p' "$CONF") d=$(sed -n 's/^SlurmdPort=//p' "$CONF")
-    fi
-    if [[ -n $c && -n $d ]] && { alive "$STATE/run/slurmctld.pid" slurmctld ||
-        alive "$STATE/run/slurmd.pid" slurmd || { port_free "$c" && port_free "$d"; }; }; then
-        echo "$c $d"
+    local p=${GPU_TRACKER_SLURM_PORT:-16817} c=""
+    [[ -r $CONF ]] && c=$(sed -n 's/^SlurmctldPort=//p' "$CONF")
+    if [[ $c =~ ^[0-9]+$ ]] && ports_usable "$c"; then
+        echo "$c"
         return 0
     fi
-    until port_free "$p" && port_free "$((p + 1))"; do p=$((p + 2)); done
-    echo "$p $((p + 1))"
+    until ports_free "$p"; do p=$((p + PORT_BLOCK)); done
+    echo "$p"
 }
 
 # Replaces file $1 (mode $2) with stdin when the content differs; returns 1 when nothing changed.
@@ -133,15 +232,17 @@ gpu_files() {
     echo "$STATE/dev/simgpu[0-1]"
 }
 
-# Writes slurm.conf, cgroup.conf and gres.conf from this machine's CPUs and memory.
+# Writes slurm.conf, cgroup.conf and gres.conf from this machine's CPUs and memory (every node
+# declares them all: the nodes share this machine's CPUs and memory), and slurmdbd.conf with
+# --accounting.
 write_config() {
-    local hw topo mem real defmem ctld slurmd cpus gpus
+    local hw topo mem real defmem ctld cpus gpus
     hw=$(env -u SLURM_CONF slurmd -C | sed -n '1p')
     topo=$(sed 's/^NodeName=[^ ]* //; s/ RealMemory=.*//' <<<"$hw")
     mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$hw")
     cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$hw")
     real=$((mem * 95 / 100)) defmem=$((real / cpus < 1024 ? real / cpus : 1024))
-    read -r ctld slurmd < <(pick_ports)
+    ctld=$(pick_ports)
     # Real per-task memory limits need the cgroup controllers. On v1 slurmd makes its hierarchy
     # at the top of each controller (memory/slurm_<node>/uid_U/job_J/step_S/task_T), so it works
     # although this shell sits in a nested memory cgroup (/process_api/...). On v2 (the test
@@ -167,6 +268,24 @@ write_config() {
         fi
     fi
     gpus=$(gpu_files)
+    # The nodes: all on this machine (NodeHostname), each slurmd on its own port; the default
+    # partition keeps the first node alone, "multi" has them all.
+    local i name nodes="" multi="" all=()
+    for ((i = 1; i <= NODES; i++)); do
+        name=$(node_name "$i")
+        all+=("$name")
+        nodes+="NodeName=$name NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=$((ctld + i)) $topo RealMemory=$real Gres=gpu:2 State=UNKNOWN"$'\n'
+    done
+    ((NODES == 1)) || multi="PartitionName=multi Nodes=$(IFS=,; echo "${all[*]}") Default=NO MaxTime=INFINITE State=UP"
+    # Accounting: slurmdbd on this machine, and the hook that stores each job's summary there.
+    local acct="AccountingStorageType=accounting_storage/none"
+    if ((ACCOUNTING)); then
+        acct="AccountingStorageType=accounting_storage/slurmdbd"$'\n'
+        acct+="AccountingStorageHost=127.0.0.1"$'\n'
+        acct+="AccountingStoragePort=$(dbd_port "$ctld")"$'\n'
+        acct+="EpilogSlurmctld=$STATE/bin/epilog-slurmctld"
+        write_dbd_config "$ctld"
+    fi
     put_file "$CONF" 0644 <<EOF && CONF_CHANGED=1
 # Written by slurm/local-cluster.sh; edits are overwritten by the next "up".
 ClusterName=gputrack
@@ -176,18 +295,18 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 SlurmctldPort=$ctld
-SlurmdPort=$slurmd
+SlurmdPort=$((ctld + 1))
 StateSaveLocation=$STATE/spool/ctld
-SlurmdSpoolDir=$STATE/spool/d
+SlurmdSpoolDir=$STATE/spool/d/%n
 SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
 PlugStackConfig=$STATE/plugstack.conf
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup,task/affinity
 JobAcctGatherType=jobacct_gather/cgroup
-AccountingStorageType=accounting_storage/none
+$acct
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
@@ -200,8 +319,8 @@ KillWait=5
 GresTypes=gpu
 $contain
 $container
-NodeName=$NODE NodeHostname=$(hostname) NodeAddr=127.0.0.1 $topo RealMemory=$real Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+${nodes}PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+$multi
 EOF
     put_file "$STATE/cgroup.conf" 0644 <<EOF && CONF_CHANGED=1
 CgroupPlugin=$cgplugin
@@ -216,7 +335,7 @@ EOF
     put_file "$STATE/gres.conf" 0644 <<EOF && CONF_CHANGED=1
 # SIMULATED GPUs: two device nodes made for the test (minors 4 and 7) stand in for GPUs. Slurm
 # allocates them like GPUs and sets SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES, but there is no GPU
-# behind them.
+# behind them. Every node of this machine uses the same two files (and the same fake NVML).
 Name=gpu File=$gpus
 EOF
     return 0
@@ -310,6 +429,35 @@ install_plugin() {
     return 0
 }
 
+# Copies file $1 to $2 (root's, mode $3) unless it is there already: a new file, then a rename.
+install_copy() {
+    cmp -s "$1" "$2" && return 0
+    install -o root -g root -m "$3" "$1" "$2.new" && mv -f "$2.new" "$2"
+}
+
+# Installs into <state>/bin: gpu-tracker-report when it is built (or GPU_TRACKER_REPORT_BIN
+# names one), slurm/epilog-slurmctld, and epilog-slurmctld, the wrapper EpilogSlurmctld names
+# (slurmctld gives the script none of our settings: the wrapper sets them).
+install_tools() {
+    local report=${GPU_TRACKER_REPORT_BIN:-$REPO/target/release/gpu-tracker-report}
+    install -d -m 0755 "$STATE/bin" "$STATE/lib"
+    if [[ -f $report ]]; then
+        install_copy "$report" "$STATE/bin/gpu-tracker-report" 0755
+    else
+        echo "gpu-tracker-report not built ($report): not installed"
+    fi
+    install_copy "$REPO/slurm/epilog-slurmctld" "$STATE/lib/epilog-slurmctld" 0755
+    put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true
+#!/bin/sh
+# Written by slurm/local-cluster.sh: EpilogSlurmctld of the local cluster (up --accounting).
+# slurmctld runs it with the job's variables only; our settings come from here.
+export SLURM_CONF='$CONF'
+export GPU_TRACKER_CONFIG='$TRACKER_CONF'
+export GPU_TRACKER_REPORT='$STATE/bin/gpu-tracker-report'
+exec '$STATE/lib/epilog-slurmctld' "\$@"
+EOF
+}
+
 # Succeeds when pid file $1 names a live process whose command is $2.
 alive() {
     local pid
@@ -351,36 +499,221 @@ start_slurmctld() {
     fail "slurmctld does not answer"
 }
 
-# Starts slurmd for this node (if not running); it exits at once on a bad configuration.
-start_slurmd() {
-    alive "$STATE/run/slurmd.pid" slurmd && return 0
-    # slurmstepd inherits slurmd's environment: the SIMULATED GPUs' scenario reaches the fake NVML.
-    FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json slurmd -f "$CONF" -N "$NODE"
-    # It writes its pid file once it is set up: a second here, several under emulation.
-    local i
-    for ((i = 0; i < 120; i++)); do
-        alive "$STATE/run/slurmd.pid" slurmd && return 0
-        pgrep -x slurmd >/dev/null || ((i < 4)) || fail "slurmd exited"
-        sleep 0.5
-    done
-    fail "slurmd wrote no pid file in 60 s"
+# Succeeds when process $1 sees another mount table than this script (a node-local spool).
+# False when it cannot tell (not root).
+own_mounts() {
+    local ns
+    ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) && [[ $ns != "$(readlink /proc/self/ns/mnt)" ]]
 }
 
-# Waits up to 60 s until the node is idle (or busy with jobs); resumes it once if it is down.
-wait_node() {
-    local i st resumed=0
+# Stops the slurmd of any node "up" is not bringing up now (an earlier "up" with more nodes, the
+# one-node layout's slurmd.pid), and a node's slurmd whose spool layout is not the one asked for.
+stop_other_slurmd() {
+    local f name pid
+    while read -r f; do
+        name=${f##*/slurmd-}
+        name=${name%.pid}
+        if [[ $f == */slurmd.pid ]] || ! node_names | grep -qxF -- "$name"; then
+            stop_daemon "$f" slurmd
+        elif alive "$f" slurmd; then
+            pid=$(cat "$f")
+            if node_is_local "$name"; then own_mounts "$pid" || stop_daemon "$f" slurmd
+            else ! own_mounts "$pid" || stop_daemon "$f" slurmd; fi
+        fi
+    done < <(slurmd_pid_files)
+}
+
+# Stops every slurmd this script started.
+stop_all_slurmd() {
+    local f
+    while read -r f; do stop_daemon "$f" slurmd; done < <(slurmd_pid_files)
+}
+
+# Starts the slurmd of node $1 (if not running); it exits at once on a bad configuration. The
+# node-local one runs in a mount namespace of its own where a private directory, its "disk", is
+# mounted over the plugin's spool_dir: the records its steps write stay out of sight of this
+# machine, as on a cluster whose compute nodes keep them on a local disk.
+start_slurmd() {
+    local name=$1 pidf i
+    pidf=$(slurmd_pid "$name")
+    alive "$pidf" slurmd && return 0
+    install -d -m 0755 "$STATE/spool/d/$name"
+    # slurmstepd inherits slurmd's environment: the SIMULATED GPUs' scenario reaches the fake NVML.
+    if node_is_local "$name"; then
+        local disk=$STATE/spool/node-local/$name spool=$STATE/spool/gpu-tracker
+        # Root only above the node's directory: this machine's users cannot read it from here.
+        install -d -o root -g root -m 0700 "$STATE/spool/node-local"
+        install -d -o root -g root -m 0755 "$disk" "$spool"
+        # shellcheck disable=SC2016  # expanded by the inner bash
+        FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json unshare -m --propagation private -- \
+            bash -c 'mount --bind "$1" "$2" && exec slurmd -f "$3" -N "$4"' bash "$disk" "$spool" "$CONF" "$name"
+    else
+        FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json slurmd -f "$CONF" -N "$name"
+    fi
+    # It writes its pid file once it is set up: a second here, several under emulation.
     for ((i = 0; i < 120; i++)); do
-        st=$(sinfo -h -N -n "$NODE" -o %T 2>/dev/null || true)
-        case $st in
-        idle | mixed | allocated) echo "cluster up: node $NODE is $st (SLURM_CONF=$CONF)"; return 0 ;;
-        down* | drain*)
-            ((resumed)) || scontrol update NodeName="$NODE" State=RESUME || true
-            resumed=1 ;;
-        esac
+        alive "$pidf" slurmd && return 0
+        pgrep -xf "slurmd -f $CONF -N $name" >/dev/null || ((i < 4)) || fail "slurmd of node $name exited"
+        sleep 0.5
+    done
+    fail "slurmd of node $name wrote no pid file in 60 s"
+}
+
+# Starts the slurmd of every node, and names the first node's log slurmd.log as before there
+# were several nodes.
+start_all_slurmd() {
+    local name
+    ln -sfn "slurmd-$NODE.log" "$STATE/log/slurmd.log"
+    for name in $(node_names); do
+        step "start slurmd of $name" "$(slurmd_log "$name")"
+        start_slurmd "$name"
+    done
+}
+
+# Writes slurmdbd.conf for the port block at $1 (owned by SlurmUser, root; mode 0600: it holds
+# the database password, made once and kept). Sets DBD_CHANGED when it changed.
+write_dbd_config() {
+    local pass=""
+    [[ -r $DBD_CONF ]] && pass=$(sed -n 's/^StoragePass=//p' "$DBD_CONF")
+    [[ -n $pass ]] || pass=$(head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
+    put_file "$DBD_CONF" 0600 <<EOF && DBD_CHANGED=1
+# Written by slurm/local-cluster.sh up --accounting; edits are overwritten by the next one.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$(dbd_port "$1")
+SlurmUser=root
+LogFile=$STATE/log/slurmdbd.log
+PidFile=$STATE/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$(db_port "$1")
+StorageUser=slurm
+StoragePass=$pass
+StorageLoc=slurm_acct_db
+EOF
+    # MariaDB's own settings: its data, socket and pid file in the state directory, TCP on
+    # 127.0.0.1 only, and the lock wait slurmdbd asks for (it warns below 900 s).
+    put_file "$DB_CNF" 0644 <<EOF && DB_CHANGED=1
+# Written by slurm/local-cluster.sh up --accounting: the MariaDB of slurmdbd.
+[mysqld]
+user = mysql
+datadir = $STATE/mysql
+socket = $DB_RUN/mysqld.sock
+pid-file = $DB_RUN/mariadbd.pid
+log-error = $STATE/log/mariadb.log
+bind-address = 127.0.0.1
+port = $(db_port "$1")
+skip-name-resolve
+innodb_buffer_pool_size = 128M
+innodb_lock_wait_timeout = 900
+[client]
+socket = $DB_RUN/mysqld.sock
+EOF
+    return 0
+}
+
+# Runs the MariaDB client as root (unix socket authentication) on slurmdbd's database server.
+db_sql() { mariadb --defaults-file="$DB_CNF" -u root "$@"; }
+
+# Starts the MariaDB of slurmdbd (if not running; restarted when its settings changed), creating
+# its data directory the first time, and gives slurmdbd's database user its password and rights.
+start_mariadb() {
+    local i pass
+    ((DB_CHANGED)) && stop_daemon "$DB_RUN/mariadbd.pid" mariadbd
+    if ! alive "$DB_RUN/mariadbd.pid" mariadbd; then
+        install -d -o mysql -g mysql -m 0755 "$DB_RUN"
+        install -d -o mysql -g mysql -m 0700 "$STATE/mysql"
+        if [[ ! -d $STATE/mysql/mysql ]]; then
+            echo "creating slurmdbd's MariaDB data directory ($STATE/mysql) ..."
+            mariadb-install-db --defaults-file="$DB_CNF" --user=mysql >"$STATE/log/mariadb-install.log" 2>&1 ||
+                fail "mariadb-install-db failed (log: $STATE/log/mariadb-install.log)"
+        fi
+        # Detached from this shell; it writes its own pid file.
+        setsid mariadbd --defaults-file="$DB_CNF" </dev/null >>"$STATE/log/mariadb.log" 2>&1 &
+    fi
+    for ((i = 0; i < 240; i++)); do
+        db_sql -e 'SELECT 1' >/dev/null 2>&1 && break
+        ((i < 8)) || pgrep -xf "mariadbd --defaults-file=$DB_CNF" >/dev/null || fail "mariadbd exited"
+        sleep 0.5
+    done
+    ((i < 240)) || fail "MariaDB does not answer in 120 s"
+    pass=$(sed -n 's/^StoragePass=//p' "$DBD_CONF")
+    # slurmdbd connects over TCP to 127.0.0.1 (skip-name-resolve: the host is the address). The
+    # database is made here: slurmdbd 24.11 with MariaDB 11.8 (Debian 13) makes it itself but
+    # then dies on its first query ("Number of columns in result (=1) set exceeds maximum
+    # allowed number of columns (=0)"), on the connection it opened before creating it.
+    db_sql <<EOF
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+EOF
+}
+
+# Starts slurmdbd (if not running; restarted when slurmdbd.conf changed) and waits until it
+# answers sacctmgr. It reads slurmdbd.conf from SLURM_CONF's directory.
+start_slurmdbd() {
+    local i
+    ((DBD_CHANGED)) && stop_daemon "$STATE/run/slurmdbd.pid" slurmdbd
+    alive "$STATE/run/slurmdbd.pid" slurmdbd || slurmdbd
+    # The first start creates the tables: seconds here, longer under emulation.
+    for ((i = 0; i < 360; i++)); do
+        sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1 && return 0
+        alive "$STATE/run/slurmdbd.pid" slurmdbd || ((i < 10)) || fail "slurmdbd exited"
+        sleep 0.5
+    done
+    fail "slurmdbd does not answer in 180 s"
+}
+
+# Puts the cluster, the test account and the test users into slurmdbd (what is missing only).
+# Sets CLUSTER_ADDED when the cluster was new: a running slurmctld must restart to register.
+register_accounting() {
+    local u
+    if ! sacctmgr -n -P list cluster format=cluster | grep -qxF gputrack; then
+        sacctmgr -i add cluster gputrack >/dev/null
+        CLUSTER_ADDED=1
+    fi
+    sacctmgr -n -P list account "$TEST_ACCOUNT" format=account | grep -qxF "$TEST_ACCOUNT" ||
+        sacctmgr -i add account "$TEST_ACCOUNT" Cluster=gputrack \
+            Description="gpu-tracker test users" Organization=gpu-tracker >/dev/null
+    for u in "${TEST_USERS[@]}"; do
+        sacctmgr -n -P list association where cluster=gputrack account="$TEST_ACCOUNT" user="$u" format=user |
+            grep -qxF "$u" ||
+            sacctmgr -i add user "$u" Account="$TEST_ACCOUNT" Cluster=gputrack >/dev/null
+    done
+    echo "accounting: slurmdbd on port $(sed -n 's/^DbdPort=//p' "$DBD_CONF"), users ${TEST_USERS[*]} in account $TEST_ACCOUNT"
+}
+
+# Stops the slurmdbd and the MariaDB this script started.
+stop_accounting() {
+    stop_daemon "$STATE/run/slurmdbd.pid" slurmdbd
+    stop_daemon "$DB_RUN/mariadbd.pid" mariadbd
+}
+
+# Waits up to 60 s until every node is idle (or busy with jobs); resumes a node once if it is down.
+wait_node() {
+    local i name st waiting up resumed=" "
+    for ((i = 0; i < 120; i++)); do
+        waiting="" up=""
+        for name in $(node_names); do
+            st=$(sinfo -h -N -n "$name" -o %T 2>/dev/null | head -n 1 || true)
+            case $st in
+            idle | mixed | allocated) up+=", $name is $st"; continue ;;
+            down* | drain*)
+                [[ $resumed == *" $name "* ]] || scontrol update NodeName="$name" State=RESUME || true
+                resumed+="$name " ;;
+            esac
+            waiting+=" $name ($st)"
+        done
+        if [[ -z $waiting ]]; then
+            echo "cluster up: node ${up#, } (SLURM_CONF=$CONF)"
+            return 0
+        fi
         sleep 0.5
     done
     sinfo -R >&2 || true
-    fail "node $NODE is '$st' after 60 s"
+    fail "nodes not up after 60 s:$waiting"
 }
 
 # Runs a command as user $1, in that user's job directory, against this cluster.
@@ -391,9 +724,13 @@ as_user() {
 }
 
 # Submits a batch job as user $1 (sbatch options follow), polls until it ends (sbatch --wait
-# polls too slowly: up to 10 s), prints its output file; fails unless it completed.
+# polls too slowly: up to 10 s), prints its output file; fails unless it completed. With
+# --summary first, waits (up to 10 s) for the summary the plugin appends to the output in the
+# batch step's exit, which can come just after the job is reported ended.
 batch_as() {
-    local u=$1 id out st="" i
+    local summary=0 u id out st="" i
+    [[ $1 == --summary ]] && { summary=1; shift; }
+    u=$1
     shift
     id=$(as_user "$u" sbatch --parsable -o "$STATE/jobs/$u/job-%j.out" "$@")
     for ((i = 0; i < 600; i++)); do
@@ -402,31 +739,100 @@ batch_as() {
         sleep 0.2
     done
     out=$STATE/jobs/$u/job-$id.out
+    for ((i = 0; summary && i < 50; i++)); do
+        tail -n 1 "$out" 2>/dev/null | grep -q '^=====' && break
+        sleep 0.2
+    done
     LAST_JOB=$id
     echo "batch job $id as $u ($st), output $out:"
     sed 's/^/  | /' "$out" || true
     [[ $st == COMPLETED ]] || fail "batch job $id ended $st"
 }
 
-# Checks that jobs run as the ordinary test user and that the simulated GPUs are handed out.
+# Checks that jobs run as the ordinary test user and that the simulated GPUs are handed out; with
+# several nodes, that a job runs on all of them (and, with a node-local spool, that the last
+# node's records stay on it); with accounting, that slurmdbd has the check job.
 verify_jobs() {
-    local u=${TEST_USERS[0]} got gpus
-    step "srun as $u" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
+    local u=${TEST_USERS[0]} got gpus logs=("$(slurmd_log "$NODE")" "$STATE/log/slurmctld.log")
+    step "srun as $u" "${logs[@]}"
     got=$(as_user "$u" timeout 60 srun -N1 -n1 id -u)
     echo "srun -N1 -n1 id -u as $u: $got"
     [[ $got == "$(id -u "$u")" ]] || fail "srun ran as uid '$got', not $u"
-    step "sbatch as $u" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
+    step "sbatch as $u" "${logs[@]}"
     # shellcheck disable=SC2016  # expanded in the job, not here
     batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep -m1 -E ":memory:|^0::" /proc/self/cgroup)"'
-    step "simulated GPUs" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"
+    local check=$LAST_JOB
+    step "simulated GPUs" "${logs[@]}"
     gpus=$(as_user "$u" timeout 60 srun --gres=gpu:1 env | grep -E 'SLURM_STEP_GPUS|CUDA_VISIBLE_DEVICES' | sort)
     echo "srun --gres=gpu:1 as $u: ${gpus//$'\n'/ }"
     [[ $gpus == *CUDA_VISIBLE_DEVICES=0* ]] || fail "no simulated GPU in the job's environment"
+    ((NODES == 1)) || verify_nodes
+    ((ACCOUNTING == 0)) || verify_accounting "$check"
+}
+
+# With several nodes: one job on all of them, each answering once; with a node-local spool and
+# the plugin on, a tracked step's records on the shared spool for every node but the last, and
+# the last one's only in its own mount namespace.
+verify_nodes() {
+    local u=${TEST_USERS[0]} want got name i id missing dir
+    local logs=("$STATE/log/slurmctld.log")
+    for name in $(node_names); do logs+=("$(slurmd_log "$name")"); done
+    step "srun on every node" "${logs[@]}"
+    want=$(node_names | sort)
+    got=$(as_user "$u" timeout 60 srun -p multi -N "$NODES" printenv SLURMD_NODENAME | sort)
+    echo "srun -p multi -N $NODES printenv SLURMD_NODENAME as $u: ${got//$'\n'/ }"
+    [[ $got == "$want" ]] || fail "expected one answer from each of: ${want//$'\n'/ }"
+    got=$(as_user "$u" timeout 60 srun -p multi -N "$NODES" hostname | sort | uniq -c | sed 's/^ *//')
+    echo "srun -p multi -N $NODES hostname as $u: $got"
+    [[ $got == "$NODES $(hostname)" ]] || fail "expected $NODES answers from $(hostname)"
+    ((NODE_LOCAL)) && grep -q '^optional' "$STATE/plugstack.conf" || return 0
+    # srun's summary (on stderr) is kept for the step's failure report only.
+    step "node-local spool" "$STATE/log/verify-srun.err" "${logs[@]}"
+    # shellcheck disable=SC2016  # expanded in the job
+    id=$(as_user "$u" timeout 60 srun -p multi -N "$NODES" --gpu-track sh -c 'echo $SLURM_JOB_ID' \
+        2>"$STATE/log/verify-srun.err" | sort -u)
+    [[ $id =~ ^[0-9]+$ ]] || fail "no job id from the tracked srun: '$id'"
+    dir=$STATE/spool/gpu-tracker/gputrack/$id
+    # The records are final when each slurmstepd ends, just after srun returns.
+    for ((i = 0; i < 50; i++)); do
+        missing=""
+        for name in $(node_names); do
+            if node_is_local "$name"; then
+                cmd_on_node_test "$name" test -f "$dir/$name.0.json" || missing+=" $name (node-local)"
+            else
+                [[ -f $dir/$name.0.json ]] || missing+=" $name"
+            fi
+        done
+        [[ -z $missing ]] && break
+        sleep 0.2
+    done
+    [[ -z $missing ]] || fail "tracked job $id: no record of node(s)$missing"
+    name=$(node_name "$NODES")
+    [[ ! -e $dir/$name.0.json ]] || fail "job $id: node $name's record is on the shared spool"
+    echo "tracked srun $id on $NODES nodes: records of $(node_names | grep -vxF "$name" | paste -sd ' ') in $dir;" \
+        "$name's only on its own spool (slurm/local-cluster.sh on-node $name -- ls $dir)"
+}
+
+# Runs CMD in node $1's view of the files (as on-node does) and returns its exit status.
+cmd_on_node_test() { (cmd_on_node "$@"); }
+
+# With accounting: sacct, as the test user, shows check job $1 completed (slurmdbd lags a little).
+verify_accounting() {
+    local u=${TEST_USERS[0]} got="" i
+    step "sacct as $u" "$STATE/log/slurmdbd.log" "$STATE/log/slurmctld.log"
+    for ((i = 0; i < 60; i++)); do
+        got=$(as_user "$u" sacct -j "$1" -X -n -P -o JobID,State 2>/dev/null || true)
+        [[ $got == "$1|COMPLETED" ]] && break
+        sleep 0.5
+    done
+    echo "sacct -j $1 -X -n -P -o JobID,State as $u: $got"
+    [[ $got == "$1|COMPLETED" ]] || fail "slurmdbd does not have job $1 completed"
 }
 
 # up: installs, configures and starts the cluster, then checks that jobs run.
 cmd_up() {
-    local started=$SECONDS
+    local started=$SECONDS slurmd_logs name
+    for name in $(node_names); do slurmd_logs+=" $(slurmd_log "$name")"; done
     install -d -m 0755 "$STATE" "$STATE/log" "$STATE/run" "$STATE/jobs"
     install -d -m 0755 "$STATE/spool" "$STATE/spool/d" # batch scripts there run as the user
     install -d -m 0700 "$STATE/spool/ctld"
@@ -436,48 +842,93 @@ cmd_up() {
     step "write config"; write_config
     step "build plugin" "$STATE/log/build.log"; build_plugin
     step "plugin hook"; install_plugin
+    step "install tools"; install_tools
     step "start munged" /var/log/munge/munged.log; start_munge
+    step "stop what changed"
+    stop_other_slurmd
     if ((CONF_CHANGED)); then
-        stop_daemon "$STATE/run/slurmd.pid" slurmd
+        stop_all_slurmd
         stop_daemon "$STATE/run/slurmctld.pid" slurmctld
     elif ((STACK_CHANGED)); then
-        stop_daemon "$STATE/run/slurmd.pid" slurmd # job_epilog is only seen at slurmd start
+        stop_all_slurmd # job_epilog is only seen at slurmd start
+    fi
+    if ((ACCOUNTING)); then
+        step "start MariaDB" "$STATE/log/mariadb.log"; start_mariadb
+        step "start slurmdbd" "$STATE/log/slurmdbd.log"; start_slurmdbd
+        step "register in slurmdbd" "$STATE/log/slurmdbd.log"; register_accounting
+        ((CLUSTER_ADDED)) && stop_daemon "$STATE/run/slurmctld.pid" slurmctld # to register
+    else
+        stop_accounting
     fi
     step "start slurmctld" "$STATE/log/slurmctld.log"; start_slurmctld
-    step "start slurmd" "$STATE/log/slurmd.log"; start_slurmd
-    step "wait for node" "$STATE/log/slurmd.log" "$STATE/log/slurmctld.log"; wait_node
+    # shellcheck disable=SC2086  # a word list
+    step "start slurmd" $slurmd_logs; start_all_slurmd
+    # shellcheck disable=SC2086
+    step "wait for nodes" $slurmd_logs "$STATE/log/slurmctld.log"; wait_node
     verify_jobs
     STEP=""
     echo "up done in $((SECONDS - started)) s"
 }
 
-# down: cancels jobs, stops slurmd, slurmctld and the munged this script started.
+# down: cancels jobs, stops every slurmd, slurmctld, slurmdbd, MariaDB and the munged this
+# script started.
 cmd_down() {
     local i
     if alive "$STATE/run/slurmctld.pid" slurmctld; then
         squeue -h -o %A | xargs -r scancel || true
         for ((i = 0; i < 20; i++)); do [[ -z $(squeue -h 2>/dev/null) ]] && break; sleep 0.5; done
     fi
-    stop_daemon "$STATE/run/slurmd.pid" slurmd
+    stop_all_slurmd
     stop_daemon "$STATE/run/slurmctld.pid" slurmctld
+    stop_accounting
     stop_daemon "$STATE/run/munged.pid" munged
     echo "cluster down"
 }
 
-# status: says which daemons run and shows sinfo.
+# status: says which daemons run (every slurmd, the node-local one marked) and shows sinfo.
 cmd_status() {
-    local d
-    for d in munged slurmctld slurmd; do
-        if alive "$STATE/run/$d.pid" "$d"; then
-            printf '%-10s running (pid %s)\n' "$d" "$(cat "$STATE/run/$d.pid")"
+    local d f name pid
+    for d in munged slurmctld slurmdbd mariadbd; do
+        f=$STATE/run/$d.pid
+        [[ $d == mariadbd ]] && f=$DB_RUN/mariadbd.pid
+        if alive "$f" "$d"; then
+            printf '%-10s running (pid %s)\n' "$d" "$(cat "$f")"
         elif [[ $d == munged ]] && munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
             printf '%-10s running (not started by this script)\n' "$d"
-        else
+        elif [[ $d == munged || $d == slurmctld ]] || grep -q '^AccountingStorageType=accounting_storage/slurmdbd' "$CONF" 2>/dev/null; then
             printf '%-10s not running\n' "$d"
+        fi
+    done
+    # The nodes of slurm.conf, and any slurmd of an earlier layout still running.
+    alive "$STATE/run/slurmd.pid" slurmd &&
+        printf '%-10s running (pid %s) of the one-node layout before this version\n' slurmd "$(cat "$STATE/run/slurmd.pid")"
+    for name in $( { sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF" 2>/dev/null
+        slurmd_pid_files | sed -n 's|.*/slurmd-\(.*\)\.pid$|\1|p'; } | awk '!seen[$0]++'); do
+        f=$(slurmd_pid "$name")
+        if alive "$f" slurmd; then
+            pid=$(cat "$f")
+            printf '%-10s running (pid %s) node %s%s\n' slurmd "$pid" "$name" \
+                "$(own_mounts "$pid" && echo ", node-local spool (on-node $name -- ...)")"
+        else
+            printf '%-10s not running   node %s\n' slurmd "$name"
         fi
     done
     if alive "$STATE/run/slurmctld.pid" slurmctld; then sinfo; else echo "(no sinfo: slurmctld is down)"; fi
     if grep -q '^optional' "$STATE/plugstack.conf" 2>/dev/null; then echo "plugin: on"; else echo "plugin: off"; fi
+}
+
+# on-node NODE -- CMD...: runs CMD as root with NODE's view of the files: in the mount namespace
+# of its slurmd (the node-local spool), or here for a node that has none of its own.
+cmd_on_node() {
+    local name=${1:-} f pid
+    shift || true
+    [[ ${1:-} == -- ]] && shift
+    if [[ -z $name ]] || (($# == 0)); then fail "usage: $0 on-node NODE -- CMD..."; fi
+    f=$(slurmd_pid "$name")
+    alive "$f" slurmd || fail "no slurmd of node '$name' runs (slurm/local-cluster.sh status)"
+    pid=$(cat "$f")
+    if own_mounts "$pid"; then exec nsenter -t "$pid" -m -- "$@"; fi
+    exec "$@"
 }
 
 # env: prints the exports for using the cluster by hand: eval "$(slurm/local-cluster.sh env)".
@@ -491,25 +942,15 @@ cmd_env() {
 # some memory, one SIMULATED GPU. Shows the job's output and the records the plugin wrote.
 cmd_demo() {
     cmd_up
-    step "demo job" "$STATE/log/slurmd.log"
-    local f i
+    step "demo job" "$(slurmd_log "$NODE")"
     # With SIMULATED GPUs, the fake NVML gives 1 GiB on GPU <i> to a process whose command line
     # holds SIMGPU<i>_HOLD: the python step is named so (built at run time, so that srun's own
     # command line does not hold the marker).
+    # The summary at the end of the output is what the plugin appended.
     # shellcheck disable=SC2016  # expanded in the job, not here
-    batch_as "${TEST_USERS[0]}" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
+    batch_as --summary "${TEST_USERS[0]}" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
         --wrap 'echo "GPUs: $SLURM_JOB_GPUS"; srun -n 2 sh -c "head -c 100000000 /dev/zero | sort >/dev/null"; srun -n 1 bash -c '\''m=SIMGPU${SLURM_STEP_GPUS:-0}; exec -a ${m}_HOLD python3 -c "import time; b = bytearray(200 << 20); time.sleep(2)"'\''; echo done'
-    # The batch step appends the summary in its exit, just after the job is reported ended.
-    for ((i = 0; i < 50; i++)); do
-        tail -n 1 "$STATE/jobs/${TEST_USERS[0]}/job-$LAST_JOB.out" | grep -q '^=====' && break
-        sleep 0.2
-    done
-    echo
-    echo "the end of the job's output (the summary the plugin appended):"
-    sed -n '/^=====/,$p' "$STATE/jobs/${TEST_USERS[0]}/job-$LAST_JOB.out"
-    if [[ -x $REPO/target/release/gpu-tracker-report ]]; then
-        install -d -m 0755 "$STATE/bin"
-        install -m 0755 "$REPO/target/release/gpu-tracker-report" "$STATE/bin/gpu-tracker-report"
+    if [[ -x $STATE/bin/gpu-tracker-report ]]; then
         echo
         echo "the job's user reads it again later: gpu-tracker-report $LAST_JOB --tasks"
         as_user "${TEST_USERS[0]}" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
@@ -520,11 +961,15 @@ cmd_demo() {
     STEP=""
 }
 
-case ${1:-} in
-up) need_root "$@"; cmd_up ;;
-down) need_root "$@"; cmd_down ;;
-demo) need_root "$@"; cmd_demo ;;
+usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] | down | status | env | on-node NODE -- CMD..."
+cmd=${1:-}
+shift || true
+case $cmd in
+up) need_root "$cmd" "$@"; parse_options "$@"; cmd_up ;;
+demo) need_root "$cmd" "$@"; parse_options "$@"; cmd_demo ;;
+down) need_root "$cmd" "$@"; cmd_down ;;
+on-node) need_root "$cmd" "$@"; cmd_on_node "$@" ;;
 status) cmd_status ;;
 env) cmd_env ;;
-*) echo "usage: $0 up|down|status|env|demo" >&2; exit 2 ;;
+*) echo "$usage" >&2; exit 2 ;;
 esac

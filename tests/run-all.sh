@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the CLI and GPU tests (fake NVML), and the end-to-end tests of the
 # SPANK plugin on three real Slurm releases:
-#   - Slurm 22.05 on this machine (cgroup v1): a one-node cluster that slurm/local-cluster.sh up
-#     brings up first (it installs Debian's Slurm packages if missing and builds the plugin);
+#   - Slurm 22.05 on this machine (cgroup v1): the cluster that slurm/local-cluster.sh up brings
+#     up first (it installs Debian's Slurm packages if missing and builds the plugin): three nodes
+#     (the tests' jobs run on the first, the only node of the default partition), the last with
+#     a node-local spool, and accounting (MariaDB, slurmdbd, EpilogSlurmctld);
 #   - Slurm 24.11 (Debian 13) and 26.05 (Debian 14) on cgroup v2, each in a QEMU guest built from
 #     Debian's packages by slurm/vm.sh, the suite run twice there: without and with
 #     SlurmdParameters=contain_spank.
@@ -16,7 +18,7 @@ if [[ $EUID -ne 0 ]]; then
     exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_VM_SUITES bash "$0" "$@"
 fi
 started=$SECONDS
-slurm/local-cluster.sh up
+slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting
 # The end-to-end tests are #[ignore]d in a plain `cargo test` (they need this cluster).
 echo "run-all: every test, the end-to-end ones on this machine's Slurm $(dpkg-query -W -f='${Version}' slurmd) (cgroup v1)"
 cargo test --workspace --locked --features spank -- --include-ignored "$@"
