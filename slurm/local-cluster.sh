@@ -591,6 +591,8 @@ StoragePort=$(db_port "$1")
 StorageUser=slurm
 StoragePass=$pass
 StorageLoc=slurm_acct_db
+# Each user sees only their own jobs in sacct (what keeps a stored summary to its job's user).
+PrivateData=jobs
 EOF
     # MariaDB's own settings: its data, socket and pid file in the state directory, TCP on
     # 127.0.0.1 only, and the lock wait slurmdbd asks for (it warns below 900 s).

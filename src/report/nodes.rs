@@ -119,10 +119,12 @@ fn below_busiest(items: &[(String, f64)], floor: f64) -> Vec<(&str, f64, &str, f
         .collect()
 }
 
-/// "8.0x less", or "nothing" against a busy one.
+/// "8.0x less"; "under a twentieth" or "none at all" for next to nothing against a busy one.
 fn how_much_less(v: f64, top: f64) -> String {
     if v <= 0.0 {
         "none at all".into()
+    } else if top / v > 20.0 {
+        "under a twentieth".into()
     } else {
         format!("{:.1}x less", top / v)
     }

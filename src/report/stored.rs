@@ -2,6 +2,9 @@
 //! from a login node once its spool records are out of reach (a node-local spool, a purge, a
 //! lost disk).
 //!
+//! A job of 13 nodes with 4 GPUs each, or 65 nodes without GPUs, fits whole (node names of 12
+//! characters); beyond that GPU rows, then node rows, are cut.
+//!
 //! The text is `gpu-tracker:1:` followed by one line of JSON with backticks for its double
 //! quotes: the job's figures, one row per node and per GPU. Backticks, because `sacctmgr modify
 //! job ... set AdminComment=` turns every quote into one (Slurm 22.05 to 26.05); it also
@@ -34,6 +37,11 @@ pub struct Stored {
     pub elapsed: f64,
     /// CPU seconds, CPUs allocated over the nodes with records, most cores busy.
     pub cpu: (f64, u32, f64),
+    /// Over the nodes: peak memory added up, memory requested added up (0: no limit), GPUs, the
+    /// GPUs' peak memory added up, their mean utilization (-1: not reported). Kept whole when
+    /// rows are cut.
+    #[serde(default)]
+    pub totals: (u64, u64, usize, u64, f64),
     /// Nodes in the job, as Slurm counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_nodes: Option<u32>,
@@ -101,6 +109,13 @@ impl Stored {
                 round(s.cpu.seconds),
                 s.cpu.alloc_cpus,
                 round(s.cpu.max_cores),
+            ),
+            totals: (
+                s.totals.memory_peak_bytes,
+                s.totals.memory_requested_bytes.unwrap_or(0),
+                s.totals.gpus,
+                s.totals.gpu_memory_peak_bytes,
+                pct_or_none(s.totals.gpu_mean_utilization_percent),
             ),
             job_nodes: s.job_nodes,
             missing: s.missing_nodes.iter().map(|n| name(n)).collect(),
@@ -239,6 +254,12 @@ impl Stored {
         }
         s.missing_nodes = self.missing.iter().map(|n| clean(n)).collect();
         super::nodes::complete_stored(&mut s);
+        let (mem, req, gpus, gpu_mem, gpu_util) = self.totals;
+        s.totals.memory_peak_bytes = mem;
+        s.totals.memory_requested_bytes = (req > 0).then_some(req);
+        s.totals.gpus = gpus;
+        s.totals.gpu_memory_peak_bytes = gpu_mem;
+        s.totals.gpu_mean_utilization_percent = known(gpu_util);
         s.advice = super::advice::advise(&s);
         s
     }
@@ -336,6 +357,31 @@ mod tests {
         assert_eq!(back.cut_gpus, 2);
         assert_eq!(back.nodes.len() + back.cut_nodes, 500);
         assert_eq!(back.cpu, st.cpu);
+        assert_eq!(back.totals, st.totals);
+        let shown = back.to_summary("alice", 1001, None);
+        assert_eq!(
+            shown.totals.memory_peak_bytes,
+            2 * GIB,
+            "the totals of every node"
+        );
+    }
+
+    #[test]
+    fn the_documented_job_sizes_fit_whole() {
+        let node = |i: usize| format!("gpu-node-{i:03}");
+        let row = |i: usize| (node(i), 123_456.78, 64, 412_316_860_416, 549_755_813_888, 3);
+        let gpu = |i: usize, g: i64| (node(i), g, 85_899_345_920, 85_899_345_920, 87.3, 100.0);
+        let mut st = Stored::of(&two_nodes());
+        st.nodes = (0..13).map(row).collect();
+        st.gpus = (0..13)
+            .flat_map(|i| (0..4).map(move |g| gpu(i, g)))
+            .collect();
+        let back = Stored::decode(&st.encode()).unwrap();
+        assert_eq!((back.cut_nodes, back.cut_gpus), (0, 0));
+        st.gpus.clear();
+        st.nodes = (0..65).map(row).collect();
+        let back = Stored::decode(&st.encode()).unwrap();
+        assert_eq!(back.cut_nodes, 0);
     }
 
     #[test]

@@ -118,14 +118,14 @@ fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
             n.steps
         );
     }
-    let _ = writeln!(
-        w,
-        "  {:<14} {:>7} {:>10}  {:<30}",
+    let total = format!(
+        "  {:<14} {:>7} {:>10}  {}",
         "total",
         pct(s.cpu.efficiency_percent),
         o.time(s.cpu.seconds),
         mem(s.totals.memory_peak_bytes, s.totals.memory_requested_bytes),
     );
+    let _ = writeln!(w, "{}", total.trim_end());
     let cache = s.per_node.iter().any(|n| n.includes_page_cache);
     let _ = writeln!(
         w,
