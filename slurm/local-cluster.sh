@@ -858,7 +858,13 @@ cmd_up() {
         step "start MariaDB" "$STATE/log/mariadb.log"; start_mariadb
         step "start slurmdbd" "$STATE/log/slurmdbd.log"; start_slurmdbd
         step "register in slurmdbd" "$STATE/log/slurmdbd.log"; register_accounting
-        ((CLUSTER_ADDED)) && stop_daemon "$STATE/run/slurmctld.pid" slurmctld # to register
+        if ((CLUSTER_ADDED)); then
+            # slurmctld registers at its start. Slurm 24.11 and later also keep the cluster's id
+            # in the state directory (one it made up while there was no slurmdbd) and refuse to
+            # start when slurmdbd gives the new cluster another one: forget the old id.
+            stop_daemon "$STATE/run/slurmctld.pid" slurmctld
+            rm -f "$STATE/spool/ctld/clustername"
+        fi
     else
         stop_accounting
     fi
