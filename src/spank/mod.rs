@@ -376,9 +376,11 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         node_list: sp
             .getenv("SLURM_JOB_NODELIST")
             .filter(|l| valid_hostlist(l)),
+        // 0 when the job asked for no task count.
         tasks: (kind == StepKind::Batch)
             .then(|| sp.u32_item(spank_item::S_JOB_TOTAL_TASK_COUNT))
-            .flatten(),
+            .flatten()
+            .filter(|n| *n > 0),
         alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_JOB_ALLOC_MEM)),
         alloc_cores: sp.str_item(spank_item::S_JOB_ALLOC_CORES),
         name: sp

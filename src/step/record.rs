@@ -354,7 +354,7 @@ impl StepRecord {
     fn upgrade_from_v1(&mut self) {
         let step_nodes = self.job.nodes.take().filter(|n| *n > 0);
         if self.step.kind == "batch" {
-            self.job.tasks = self.step.total_tasks;
+            self.job.tasks = self.step.total_tasks.filter(|n| *n > 0);
             self.step.total_tasks = Some(1);
             self.step.nodes = Some(1);
         } else {
