@@ -291,12 +291,15 @@ fn assert_consistent(id: u32, recs: &[StepRecord]) {
                 (Some(1), Some(1)),
                 "{at}"
             );
-            assert_eq!(r.job.nodes, job_nodes, "{at}: the job's nodes");
+            // (scontrol forgets a job MinJobAge after it ended, or when its id was reset.)
+            if job_nodes.is_some() {
+                assert_eq!(r.job.nodes, job_nodes, "{at}: the job's nodes");
+            }
             if node_list.as_ref().is_some_and(|l| !l.is_empty()) {
                 assert_eq!(r.job.node_list, node_list, "{at}: the job's node list");
             }
             // Known where the job asked for a number of tasks (Slurm shows 1 per node else).
-            if r.job.tasks.is_some() {
+            if r.job.tasks.is_some() && job_tasks.is_some() {
                 assert_eq!(r.job.tasks, job_tasks, "{at}: the job's tasks");
             }
         }
@@ -498,6 +501,12 @@ fn only_steps_that_ask_are_tracked() {
     );
 }
 
+fn notes_say_lengthened(notes: &[String]) -> bool {
+    notes
+        .iter()
+        .any(|n| n.contains("the interval was lengthened"))
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn the_option_sets_the_interval() {
@@ -509,8 +518,16 @@ fn the_option_sets_the_interval() {
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let r = &final_records(job.id, &["batch"])["batch"];
     assert_eq!(r.sampler.interval_seconds, 0.5);
-    // About 6 samples in 3 s at 0.5 s (1 s would give about 3).
-    assert!(r.sampler.samples >= 5, "{:?}", r.sampler);
+    // About 6 samples in 3 s at 0.5 s (1 s would give about 3), unless samples cost more than
+    // a tenth of it (software emulation under load) and the record says it lengthened it.
+    if r.sampler.backoffs == Some(0) {
+        assert!(r.sampler.samples >= 5, "{:?}", r.sampler);
+    } else {
+        let longest = r.sampler.interval_max_seconds.unwrap();
+        assert!(longest > 0.5 && longest <= 4.0, "{:?}", r.sampler);
+        assert!(r.sampler.samples >= 3, "{:?}", r.sampler);
+        assert!(notes_say_lengthened(&r.sampler.notes), "{:?}", r.sampler);
+    }
 }
 
 #[test]

@@ -160,20 +160,30 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     }
     let _ = writeln!(w, "Nodes:         {nodes}");
     if !s.missing_nodes.is_empty() {
-        let list = s.missing_nodes.join(",");
+        let n = s.missing_nodes.len();
+        let mut list = s.missing_nodes[..n.min(10)].join(",");
+        if n > 10 {
+            let _ = write!(list, " and {} more", n - 10);
+        }
         let first = &s.missing_nodes[0];
+        let pad = " ".repeat(15);
         let _ = writeln!(
             w,
-            "Not seen:      {list}: no record of {} in this spool. No tracked step ran there, or \
-             the node keeps its records in a spool of its own: read them there (\"gpu-tracker-report \
-             {id}\" on {first}), or from Slurm's database once the job has ended, where the site \
-             stores summaries (\"gpu-tracker-report {id}\" on any node).",
-            if s.missing_nodes.len() == 1 {
-                "it"
-            } else {
-                "them"
-            },
+            "Not seen:      {list}: no record of {} in this spool.",
+            if n == 1 { "it" } else { "them" }
+        );
+        let _ = writeln!(
+            w,
+            "{pad}No tracked step ran there, or the node keeps its records in a spool of its own:"
+        );
+        let _ = writeln!(
+            w,
+            "{pad}read them there (\"gpu-tracker-report {id}\" on {first}), or from Slurm's database",
             id = s.job_id
+        );
+        let _ = writeln!(
+            w,
+            "{pad}once the job has ended, where the site stores summaries there (on any node)."
         );
     }
     let state = if s.complete {
@@ -380,5 +390,49 @@ mod tests {
         assert!(text.contains("peak 3221.225 MB"), "{text}");
         assert!(text.contains("1.000 minutes"), "{text}");
         assert!(text.contains("pid 77"), "{text}");
+    }
+
+    #[test]
+    fn several_nodes_get_a_row_each_a_total_and_the_unseen_ones_named() {
+        let on = |node: &str, cpu: f64| {
+            let mut r = record(node, "0");
+            r.step.alloc_cpus = Some(2);
+            r.cpu.alloc_cpus = 2;
+            r.cpu.seconds = cpu;
+            r.memory.job_peak_bytes = Some(1 << 30);
+            r.job.alloc_memory_bytes = Some(2 << 30);
+            r.job.nodes = Some(14);
+            r.job.node_list = Some("n[1-14]".into());
+            r
+        };
+        let s = Summary::from_records(&[on("n1", 96.0), on("n2", 6.0)]);
+        let text = render(&s, &[], &TextOptions::default());
+        assert!(
+            text.contains("Nodes:         n1,n2 (2 of 14 nodes)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Not seen:      n3,n4,n5,n6,n7,n8,n9,n10,n11,n12 and 2 more: no record of them in this spool.\n"),
+            "{text}"
+        );
+        assert!(text.contains("(\"gpu-tracker-report 42\" on n3)"), "{text}");
+        let row = |n: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("  {n} ")))
+                .unwrap()
+        };
+        assert!(
+            row("n1").contains("80%") && row("n1").contains("1.00 GiB of 2.00 GiB (50%)"),
+            "{text}"
+        );
+        assert!(row("n2").contains(" 5%"), "{text}");
+        assert!(
+            row("total").contains("2.00 GiB of 4.00 GiB (50%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  * node n2: CPU efficiency 5% against 80% on n1 (16.0x less)"),
+            "{text}"
+        );
     }
 }
