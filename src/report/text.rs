@@ -101,29 +101,67 @@ fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
         ),
         None => format!("{} (no limit)", o.mem(peak)),
     };
+    // Each GPU of the node: Slurm's index, the job's peak memory on it, mean utilization.
+    let gpus = |node: Option<&str>| -> String {
+        s.gpus
+            .iter()
+            .filter(|g| node.is_none_or(|n| g.node == n))
+            .map(|g| {
+                format!(
+                    "{}:{} {}",
+                    g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
+                    o.mem(g.job_peak_bytes).replace(' ', ""),
+                    pct(g.mean_utilization_percent)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let with_gpus = !s.gpus.is_empty();
     let _ = writeln!(w, "Per node:");
-    let _ = writeln!(
-        w,
-        "  {:<14} {:>7} {:>10}  {:<30} {:>5}",
-        "NODE", "CPU EFF", "CPU TIME", "PEAK MEMORY OF REQUESTED", "STEPS"
+    let head = format!(
+        "  {:<14} {:>7} {:>10}  {:<30} {:>5}  {}",
+        "NODE",
+        "CPU EFF",
+        "CPU TIME",
+        "PEAK MEMORY OF REQUESTED",
+        "STEPS",
+        if with_gpus {
+            "GPU:PEAK MEM MEAN UTIL"
+        } else {
+            ""
+        }
     );
+    let _ = writeln!(w, "{}", head.trim_end());
     for n in &s.per_node {
-        let _ = writeln!(
-            w,
-            "  {:<14} {:>7} {:>10}  {:<30} {:>5}",
+        let line = format!(
+            "  {:<14} {:>7} {:>10}  {:<30} {:>5}  {}",
             n.node,
             pct(n.cpu_efficiency_percent),
             o.time(n.cpu_seconds),
             mem(n.peak_bytes, n.requested_bytes),
-            n.steps
+            n.steps,
+            gpus(Some(&n.node))
         );
+        let _ = writeln!(w, "{}", line.trim_end());
     }
+    let gpu_total = if with_gpus {
+        format!(
+            "{} GPU(s), {} in all, mean {}",
+            s.totals.gpus,
+            o.mem(s.totals.gpu_memory_peak_bytes),
+            pct(s.totals.gpu_mean_utilization_percent)
+        )
+    } else {
+        String::new()
+    };
     let total = format!(
-        "  {:<14} {:>7} {:>10}  {}",
+        "  {:<14} {:>7} {:>10}  {:<30} {:>5}  {gpu_total}",
         "total",
         pct(s.cpu.efficiency_percent),
         o.time(s.cpu.seconds),
         mem(s.totals.memory_peak_bytes, s.totals.memory_requested_bytes),
+        "",
     );
     let _ = writeln!(w, "{}", total.trim_end());
     let cache = s.per_node.iter().any(|n| n.includes_page_cache);
