@@ -267,8 +267,8 @@ impl Stored {
 
 /// The "Source:" line of a summary read back from Slurm's database.
 fn source_text(st: &Stored) -> String {
-    let mut t = "Slurm's database (the job's AdminComment, stored when it ended): per node and \
-                 GPU only; the steps, tasks and notes were in the spool"
+    let mut t = "Slurm's database (the job's AdminComment, stored when it ended); per node and \
+                 GPU only: the steps, tasks and notes were in the spool"
         .to_string();
     if st.cut_nodes + st.cut_gpus > 0 {
         t.push_str(&format!(

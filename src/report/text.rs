@@ -240,7 +240,11 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     };
     match &s.source {
         Some(src) => {
-            let _ = writeln!(w, "Source:        {src}");
+            // One clause a line: it names the source, then what it lacks.
+            for (i, part) in src.split("; ").enumerate() {
+                let label = if i == 0 { "Source:" } else { "" };
+                let _ = writeln!(w, "{label:<15}{part}");
+            }
         }
         None => {
             let _ = writeln!(w, "Records:       {state}");
@@ -301,7 +305,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
             pct(g.max_utilization_percent)
         );
     }
-    if s.steps.len() > 1 || s.nodes.len() > 1 || o.tasks {
+    if !s.steps.is_empty() && (s.steps.len() > 1 || s.nodes.len() > 1 || o.tasks) {
         let _ = writeln!(w, "Steps:");
         let _ = writeln!(
             w,
