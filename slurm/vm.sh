@@ -136,7 +136,13 @@ boot() {
     local suite=$1 img rd i t0=$SECONDS
     img=$VMDIR/images/$suite
     rd=$(run_dir "$suite")
-    vm_alive "$suite" && return 0
+    if vm_alive "$suite"; then
+        # A guest shares the tree it was booted for: one booted from another checkout would
+        # run that checkout's scripts and see none of this one's files.
+        [[ $(cat "$rd/ctl/tree" 2>/dev/null) == "$REPO" ]] && return 0
+        say "the running $suite guest shares $(cat "$rd/ctl/tree" 2>/dev/null || echo '?'), not $REPO: restarting it"
+        cmd_down "$suite"
+    fi
     rm -rf "$rd"
     mkdir -p "$rd/ctl/req"
     # The runner mounts the project tree at this path, the same as here.
