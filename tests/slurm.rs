@@ -2017,23 +2017,30 @@ fn on_node(node: &str, cmd: &[&str]) -> (bool, String) {
 const UNEVEN_STEP: &str = "srun -n2 --ntasks-per-node=1 bash -c 'if [ \"$SLURM_PROCID\" = 0 ]; \
      then end=$((SECONDS + 4)); while [ $SECONDS -lt $end ]; do :; done; else sleep 4; fi'";
 
+/// Runs a tracked batch job named `name` on nodes `n1` and `n2` whose one step is
+/// [`UNEVEN_STEP`]; returns its id once it completed and its records are final.
+fn run_uneven_job(name: &str, n1: &str, n2: &str) -> u32 {
+    let script = format!("#!/bin/bash\n#SBATCH --gpu-track=0.2\n{UNEVEN_STEP}\n");
+    let nodes = format!("{n1},{n2}");
+    let id = submit_as(
+        USER,
+        name,
+        &script,
+        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
+    );
+    let job = wait_job(USER, name, id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    final_records(id, &["batch", "0"]);
+    id
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn a_two_node_job_shows_each_node_and_names_the_one_far_below() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     need_nodes();
     let (n1, n2) = (node(), shared_spool_node());
-    let script = format!("#!/bin/bash\n#SBATCH --gpu-track=0.2\n{UNEVEN_STEP}\n");
-    let nodes = format!("{n1},{n2}");
-    let id = submit_as(
-        USER,
-        "two-nodes",
-        &script,
-        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
-    );
-    let job = wait_job(USER, "two-nodes", id);
-    assert_eq!(job.state, "COMPLETED", "{}", job.output);
-    final_records(id, &["batch", "0"]);
+    let id = run_uneven_job("two-nodes", &n1, &n2);
     let mut files: Vec<String> = std::fs::read_dir(job_spool_dir(id))
         .unwrap()
         .flatten()
@@ -2173,17 +2180,7 @@ fn a_job_whose_spool_records_are_gone_is_read_from_slurms_database() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     need_nodes();
     let (n1, n2) = (node(), shared_spool_node());
-    let script = format!("#!/bin/bash\n#SBATCH --gpu-track=0.2\n{UNEVEN_STEP}\n");
-    let nodes = format!("{n1},{n2}");
-    let id = submit_as(
-        USER,
-        "from-db",
-        &script,
-        &["-p", "multi", "-N2", "-n2", "-w", &nodes],
-    );
-    let job = wait_job(USER, "from-db", id);
-    assert_eq!(job.state, "COMPLETED", "{}", job.output);
-    final_records(id, &["batch", "0"]);
+    let id = run_uneven_job("from-db", &n1, &n2);
     let comment = stored_comment(id);
     assert!(
         comment.starts_with("gpu-tracker:1:{"),

@@ -99,9 +99,15 @@ fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
     }
 }
 
-/// The items of `items` (name, figure) below [`IMBALANCE_RATIO`] of the largest, when the
-/// largest is at least `floor`; with the largest's name and figure.
-fn below_busiest(items: &[(String, f64)], floor: f64) -> Vec<(&str, f64, &str, f64)> {
+/// An [`Imbalance`] of `kind` for each of `items` (name, figure) below [`IMBALANCE_RATIO`] of
+/// the largest, when the largest is at least `floor`. `say(name, figure, busiest, its figure)`
+/// words it; by how much is added.
+fn below_busiest(
+    kind: &'static str,
+    items: &[(String, f64)],
+    floor: f64,
+    say: impl Fn(&str, f64, &str, f64) -> String,
+) -> Vec<Imbalance> {
     let Some((top_name, top)) = items
         .iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -115,7 +121,14 @@ fn below_busiest(items: &[(String, f64)], floor: f64) -> Vec<(&str, f64, &str, f
     items
         .iter()
         .filter(|(_, v)| *v < IMBALANCE_RATIO * top)
-        .map(|(n, v)| (n.as_str(), *v, top_name, top))
+        .map(|(n, v)| Imbalance {
+            kind,
+            what: n.clone(),
+            value: *v,
+            busiest_value: top,
+            busiest: top_name.to_string(),
+            message: format!("{} ({})", say(n, *v, top_name, top), how_much_less(*v, top)),
+        })
         .collect()
 }
 
@@ -154,20 +167,9 @@ fn node_flags(s: &Summary) -> Vec<Imbalance> {
         .iter()
         .filter_map(|n| Some((n.node.clone(), n.cpu_efficiency_percent?)))
         .collect();
-    let flags = below_busiest(&items, MIN_BUSY_PERCENT)
-        .into_iter()
-        .map(|(n, v, top_n, top)| Imbalance {
-            kind: "node",
-            what: n.to_string(),
-            value: v,
-            busiest_value: top,
-            busiest: top_n.to_string(),
-            message: format!(
-                "node {n}: CPU efficiency {v:.0}% against {top:.0}% on {top_n} ({})",
-                how_much_less(v, top)
-            ),
-        })
-        .collect();
+    let flags = below_busiest("node", &items, MIN_BUSY_PERCENT, |n, v, top_n, top| {
+        format!("node {n}: CPU efficiency {v:.0}% against {top:.0}% on {top_n}")
+    });
     capped(flags, "node")
 }
 
@@ -196,18 +198,13 @@ fn task_flags(records: &[StepRecord]) -> Vec<Imbalance> {
                 })
             })
             .collect();
-        flags.extend(below_busiest(&items, MIN_TASK_CPU_SECONDS).into_iter().map(
-            |(n, v, top_n, top)| Imbalance {
-                kind: "task",
-                what: n.to_string(),
-                value: v,
-                busiest_value: top,
-                busiest: top_n.to_string(),
-                message: format!(
-                    "{n}: {v:.1} s of CPU against {top:.1} s for {} ({})",
-                    top_n.split(" on ").next().unwrap_or(top_n),
-                    how_much_less(v, top)
-                ),
+        flags.extend(below_busiest(
+            "task",
+            &items,
+            MIN_TASK_CPU_SECONDS,
+            |n, v, top_n, top| {
+                let top_task = top_n.split(" on ").next().unwrap_or(top_n);
+                format!("{n}: {v:.1} s of CPU against {top:.1} s for {top_task}")
             },
         ));
     }
@@ -226,20 +223,9 @@ fn gpu_flags(s: &Summary) -> Vec<Imbalance> {
             ))
         })
         .collect();
-    let flags = below_busiest(&items, MIN_BUSY_PERCENT)
-        .into_iter()
-        .map(|(n, v, top_n, top)| Imbalance {
-            kind: "gpu",
-            what: n.to_string(),
-            value: v,
-            busiest_value: top,
-            busiest: top_n.to_string(),
-            message: format!(
-                "{n}: mean utilization {v:.0}% against {top:.0}% for {top_n} ({})",
-                how_much_less(v, top)
-            ),
-        })
-        .collect();
+    let flags = below_busiest("gpu", &items, MIN_BUSY_PERCENT, |n, v, top_n, top| {
+        format!("{n}: mean utilization {v:.0}% against {top:.0}% for {top_n}")
+    });
     capped(flags, "gpu")
 }
 

@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::summary::{GpuSummary, NodeSummary, Summary};
+use super::summary::{GpuSummary, NodeSummary, Summary, cpu_efficiency};
 
 /// What opens a stored summary; the number is the format's version.
 pub const PREFIX: &str = "gpu-tracker:1:";
@@ -216,10 +216,8 @@ impl Stored {
         s.cpu.seconds = self.cpu.0;
         s.cpu.alloc_cpus = self.cpu.1;
         s.cpu.max_cores = self.cpu.2;
-        if s.elapsed_seconds > 0.0 && s.cpu.alloc_cpus > 0 {
-            s.cpu.efficiency_percent =
-                Some(100.0 * s.cpu.seconds / (s.elapsed_seconds * f64::from(s.cpu.alloc_cpus)));
-        }
+        s.cpu.efficiency_percent =
+            cpu_efficiency(s.cpu.seconds, s.elapsed_seconds, s.cpu.alloc_cpus);
         let clean = |n: &str| crate::step::record::clean_text(n, 64);
         for (node, cpu, alloc, peak, req, steps) in &self.nodes {
             let requested = (*req > 0).then_some(*req);
@@ -227,8 +225,7 @@ impl Stored {
                 node: clean(node),
                 cpu_seconds: *cpu,
                 alloc_cpus: *alloc,
-                cpu_efficiency_percent: (s.elapsed_seconds > 0.0 && *alloc > 0)
-                    .then(|| 100.0 * cpu / (s.elapsed_seconds * f64::from(*alloc))),
+                cpu_efficiency_percent: cpu_efficiency(*cpu, s.elapsed_seconds, *alloc),
                 steps: *steps,
                 peak_bytes: *peak,
                 source: "job cgroup".into(),

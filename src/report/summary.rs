@@ -211,6 +211,11 @@ fn end_of(r: &StepRecord) -> Option<DateTime<FixedOffset>> {
     }
 }
 
+/// CPU seconds against `alloc` CPUs over `elapsed` seconds, percent; `None` without either.
+pub fn cpu_efficiency(seconds: f64, elapsed: f64, alloc: u32) -> Option<f64> {
+    (elapsed > 0.0 && alloc > 0).then(|| 100.0 * seconds / (elapsed * f64::from(alloc)))
+}
+
 /// `f` of the batch step's record when it has the figure, else of any record that has it.
 fn batch_or_any<T>(records: &[StepRecord], f: impl Fn(&StepRecord) -> Option<T>) -> Option<T> {
     records
@@ -285,10 +290,8 @@ impl Summary {
         s.cpu.seconds = records.iter().map(|r| r.cpu.seconds).sum();
         s.cpu.alloc_cpus = alloc_per_node.values().sum();
         s.cpu.max_cores = records.iter().map(|r| r.cpu.max_cores).fold(0.0, f64::max);
-        if s.elapsed_seconds > 0.0 && s.cpu.alloc_cpus > 0 {
-            s.cpu.efficiency_percent =
-                Some(100.0 * s.cpu.seconds / (s.elapsed_seconds * f64::from(s.cpu.alloc_cpus)));
-        }
+        s.cpu.efficiency_percent =
+            cpu_efficiency(s.cpu.seconds, s.elapsed_seconds, s.cpu.alloc_cpus);
 
         for node in &nodes {
             let on: Vec<&StepRecord> = records.iter().filter(|r| &r.step.node == node).collect();
@@ -309,8 +312,7 @@ impl Summary {
                 node: node.clone(),
                 cpu_seconds,
                 alloc_cpus: alloc,
-                cpu_efficiency_percent: (s.elapsed_seconds > 0.0 && alloc > 0)
-                    .then(|| 100.0 * cpu_seconds / (s.elapsed_seconds * f64::from(alloc))),
+                cpu_efficiency_percent: cpu_efficiency(cpu_seconds, s.elapsed_seconds, alloc),
                 steps: on.len(),
                 peak_bytes: peak,
                 source: source.into(),
