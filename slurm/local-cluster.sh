@@ -24,7 +24,7 @@
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
 # GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),
 # GPU_TRACKER_REPORT_BIN (the gpu-tracker-report installed into <state>/bin, default
-# <repo>/target/release/gpu-tracker-report when built),
+# <repo>/target/release/gpu-tracker-report when built), GPU_TRACKER_BIN (likewise gpu-tracker),
 # GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; default 16817; the nodes get the next
 # four, slurmdbd the one after and MariaDB the next: a block of 8, moved on by 8 while taken),
 # GPU_TRACKER_CONTAIN_SPANK=1 (Slurm 24.05+: SlurmdParameters=contain_spank, with the job
@@ -358,7 +358,7 @@ build_plugin() {
     [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
     echo "building the plugin and gpu-tracker-report (cargo build --release --features spank) ..."
     (cd "$REPO" && "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
-        "$cargo" build --release --locked --bin gpu-tracker-report &&
+        "$cargo" build --release --locked --bin gpu-tracker-report --bin gpu-tracker &&
         { real_gpus || "$cargo" build --release --locked -p fake-nvml; }) >"$STATE/log/build.log" 2>&1
 }
 
@@ -445,6 +445,11 @@ install_tools() {
         install_copy "$report" "$STATE/bin/gpu-tracker-report" 0755
     else
         echo "gpu-tracker-report not built ($report): not installed"
+    fi
+    # gpu-tracker, for `gpu-tracker mark NAME` in jobs.
+    local tracker=${GPU_TRACKER_BIN:-$REPO/target/release/gpu-tracker}
+    if [[ -f $tracker ]]; then
+        install_copy "$tracker" "$STATE/bin/gpu-tracker" 0755
     fi
     install_copy "$REPO/slurm/epilog-slurmctld" "$STATE/lib/epilog-slurmctld" 0755
     put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true

@@ -85,6 +85,18 @@ pub struct Config {
     /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
     /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
     pub gres_conf: String,
+    /// Directory of the phase-mark sockets (`gpu-tracker mark`): root-owned, not writable by
+    /// others, on a local filesystem (`/run`); made when missing. `""` turns marks off.
+    pub mark_dir: String,
+    /// Alert when a step's memory reaches this percent of its limit; 0 turns it off.
+    pub alert_memory_percent: f64,
+    /// Alert when an allocated GPU stays idle this many seconds in a row; 0 turns it off.
+    pub alert_gpu_idle_seconds: f64,
+    /// Utilization (percent) below which a GPU counts as idle, for the idle figures and alert.
+    pub gpu_idle_percent: f64,
+    /// Write one line to the job's stderr when an alert fires in the batch step (the job's
+    /// memory near its limit, a GPU idle), while the job runs. Off unless the admin turns it on.
+    pub warn_user: bool,
 }
 
 impl Default for Config {
@@ -101,6 +113,11 @@ impl Default for Config {
             summary: true,
             retention_days: 180.0,
             gres_conf: String::new(),
+            mark_dir: "/run/gpu-tracker".into(),
+            alert_memory_percent: 90.0,
+            alert_gpu_idle_seconds: 600.0,
+            gpu_idle_percent: 5.0,
+            warn_user: false,
         }
     }
 }
@@ -187,6 +204,39 @@ impl Config {
                 ),
             );
         }
+        if !c.mark_dir.is_empty() && !Path::new(&c.mark_dir).is_absolute() {
+            return bad(
+                "mark_dir",
+                format!("must be \"\" or an absolute path, not {:?}", c.mark_dir),
+            );
+        }
+        if !within(c.alert_memory_percent, 0.0, 100.0) {
+            return bad(
+                "alert_memory_percent",
+                format!(
+                    "must be from 0 (off) to 100 percent, not {:?}",
+                    c.alert_memory_percent
+                ),
+            );
+        }
+        if !within(c.alert_gpu_idle_seconds, 0.0, MAX_INTERVAL_SECONDS) {
+            return bad(
+                "alert_gpu_idle_seconds",
+                format!(
+                    "must be from 0 (off) to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
+                    c.alert_gpu_idle_seconds
+                ),
+            );
+        }
+        if !within(c.gpu_idle_percent, 0.0, 100.0) {
+            return bad(
+                "gpu_idle_percent",
+                format!(
+                    "must be from 0 to 100 percent, not {:?}",
+                    c.gpu_idle_percent
+                ),
+            );
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -194,6 +244,15 @@ impl Config {
             );
         }
         Ok(c)
+    }
+
+    /// The alert rules these settings give.
+    pub fn alert_rules(&self) -> crate::history::AlertRules {
+        crate::history::AlertRules {
+            memory_percent: self.alert_memory_percent,
+            gpu_idle_seconds: self.alert_gpu_idle_seconds,
+            gpu_idle_percent: self.gpu_idle_percent,
+        }
     }
 
     /// Whether steps of `kind` are tracked.
@@ -308,6 +367,11 @@ mod tests {
             ("retention_days = -3", "retention_days"),
             ("steps = []", "`steps`"),
             ("gres_conf = \"gres.conf\"", "`gres_conf`"),
+            ("mark_dir = \"run\"", "`mark_dir`"),
+            ("alert_memory_percent = 120", "`alert_memory_percent`"),
+            ("alert_memory_percent = nan", "`alert_memory_percent`"),
+            ("alert_gpu_idle_seconds = -5", "`alert_gpu_idle_seconds`"),
+            ("gpu_idle_percent = 101", "`gpu_idle_percent`"),
         ] {
             let e = parse(t).unwrap_err().to_string();
             assert!(e.contains(key), "{t}: {e}");

@@ -26,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod gpu;
 pub mod gres;
+pub mod history;
 pub mod proc;
 pub mod report;
 pub mod sampler;

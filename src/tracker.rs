@@ -7,6 +7,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::gpu::{self, GpuConfig, LazyGpu};
+use crate::history::mark::Inbox;
+use crate::history::{AlertRules, Recorder, Story};
 use crate::sampler::{EndInfo, MemoryDetail, Sampler, SamplerOptions, Target};
 use crate::tracking_file::{TrackingFile, TrackingFileError};
 use crate::units::Units;
@@ -56,6 +58,11 @@ pub struct TrackerOptions {
     pub overwrite: bool,
     /// Where warnings go; `None` drops them (`--disable-logs`).
     pub log: Option<LogFn>,
+    /// When alerts fire (kept as events in the [`Story`]).
+    pub alerts: AlertRules,
+    /// A socket to take phase marks at (`gpu-tracker mark`), bound by the tracker; its
+    /// directory must be the caller's own.
+    pub mark_socket: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for TrackerOptions {
@@ -85,6 +92,8 @@ impl Default for TrackerOptions {
             tracking_file: None,
             overwrite: false,
             log: Some(Arc::new(|m: &str| eprintln!("gpu-tracker: warning: {m}"))),
+            alerts: AlertRules::default(),
+            mark_socket: None,
         }
     }
 }
@@ -165,7 +174,7 @@ struct Stop {
 /// [`Tracker::stop`] returns them.
 pub struct Tracker {
     stop: Arc<Stop>,
-    handle: Option<JoinHandle<ResourceUsage>>,
+    handle: Option<JoinHandle<(ResourceUsage, Story)>>,
 }
 
 impl Tracker {
@@ -218,7 +227,12 @@ impl Tracker {
     }
 
     /// Stops tracking, with what `wait4` told about the command, and returns the figures.
-    pub fn stop_with(mut self, end: EndInfo) -> Result<ResourceUsage, TrackerError> {
+    pub fn stop_with(self, end: EndInfo) -> Result<ResourceUsage, TrackerError> {
+        self.stop_with_story(end).map(|(u, _)| u)
+    }
+
+    /// As [`Tracker::stop_with`], with the run over time: timeline, events, idle GPUs.
+    pub fn stop_with_story(mut self, end: EndInfo) -> Result<(ResourceUsage, Story), TrackerError> {
         self.signal(end);
         let h = self.handle.take().ok_or(TrackerError::Panicked)?;
         h.join().map_err(|_| TrackerError::Panicked)
@@ -286,7 +300,7 @@ fn run(
     mut gpu: LazyGpu,
     mut tf: Option<TrackingFile>,
     stop: &Stop,
-) -> ResourceUsage {
+) -> (ResourceUsage, Story) {
     let log = opts.log.clone();
     let warn = |m: &str| {
         if let Some(l) = &log {
@@ -294,8 +308,33 @@ fn run(
         }
     };
     let in_process = target.in_process;
+    let uid = crate::sys::euid();
     let mut sampler = Sampler::new(opts.sampler_options(), target);
     let interval = Duration::from_secs_f64(opts.sleep_time);
+    let mut story = Recorder::new(crate::step::unix_now(), opts.sleep_time, opts.alerts);
+    let mut inbox = opts
+        .mark_socket
+        .as_ref()
+        .and_then(|p| match Inbox::bind(p, uid) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                warn(&format!("phase marks are off: {e}"));
+                None
+            }
+        });
+    let mut gpus_named = false;
+    let mut observe = |sampler: &Sampler, story: &mut Recorder| {
+        let now = crate::step::unix_now();
+        let (uuids, ids, lost) = sampler.gpu_devices();
+        if !gpus_named && !uuids.is_empty() {
+            story.set_gpus(uuids, ids);
+            gpus_named = true;
+        }
+        for i in lost {
+            story.gpu_lost(now, i);
+        }
+        story.observe(&sampler.observation(now));
+    };
     // Rows wait here until the GPU count is known: the static row comes first in the file.
     let mut pending_rows = Vec::new();
     let mut static_written = false;
@@ -304,6 +343,7 @@ fn run(
         let _ = gpu.get(false, &mut |m| unavailable = Some(m));
         let gpu_known = gpu.is_settled();
         let tp = sampler.sample(gpu.get(false, &mut |_| {}));
+        observe(&sampler, &mut story);
         if let Some(m) = unavailable {
             warn(&format!("no GPU figures: {m}"));
             sampler.note(format!("no GPU figures: {m}"));
@@ -325,20 +365,50 @@ fn run(
                 }
             }
         }
-        let st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut st, _) = stop
-            .cv
-            .wait_timeout_while(st, interval, |s| s.end.is_none())
-            .unwrap_or_else(|p| p.into_inner());
+        // Wait for the next sample, looking for phase marks on the way: a mark ends a phase
+        // with a sample.
+        let due = std::time::Instant::now() + interval;
+        let mut st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let now = std::time::Instant::now();
+            if st.end.is_some() || now >= due {
+                break;
+            }
+            let slice = if inbox.is_some() {
+                (due - now).min(MARK_POLL)
+            } else {
+                due - now
+            };
+            st = stop
+                .cv
+                .wait_timeout_while(st, slice, |s| s.end.is_none())
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if let Some(ib) = inbox.as_mut() {
+                let marks = ib.receive(crate::step::unix_now());
+                if !marks.is_empty() {
+                    for (t, name) in marks {
+                        story.mark(t, &name);
+                    }
+                    break;
+                }
+            }
+        }
         if let Some(end) = st.end.take() {
             break end;
         }
     };
+    if let Some(ib) = inbox.as_mut() {
+        for (t, name) in ib.receive(crate::step::unix_now()) {
+            story.mark(t, &name);
+        }
+    }
     // A last reading: of the process itself when tracking a block of code; of the devices only
     // when the command has ended (its processes are gone).
     let src = gpu.get(true, &mut |m| sampler.note(format!("no GPU figures: {m}")));
     if in_process {
         let tp = sampler.sample(src);
+        observe(&sampler, &mut story);
         if let Some(f) = tf.as_mut() {
             pending_rows.push(tp);
             let _ = write_rows(
@@ -358,8 +428,12 @@ fn run(
             &opts,
         );
     }
-    sampler.finish(end)
+    let story = story.finish(crate::step::unix_now());
+    (sampler.finish(end), story)
 }
+
+/// How often the sampling thread looks for phase marks between samples.
+const MARK_POLL: Duration = Duration::from_millis(100);
 
 fn write_rows(
     f: &mut TrackingFile,

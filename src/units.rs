@@ -31,6 +31,28 @@ pub const LAST_SINCE_YEAR: i32 = 9999;
 /// The most cores `gpu-tracker --nec` accepts (Linux builds for at most 8192 CPUs).
 pub const MAX_EXPECTED_CORES: u32 = 65_536;
 
+/// Bytes in binary units, as the summaries print them: `512 B`, `12 KiB`, `5.4 MiB`, `1.00 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    let (k, m, g, t) = (
+        1024.0,
+        1024.0f64.powi(2),
+        1024.0f64.powi(3),
+        1024.0f64.powi(4),
+    );
+    if b >= t {
+        format!("{:.2} TiB", b / t)
+    } else if b >= g {
+        format!("{:.2} GiB", b / g)
+    } else if b >= m {
+        format!("{:.1} MiB", b / m)
+    } else if b >= k {
+        format!("{:.0} KiB", b / k)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
 /// Whether `value` lies in `min..=max`; never for NaN.
 pub fn within(value: f64, min: f64, max: f64) -> bool {
     value >= min && value <= max

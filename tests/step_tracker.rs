@@ -78,6 +78,9 @@ impl Fixture {
             proc_root: PathBuf::from("/proc"),
             gpu_order: GpuOrder::Unknown("a test".into()),
             gres_conf: None,
+            alerts: gpu_tracker::history::AlertRules::default(),
+            mark_socket: Some(dir.join("4242.n1.0.sock")),
+            warn_user: false,
         };
         Fixture { dir, setup }
     }

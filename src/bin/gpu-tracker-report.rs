@@ -15,6 +15,7 @@ use gpu_tracker::config::{self, Config};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::slurmdb;
 use gpu_tracker::report::stored::{Stored, StoredError};
+use gpu_tracker::report::story;
 use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
 use gpu_tracker::slurmconf;
@@ -95,6 +96,20 @@ struct Args {
     /// Add a row per task under each step.
     #[arg(long = "tasks")]
     tasks: bool,
+    /// Print the job's timeline instead of the summary: memory, CPU and each GPU over time
+    /// (each bucket's min, mean and max), as csv or json.
+    #[arg(long = "timeline", value_name = "FORMAT", value_parser = ["csv", "json"],
+          requires = "job", conflicts_with_all = ["events", "plot"])]
+    timeline: Option<String>,
+    /// Print the job's events instead of the summary (task starts and exits, OOM kills, memory
+    /// limit hits, lost GPUs, phase marks, alerts), as csv or json.
+    #[arg(long = "events", value_name = "FORMAT", value_parser = ["csv", "json"],
+          requires = "job", conflicts_with = "plot")]
+    events: Option<String>,
+    /// Draw memory, CPU and each GPU's memory and utilization over time, phases and events
+    /// marked, one line per node, to FILE (.svg or .png), instead of printing the summary.
+    #[arg(long = "plot", value_name = "FILE", requires = "job")]
+    plot: Option<PathBuf>,
     /// List the jobs of this user (name or uid).
     #[arg(
         short = 'u',
@@ -412,7 +427,51 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         Some(st) => Summary::of_step(&records.records, st),
         None => Summary::from_records(&records.records),
     };
-    if args.format == "json" {
+    let recs = &records.records;
+    let has_story = recs.iter().any(|r| r.timeline.is_some());
+    if (args.timeline.is_some() || args.events.is_some() || args.plot.is_some()) && !has_story {
+        return Err((
+            NOT_TRACKED,
+            format!(
+                "job {job_id}: its records have no timeline (written by a gpu-tracker before \
+                 0.3, or no sample was taken)"
+            ),
+        ));
+    }
+    if let Some(f) = &args.timeline {
+        say!(
+            "{}",
+            if f == "json" {
+                story::timeline_json(job_id, recs)
+            } else {
+                story::timeline_csv(recs)
+            }
+        );
+    } else if let Some(f) = &args.events {
+        say!(
+            "{}",
+            if f == "json" {
+                story::events_json(job_id, recs)
+            } else {
+                story::events_csv(recs)
+            }
+        );
+    } else if let Some(path) = &args.plot {
+        let title = format!(
+            "job {job_id}{} ({}): memory, CPU and GPUs over time",
+            summary
+                .name
+                .as_deref()
+                .map_or_else(String::new, |n| format!(" {n}")),
+            summary.user
+        );
+        report::plot::draw(&story::plot_data(recs, &title), path)
+            .map_err(|e| (FAILED, e.to_string()))?;
+        sayln!(
+            "gpu-tracker-report: drew job {job_id} to {}",
+            path.display()
+        );
+    } else if args.format == "json" {
         say_json(&records.to_json(&summary));
     } else if records.records.is_empty() {
         sayln!("gpu-tracker: job {job_id}: no readable record");

@@ -69,6 +69,17 @@ struct Args {
     /// Read the private/shared split from /proc/PID/status only (cheaper on huge processes).
     #[arg(long = "cheap-memory-split")]
     cheap_memory_split: bool,
+    /// Write the command's timeline (memory, CPU, each GPU over time, in bounded buckets) to
+    /// FILE: .csv or .json.
+    #[arg(long = "timeline", value_name = "FILE")]
+    timeline: Option<PathBuf>,
+    /// Write the command's events (start, exit, phase marks, alerts, lost GPUs) to FILE: .csv
+    /// or .json.
+    #[arg(long = "events", value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// Draw memory, CPU and each GPU over time, with phases and events, to FILE: .svg or .png.
+    #[arg(long = "plot", value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Print version.
     #[arg(short = 'V', short_alias = 'v', long = "version", action = ArgAction::Version)]
     version: Option<bool>,
@@ -111,6 +122,10 @@ impl From<anyhow::Error> for Fail {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "mark") {
+        return mark(&argv[2..]);
+    }
     let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker") {
         Ok(a) => a,
         Err(code) => return code,
@@ -128,6 +143,47 @@ fn main() -> ExitCode {
     }
 }
 
+/// `gpu-tracker mark NAME`: a phase named NAME begins, in the tracked job step (or the command
+/// run by `gpu-tracker -e`) this runs in. Never fails the caller's script for a lack of
+/// tracking: without a tracker it says so on stderr and exits 0; a usage error exits 2.
+fn mark(args: &[std::ffi::OsString]) -> ExitCode {
+    let usage =
+        "usage: gpu-tracker mark NAME  (a phase named NAME begins now; at most 64 characters)";
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    match words.as_slice() {
+        [h] if h == "-h" || h == "--help" => {
+            println!("{usage}");
+            println!(
+                "Marks the start of a phase of the job step (or `gpu-tracker -e` command) it runs \
+                 in; the report gives each phase's peaks and means. Costs one datagram per \
+                 tracker: nothing waits."
+            );
+            ExitCode::SUCCESS
+        }
+        [name] if !name.starts_with('-') => match gpu_tracker::history::mark::send(name) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(gpu_tracker::history::mark::MarkError::EmptyName) => {
+                eprintln!(
+                    "gpu-tracker: error: {}",
+                    gpu_tracker::history::mark::MarkError::EmptyName
+                );
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("gpu-tracker: mark {name:?} not recorded: {e}");
+                ExitCode::SUCCESS
+            }
+        },
+        _ => {
+            eprintln!("gpu-tracker: error: {usage}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn run(args: Args) -> Result<u8, Fail> {
     let command = args
         .execute
@@ -140,6 +196,27 @@ fn run(args: Args) -> Result<u8, Fail> {
     } else {
         Some(Arc::new(|m: &str| eprintln!("gpu-tracker: warning: {m}")))
     };
+    let export = |p: &Option<PathBuf>, exts: &[&str], what: &str| -> Result<(), Fail> {
+        let Some(p) = p else { return Ok(()) };
+        let ext = p
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        if !exts.contains(&ext.as_str()) {
+            return Err(Fail::Usage(format!(
+                "{what} {}: the name must end in .{}",
+                p.display(),
+                exts.join(" or .")
+            )));
+        }
+        Ok(())
+    };
+    export(&args.timeline, &["csv", "json"], "--timeline")?;
+    export(&args.events, &["csv", "json"], "--events")?;
+    export(&args.plot, &["svg", "png"], "--plot")?;
+    // Phase marks: a socket in a directory of this user's own, named to the command by
+    // GPU_TRACKER_MARK.
+    let mark_dir = MarkDir::create();
     let opts = TrackerOptions {
         sleep_time: args.st,
         units: Units {
@@ -161,6 +238,8 @@ fn run(args: Args) -> Result<u8, Fail> {
         tracking_file: None,
         overwrite: args.overwrite,
         log: log.clone(),
+        alerts: gpu_tracker::history::AlertRules::default(),
+        mark_socket: mark_dir.as_ref().map(|d| d.0.join("command.sock")),
     };
     opts.validate().map_err(|e| Fail::Usage(e.to_string()))?;
 
@@ -219,7 +298,17 @@ fn run(args: Args) -> Result<u8, Fail> {
     // Orphaned descendants come back to us instead of init, so they stay tracked.
     let _ = sys::set_child_subreaper();
     sys::set_interactive_signals(libc::SIG_IGN).context("ignoring SIGINT in the tracker")?;
-    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.procs_fd()))
+    let prefix = mark_dir
+        .as_ref()
+        .map(|d| d.0.join("").into_os_string())
+        .unwrap_or_default();
+    let env: Vec<(&str, &std::ffi::OsStr)> = if mark_dir.is_some() {
+        vec![(gpu_tracker::history::mark::ENV, prefix.as_os_str())]
+    } else {
+        Vec::new()
+    };
+    let started_unix = gpu_tracker::step::unix_now();
+    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.procs_fd()), &env)
         .context("starting /bin/sh")?;
     let pid = child.id();
     let _ = sys::forward_signals_to(pid);
@@ -262,9 +351,10 @@ fn run(args: Args) -> Result<u8, Fail> {
         children: Some(sys::rusage(sys::Who::Children)),
         main_own_cpu: main_own,
     };
-    let usage = tracker
-        .stop_with(end)
+    let (usage, mut story) = tracker
+        .stop_with_story(end)
         .map_err(|e| Fail::Runtime(e.into()))?;
+    drop(mark_dir);
     if let Some(c) = own_cg {
         if let Err(e) = c.remove() {
             if let Some(l) = &log {
@@ -285,6 +375,33 @@ fn run(args: Args) -> Result<u8, Fail> {
         ),
     };
     eprintln!("Resource tracking complete. Process completed with status code: {shown}{note}");
+    let ended_unix = gpu_tracker::step::unix_now();
+    let t0 = story.timeline.start_unix;
+    story.events.insert(
+        0,
+        gpu_tracker::history::Event {
+            t: (started_unix - t0).max(0.0),
+            kind: "task_start".into(),
+            task: Some(0),
+            gpu: None,
+            name: None,
+            value: None,
+            detail: format!("the command started (pid {pid})"),
+        },
+    );
+    story.events.push(gpu_tracker::history::Event {
+        t: (ended_unix - t0).max(0.0),
+        kind: "task_exit".into(),
+        task: Some(0),
+        gpu: None,
+        name: None,
+        value: match status {
+            ExitStatus::Exited(c) => Some(f64::from(c)),
+            ExitStatus::Signaled { .. } => None,
+        },
+        detail: format!("the command exited with status {shown}{note}"),
+    });
+    write_story(&args, &story, &command, ended_unix - t0);
     let report = if args.format == "json" {
         usage.to_json_pretty() + "\n"
     } else {
@@ -307,6 +424,80 @@ fn run(args: Args) -> Result<u8, Fail> {
         None => print_stdout(&report),
     }
     Ok(status.shell_code().clamp(0, 255) as u8)
+}
+
+/// A directory of this user's own for the phase-mark socket, removed when dropped.
+struct MarkDir(PathBuf);
+
+impl MarkDir {
+    fn create() -> Option<MarkDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = base.join(format!("gpu-tracker-{}-{nanos}", std::process::id()));
+        // Made here, private: nobody else can put a file in it or send through it.
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+        Some(MarkDir(dir))
+    }
+}
+
+impl Drop for MarkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes `--timeline`, `--events` and `--plot`. A failure is reported and does not change the
+/// exit status (the command's).
+fn write_story(args: &Args, story: &gpu_tracker::history::Story, command: &str, elapsed: f64) {
+    use gpu_tracker::report::story;
+    if args.timeline.is_none() && args.events.is_none() && args.plot.is_none() {
+        return;
+    }
+    let rec = story::command_record(story, command, elapsed, &[]);
+    let recs = std::slice::from_ref(&rec);
+    let is_json = |p: &std::path::Path| {
+        p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    };
+    let fail = |p: &std::path::Path, e: &dyn std::fmt::Display| {
+        eprintln!("gpu-tracker: error: writing {}: {e}", p.display());
+    };
+    if let Some(p) = &args.timeline {
+        let text = if is_json(p) {
+            story::timeline_json(0, recs)
+        } else {
+            story::timeline_csv(recs)
+        };
+        if let Err(e) = std::fs::write(p, text) {
+            fail(p, &e);
+        }
+    }
+    if let Some(p) = &args.events {
+        let text = if is_json(p) {
+            story::events_json(0, recs)
+        } else {
+            story::events_csv(recs)
+        };
+        if let Err(e) = std::fs::write(p, text) {
+            fail(p, &e);
+        }
+    }
+    if let Some(p) = &args.plot {
+        let data = story::plot_data(recs, &format!("gpu-tracker -e {}", clean(command)));
+        if let Err(e) = gpu_tracker::report::plot::draw(&data, p) {
+            fail(p, &e);
+        }
+    }
+}
+
+fn clean(command: &str) -> String {
+    gpu_tracker::step::record::clean_text(command, 60)
 }
 
 /// Prints to stdout; a closed pipe (`| head`) is not an error.

@@ -8,8 +8,10 @@
 pub mod advice;
 pub mod listing;
 pub mod nodes;
+pub mod plot;
 pub mod slurmdb;
 pub mod stored;
+pub mod story;
 pub mod summary;
 pub mod text;
 

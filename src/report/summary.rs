@@ -10,6 +10,13 @@ use serde::Serialize;
 
 use crate::step::record::{StepRecord, TaskRecord, clean_text};
 
+/// Most events a summary lists.
+pub const MAX_SUMMARY_EVENTS: usize = 12;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The merged figures of a job (or of the steps chosen from it).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
@@ -65,6 +72,19 @@ pub struct Summary {
     pub oom: Vec<OomEvent>,
     /// What the user could change.
     pub advice: Vec<Advice>,
+    /// Phases between `gpu-tracker mark` marks, with their figures.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<super::story::Phase>,
+    /// Each allocated GPU's idle time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_idle: Vec<super::story::IdleGpu>,
+    /// The events that matter (alerts, OOM kills, limit hits, lost GPUs, failed tasks), at
+    /// most [`MAX_SUMMARY_EVENTS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<super::story::JobEvent>,
+    /// Events that matter beyond those shown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub events_more: u64,
     /// Where the figures were read, when not from the spool's records (`None`): a summary kept
     /// in Slurm's database has no steps or tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -408,6 +428,14 @@ impl Summary {
             }
         }
         super::nodes::complete(&mut s, records);
+        s.phases = super::story::phases(records);
+        s.gpu_idle = super::story::idle_gpus(records);
+        let important: Vec<_> = super::story::events(records)
+            .into_iter()
+            .filter(|e| e.event.important())
+            .collect();
+        s.events_more = important.len().saturating_sub(MAX_SUMMARY_EVENTS) as u64;
+        s.events = important.into_iter().take(MAX_SUMMARY_EVENTS).collect();
         s.advice = super::advice::advise(&s);
         s
     }

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::Problem;
 use super::summary::{Summary, TaskFailure};
+use crate::step::record::clean_text;
 use crate::units::{MemUnit, TimeUnit};
 
 /// How figures are shown.
@@ -22,26 +23,7 @@ impl TextOptions {
     fn mem(&self, bytes: u64) -> String {
         match self.ram {
             Some(u) => format!("{:.3} {}", u.from_bytes(bytes), short_mem(u)),
-            None => {
-                let b = bytes as f64;
-                let (k, m, g, t) = (
-                    1024.0,
-                    1024.0f64.powi(2),
-                    1024.0f64.powi(3),
-                    1024.0f64.powi(4),
-                );
-                if b >= t {
-                    format!("{:.2} TiB", b / t)
-                } else if b >= g {
-                    format!("{:.2} GiB", b / g)
-                } else if b >= m {
-                    format!("{:.1} MiB", b / m)
-                } else if b >= k {
-                    format!("{:.0} KiB", b / k)
-                } else {
-                    format!("{bytes} B")
-                }
-            }
+            None => crate::units::human_bytes(bytes),
         }
     }
 
@@ -171,6 +153,116 @@ fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
          different times)",
         if cache { ", page cache included" } else { "" }
     );
+}
+
+/// Phases, idle GPUs and the events that matter.
+fn story(w: &mut String, s: &Summary, o: &TextOptions) {
+    if !s.phases.is_empty() {
+        let _ = writeln!(w, "Phases:");
+        let _ = writeln!(
+            w,
+            "  {:<20} {:>9} {:>9} {:>11} {:>6}  GPU UTIL, PEAK GPU MEM",
+            "PHASE", "START", "TIME", "PEAK MEM", "CORES"
+        );
+        for p in &s.phases {
+            let gpus: Vec<String> = p
+                .gpus
+                .iter()
+                .map(|g| {
+                    let on = if s.nodes.len() > 1 {
+                        format!(" on {}", g.node)
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{}{on}: {}, {}",
+                        g.index,
+                        g.utilization_mean_percent
+                            .map_or_else(|| "?".into(), |u| format!("{u:.0}%")),
+                        g.memory_peak_bytes.map_or_else(|| "?".into(), |b| o.mem(b))
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                w,
+                "  {:<20} {:>9} {:>9} {:>11} {:>6}  {}",
+                clean_text(&p.name, 20),
+                o.time(p.start),
+                o.time(p.end - p.start),
+                if p.buckets > 0 {
+                    o.mem(p.memory_peak_bytes)
+                } else {
+                    "-".into()
+                },
+                p.cpu_mean_cores
+                    .map_or_else(|| "-".into(), |c| format!("{c:.2}")),
+                if gpus.is_empty() {
+                    "-".into()
+                } else {
+                    gpus.join("; ")
+                }
+            );
+        }
+    }
+    let idle: Vec<_> = s
+        .gpu_idle
+        .iter()
+        .filter(|g| g.idle.idle_seconds >= 1.0)
+        .collect();
+    if !idle.is_empty() {
+        let _ = writeln!(
+            w,
+            "GPU idle:      (utilization below {}%)",
+            idle[0].idle.threshold_percent
+        );
+        for g in idle {
+            let i = &g.idle;
+            let mut parts = Vec::new();
+            if !i.ever_busy {
+                parts.push("never busy".to_string());
+            } else {
+                for (secs, what) in [
+                    (i.at_start_seconds, "at the start"),
+                    (i.in_gaps_seconds, "in gaps"),
+                    (i.at_end_seconds, "at the end"),
+                ] {
+                    if secs >= 0.5 {
+                        parts.push(format!("{} {what}", o.time(secs)));
+                    }
+                }
+            }
+            let _ = writeln!(
+                w,
+                "  GPU {} on {}: idle {} of {} ({:.0}%): {}",
+                g.index,
+                g.node,
+                o.time(i.idle_seconds),
+                o.time(i.observed_seconds),
+                g.share_percent,
+                parts.join(", ")
+            );
+        }
+    }
+    if !s.events.is_empty() {
+        let _ = writeln!(w, "Events:");
+        for e in &s.events {
+            let _ = writeln!(
+                w,
+                "  {:>9}  {} {:<6} {}",
+                o.time(e.t),
+                e.node,
+                e.step,
+                clean_text(&e.event.detail, 120)
+            );
+        }
+        if s.events_more > 0 {
+            let _ = writeln!(
+                w,
+                "  ... and {} more (gpu-tracker-report {} --events csv)",
+                s.events_more, s.job_id
+            );
+        }
+    }
 }
 
 /// Renders the summary; `problems` are listed after it.
@@ -369,6 +461,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
             let _ = writeln!(w, "  * {}", i.message);
         }
     }
+    story(w, s, o);
     for e in &s.oom {
         let limit = e
             .limit_bytes

@@ -1,5 +1,6 @@
 //! Per-GPU and whole-machine GPU figures accumulated over samples.
 
+use crate::history::GpuObservation;
 use std::collections::HashSet;
 
 use super::Timepoint;
@@ -32,6 +33,10 @@ pub struct GpuAccumulator {
     descendants_max: u64,
     combined_max: u64,
     util: PercentAcc,
+    /// Each device's reading at the latest sample, for the timeline.
+    last: Vec<GpuObservation>,
+    /// Devices lost at the latest sample.
+    lost_now: Vec<usize>,
 }
 
 impl GpuAccumulator {
@@ -91,20 +96,37 @@ impl GpuAccumulator {
                 })
                 .collect()
         });
+        self.last.clear();
+        self.lost_now.clear();
         let (mut system, mut main_b, mut desc_b) = (0u64, 0u64, 0u64);
         let mut util_sum = 0.0;
         for (i, d) in devices.iter_mut().enumerate() {
             if d.lost {
+                self.last.push(GpuObservation {
+                    lost: true,
+                    ..GpuObservation::default()
+                });
                 continue;
             }
             let Some(r) = src.read(i) else {
                 d.lost = true;
+                self.lost_now.push(i);
+                self.last.push(GpuObservation {
+                    lost: true,
+                    ..GpuObservation::default()
+                });
                 notes.push(format!(
                     "GPU {} ({}) was lost during the run; its figures stop there",
                     d.info.index, d.info.uuid
                 ));
                 continue;
             };
+            self.last.push(GpuObservation {
+                memory_bytes: r.used,
+                utilization_percent: r.utilization.map(f64::from),
+                energy_mj: r.energy_mj,
+                lost: false,
+            });
             let used = r.used.unwrap_or(0);
             system += used;
             d.max_used = d.max_used.max(used);
@@ -148,6 +170,25 @@ impl GpuAccumulator {
         tp.values[7] = g(system);
         tp.values[8] = util_sum;
         tp.values[9] = if n_sel > 0.0 { util_sum / n_sel } else { 0.0 };
+    }
+
+    /// Each device's reading at the latest sample (empty before the first).
+    pub fn last_readings(&self) -> &[GpuObservation] {
+        &self.last
+    }
+
+    /// UUIDs and NVML indices of the devices read (empty before the first reading).
+    pub fn devices_seen(&self) -> (Vec<String>, Vec<u32>) {
+        let d = self.devices.as_deref().unwrap_or(&[]);
+        (
+            d.iter().map(|d| d.info.uuid.clone()).collect(),
+            d.iter().map(|d| d.info.index).collect(),
+        )
+    }
+
+    /// Devices (indices) lost at the latest sample.
+    pub fn lost_at_last_sample(&self) -> &[usize] {
+        &self.lost_now
     }
 
     /// Final figures: per-GPU entries, the `max_gpu_ram` block, `gpu_utilization`, and notes.

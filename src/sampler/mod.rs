@@ -88,6 +88,8 @@ pub struct Sampler {
     gpu: GpuAccumulator,
     notes: Vec<String>,
     notes_seen: HashSet<String>,
+    /// Memory (resident, shared pages once) and CPU seconds of the tree at the latest sample.
+    latest: (u64, f64),
 }
 
 impl Sampler {
@@ -120,6 +122,7 @@ impl Sampler {
             gpu,
             notes: Vec::new(),
             notes_seen: HashSet::new(),
+            latest: (0, 0.0),
             opts,
             target,
         }
@@ -154,6 +157,25 @@ impl Sampler {
             system_gpu_count: count,
             n_expected_gpus: selected,
         }
+    }
+
+    /// The latest sample as the timeline takes it (`unix`: when it was taken).
+    pub fn observation(&self, unix: f64) -> crate::history::Observation {
+        crate::history::Observation {
+            unix,
+            memory_bytes: self.latest.0,
+            alert_memory_bytes: None,
+            cpu_seconds: Some(self.latest.1),
+            gpus: self.gpu.last_readings().to_vec(),
+            oom_kills: None,
+            limit_hits: None,
+        }
+    }
+
+    /// UUIDs and NVML indices of the GPUs read, once known; GPUs lost at the latest sample.
+    pub fn gpu_devices(&self) -> (Vec<String>, Vec<u32>, Vec<usize>) {
+        let (u, i) = self.gpu.devices_seen();
+        (u, i, self.gpu.lost_at_last_sample().to_vec())
     }
 
     /// Takes one sample and returns it as a tracking-file row.
@@ -273,6 +295,7 @@ impl Sampler {
             self.cpu.system(now, dt, Some(&mut tp));
         }
         self.cpu.tree(dt, cum, main_own, &mut tp);
+        self.latest = (priv_sum[2] + shared_max[2], cum);
 
         if let Ok(m) = self.procfs.meminfo() {
             self.sys_used = self.sys_used.max(m.used);

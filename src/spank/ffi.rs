@@ -225,6 +225,16 @@ impl Spank {
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
+
+    /// Sets a variable in the environment of the step's tasks (remote context), replacing any
+    /// value the job had.
+    pub fn setenv(self, name: &str, value: &str) -> Result<(), String> {
+        let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
+            return Err("a NUL byte in a variable".into());
+        };
+        // SAFETY: two valid C strings alive for the call; SPANK copies them.
+        check(unsafe { spank_setenv(self.0, n.as_ptr(), v.as_ptr(), 1) })
+    }
 }
 
 fn check(rc: spank_err_t) -> Result<(), String> {

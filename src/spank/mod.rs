@@ -275,9 +275,7 @@ fn new_token() -> String {
 }
 
 fn short_hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
-        .unwrap_or_default()
+    crate::sys::hostname()
 }
 
 fn mb_to_bytes(mb: Option<u64>) -> Option<u64> {
@@ -440,10 +438,35 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
         proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
         gpu_order,
         gres_conf,
+        alerts: cfg.alert_rules(),
+        mark_socket: None,
+        warn_user: cfg.warn_user,
     };
+    let mark_prefix = match mark_dir(&cfg.mark_dir) {
+        Ok(Some(dir)) => {
+            Some(dir.join(format!("{job_id}.{}.", record::file_safe(&setup.step.node))))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            ffi::log_info(&format!("gpu-tracker: phase marks off: {e}"));
+            None
+        }
+    };
+    let mut setup = setup;
+    setup.mark_socket = mark_prefix
+        .as_ref()
+        .map(|p| PathBuf::from(format!("{}{}.sock", p.display(), setup.step.id)));
     let name = setup.record_name();
     let instance = setup.instance();
     let tracker = StepTracker::start(setup)?;
+    if let Some(p) = &mark_prefix {
+        // `gpu-tracker mark` in the step's tasks finds the sockets of the job on this node.
+        if let Err(e) = sp.setenv(crate::history::mark::ENV, &p.display().to_string()) {
+            ffi::log_debug(&format!(
+                "gpu-tracker: phase marks: cannot set the variable: {e}"
+            ));
+        }
+    }
     if let Some(to) = tracker.moved_aside() {
         // For the admin only: not copied into the new job's output.
         ffi::log_info(&format!(
@@ -463,6 +486,34 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     st.instance = Some(instance);
     st.summary = cfg.summary;
     Ok(())
+}
+
+/// The directory of the phase-mark sockets, made when missing: `None` when the settings turn
+/// marks off. Root binds sockets there, so it must be root's and writable by no one else.
+fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
+    if dir.is_empty() {
+        return Ok(None);
+    }
+    let dir = PathBuf::from(dir);
+    if std::fs::symlink_metadata(&dir).is_err() {
+        use std::os::unix::fs::DirBuilderExt;
+        // Only the last component is made: its parent (/run) must be there.
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o755).create(&dir)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(format!("cannot make mark_dir {}: {e}", dir.display()));
+        }
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("mark_dir: {e}"))?;
+    use std::os::unix::fs::MetadataExt;
+    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "mark_dir {} must be a directory of root's that no one else can write to",
+            dir.display()
+        ));
+    }
+    trust::check_root_trusted_dir(&dir, "mark_dir")?;
+    Ok(Some(dir))
 }
 
 /// `slurm_spank_init_post_opt` (remote, root): starts tracking the step if it asked.

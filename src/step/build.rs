@@ -214,6 +214,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                     max_utilization_percent: g.max_utilization_percent,
                     energy_joules: g.energy_joules,
                     lost: g.lost,
+                    idle: None,
                 }
             })
             .collect()
@@ -259,6 +260,18 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         nvml_cloexec_descriptors: acc.nvml_opened.map(|_| acc.nvml_cloexec),
         notes,
     };
+    let crate::history::Story {
+        timeline,
+        events,
+        events_dropped,
+        idle,
+    } = acc.history.finish(super::unix_now());
+    let mut gpus = gpus;
+    for g in &mut gpus {
+        if let Some(i) = timeline.gpus.iter().position(|u| *u == g.uuid) {
+            g.idle = idle.get(i).cloned().flatten();
+        }
+    }
     StepRecord {
         schema: SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
@@ -272,6 +285,9 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         cpu,
         gpus,
         sampler,
+        timeline: Some(timeline),
+        events,
+        events_dropped,
     }
 }
 

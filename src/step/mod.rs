@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::{GpuConfig, GpuInfo, LazyGpu};
 use crate::gres::GpuOrder;
+use crate::history::mark::Inbox;
+use crate::history::{AlertRules, Event, Recorder};
 use crate::proc::ProcFs;
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sys;
@@ -77,6 +79,12 @@ pub struct StepSetup {
     pub gpu_order: GpuOrder,
     /// The gres.conf `gpu_order` was read from (`None`: none found).
     pub gres_conf: Option<PathBuf>,
+    /// When alerts fire.
+    pub alerts: AlertRules,
+    /// Where to listen for phase marks (`None`: marks off); its directory must be root's.
+    pub mark_socket: Option<PathBuf>,
+    /// Write alert lines to the job's stderr (descriptor 2 of a batch step's slurmstepd).
+    pub warn_user: bool,
 }
 
 impl StepSetup {
@@ -134,6 +142,8 @@ struct Shared {
     sampler_done: bool,
     /// It panicked.
     sampler_failed: bool,
+    /// Task events (Unix time, event) for the sampler thread to record.
+    events: Vec<(f64, Event)>,
 }
 
 /// How long [`StepTracker::finish`] (and `Drop`) wait for the sampler thread to stop. A sample
@@ -145,6 +155,24 @@ pub const FINISH_DEADLINE: Duration = Duration::from_secs(5);
 /// How soon after a task starts the sampler reads it: time for slurmstepd to start the step's
 /// other tasks and let them exec, so that one sample sees them all.
 const NEW_TASK_SAMPLE_DELAY: Duration = Duration::from_millis(20);
+
+/// How often the sampler thread looks for phase marks between samples (one non-blocking
+/// `recvmsg`): a mark's sample comes this late at most.
+const MARK_POLL: Duration = Duration::from_millis(100);
+
+/// Most alert lines one step writes to the job's stderr.
+pub const WARN_LINES: usize = 10;
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn task_name(id: Option<u32>) -> String {
+    id.map_or_else(|| "?".into(), |i| i.to_string())
+}
 
 /// What the sampler thread accumulates: the figures the record is built from. A copy is
 /// published after every sample, for a `finish` that cannot wait for the thread.
@@ -175,11 +203,14 @@ struct Acc {
     last_sample: Option<chrono::DateTime<chrono::Local>>,
     /// `Some(false)`: the thread did not stop by the deadline (final records only).
     stopped: Option<bool>,
+    /// The step over time: timeline, events, idle GPUs.
+    history: Recorder,
 }
 
 impl Acc {
-    fn new(interval: Duration) -> Acc {
+    fn new(interval: Duration, start_unix: f64, rules: AlertRules) -> Acc {
         Acc {
+            history: Recorder::new(start_unix, interval.as_secs_f64(), rules),
             samples: 0,
             sample_us_total: 0.0,
             sample_us_max: 0.0,
@@ -220,6 +251,8 @@ struct Inner {
     setup: StepSetup,
     started: Instant,
     start_time: chrono::DateTime<chrono::Local>,
+    /// The same, as Unix seconds: time zero of the timeline and events.
+    start_unix: f64,
     shared: Mutex<Shared>,
     wake: Condvar,
     /// The sampler's figures as of its latest sample. Never held across a `/proc` or NVML call.
@@ -269,8 +302,25 @@ impl StepTracker {
                 .notes
                 .push(format!("records are readable by root only: {e}"));
         }
+        // Marks are taken from the job's user (and root) only; a socket that cannot be made
+        // turns marks off for the step, not tracking.
+        let inbox = match &setup.mark_socket {
+            Some(p) => match Inbox::bind(p, setup.job.uid) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    shared.notes.push(format!(
+                        "phase marks are off for this step: cannot listen at {}: {e}",
+                        p.display()
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let start_unix = unix_now();
         let inner = Arc::new(Inner {
-            figures: Mutex::new(Acc::new(setup.interval)),
+            figures: Mutex::new(Acc::new(setup.interval, start_unix, setup.alerts)),
+            start_unix,
             setup,
             started: Instant::now(),
             start_time: chrono::Local::now(),
@@ -282,8 +332,9 @@ impl StepTracker {
         let thread = std::thread::Builder::new()
             .name("gpu-tracker".into())
             .spawn(move || {
-                let r =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&thread_inner)));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(&thread_inner, inbox)
+                }));
                 let mut sh = thread_inner.lock();
                 sh.sampler_done = true;
                 sh.sampler_failed = r.is_err();
@@ -351,6 +402,19 @@ impl StepTracker {
             cgroup: own,
             ..Task::default()
         });
+        let id = global_id.or(local_id);
+        sh.events.push((
+            unix_now(),
+            Event {
+                t: 0.0,
+                kind: "task_start".into(),
+                task: id,
+                gpu: None,
+                name: None,
+                value: None,
+                detail: format!("task {} started (pid {pid})", task_name(id)),
+            },
+        ));
         drop(sh);
         self.inner.wake.notify_all();
     }
@@ -364,6 +428,33 @@ impl StepTracker {
             t.ended = true;
             t.status = status;
             t.final_cgroup = t.cgroup.as_ref().and_then(|c| c.read().ok());
+            let id = t.global_id.or(t.local_id);
+            let (value, how) = match status {
+                Some(w) if libc::WIFEXITED(w) => (
+                    Some(f64::from(libc::WEXITSTATUS(w))),
+                    format!("exited with code {}", libc::WEXITSTATUS(w)),
+                ),
+                Some(w) if libc::WIFSIGNALED(w) => (
+                    None,
+                    format!(
+                        "was killed by signal {}",
+                        sys::signal_name(libc::WTERMSIG(w))
+                    ),
+                ),
+                _ => (None, "ended".to_string()),
+            };
+            sh.events.push((
+                unix_now(),
+                Event {
+                    t: 0.0,
+                    kind: "task_exit".into(),
+                    task: id,
+                    gpu: None,
+                    name: None,
+                    value,
+                    detail: format!("task {} {how}", task_name(id)),
+                },
+            ));
         }
         let ended = sh.tasks.iter().filter(|t| t.ended).count() as u32;
         let all = expected.map_or(sh.tasks.iter().all(|t| t.ended), |n| ended >= n);
@@ -471,10 +562,10 @@ fn write_checkpoint(inner: &Inner, rec: &StepRecord) -> Result<(), String> {
 
 /// The sampler thread: opens NVML once no task fork can race it, samples at the pace the
 /// samples' cost allows, checkpoints, and publishes its figures after every sample.
-fn run(inner: &Inner) {
+fn run(inner: &Inner, mut inbox: Option<Inbox>) {
     let s = &inner.setup;
     let procfs = ProcFs::new(&s.proc_root);
-    let mut acc = Acc::new(s.interval);
+    let mut acc = Acc::new(s.interval, inner.start_unix, s.alerts);
     let mut work = Work::default();
     let mut gpu = LazyGpu::none();
     // The NVML library to open once every task is started.
@@ -493,12 +584,36 @@ fn run(inner: &Inner) {
     let mut announced = false;
     let mut tasks_seen = 0;
     let mut tasks_scheduled = 0;
+    // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
+    // never to a FUSE filesystem (a daemon that stops answering would hold the thread), and at
+    // most WARN_LINES of them.
+    let mut warn_left = if s.warn_user
+        && s.step.id == "batch"
+        && !sys::fd_filesystem_type(2).is_some_and(|fs| sys::is_fuse(&fs))
+    {
+        WARN_LINES
+    } else {
+        0
+    };
     loop {
         let (pids, all_ended) = {
             let mut sh = inner.lock();
             loop {
                 if sh.stop {
                     break;
+                }
+                for (t, e) in sh.events.drain(..) {
+                    acc.history.event(t, e);
+                }
+                // A mark ends a phase: sample at once, so the phase ends with a reading.
+                if let Some(ib) = inbox.as_mut() {
+                    let marks = ib.receive(unix_now());
+                    if !marks.is_empty() {
+                        for (t, name) in marks {
+                            acc.history.mark(t, &name);
+                        }
+                        next_sample = Instant::now();
+                    }
                 }
                 // New tasks are sampled soon, not an interval later: a short task would
                 // otherwise end unseen (no thread or process count).
@@ -515,11 +630,14 @@ fn run(inner: &Inner) {
                 if now >= due && !sh.tasks.is_empty() {
                     break;
                 }
-                let wait = if sh.tasks.is_empty() {
+                let mut wait = if sh.tasks.is_empty() {
                     Duration::from_millis(200)
                 } else {
                     due - now
                 };
+                if inbox.is_some() {
+                    wait = wait.min(MARK_POLL);
+                }
                 sh = inner
                     .wake
                     .wait_timeout(sh, wait)
@@ -555,6 +673,14 @@ fn run(inner: &Inner) {
             acc.pace.after_sample(t0.elapsed());
             next_sample = now + acc.pace.current;
             acc.thread_cpu = sys::thread_cpu_seconds();
+            let alerts = acc.history.take_alerts();
+            for a in alerts.into_iter().take(warn_left) {
+                warn_left -= 1;
+                let line = format!("gpu-tracker: warning: job {}: {a}\n", s.job.id);
+                if sys::write_to_job_output(2, line.as_bytes(), s.job.uid).is_err() {
+                    warn_left = 0;
+                }
+            }
             inner.publish(&acc);
         }
         // A first (incomplete) record right after the first sample: the end-of-job summary
@@ -572,6 +698,20 @@ fn run(inner: &Inner) {
             if !first {
                 next_checkpoint = s.checkpoint_interval.map(|d| c + d);
             }
+        }
+    }
+    for (t, e) in inner.lock().events.drain(..) {
+        acc.history.event(t, e);
+    }
+    if let Some(ib) = inbox.as_mut() {
+        for (t, name) in ib.receive(unix_now()) {
+            acc.history.mark(t, &name);
+        }
+        if ib.refused > 0 {
+            acc.note(format!(
+                "{} phase mark(s) refused: sent by another user, or not a mark",
+                ib.refused
+            ));
         }
     }
     // One last sample unless the tasks are gone already: catches a late GPU reading.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Value of [`StepRecord::schema`].
 pub const SCHEMA: &str = "gpu-tracker/step";
 /// Value of [`StepRecord::schema_version`] written by this build.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One job step on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +39,19 @@ pub struct StepRecord {
     pub gpus: Vec<StepGpu>,
     /// How the figures were taken.
     pub sampler: SamplerStats,
+    /// The step over time, in bounded space (see `crate::history`). Added in version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::history::Timeline>,
+    /// What happened when, oldest first per kind of source. Added in version 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<crate::history::Event>,
+    /// Events not kept (beyond the bounds). Added in version 3.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub events_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The job a step belongs to.
@@ -246,6 +259,9 @@ pub struct StepGpu {
     pub energy_joules: Option<f64>,
     /// Whether the device fell off the bus during the step.
     pub lost: bool,
+    /// Its idle time. Added in version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<crate::history::GpuIdle>,
 }
 
 /// How the figures were taken.
@@ -531,6 +547,9 @@ pub(crate) mod tests_support {
             cpu: StepCpu::default(),
             gpus: vec![],
             sampler: SamplerStats::default(),
+            timeline: None,
+            events: Vec::new(),
+            events_dropped: 0,
         }
     }
 }

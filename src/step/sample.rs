@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use super::{Acc, Inner, StepSetup, Work, procs};
+use crate::cgroup::CgroupReading;
 use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
 use crate::units::{MemUnit, TimeUnit, Units};
@@ -142,11 +144,55 @@ pub(super) fn sample(
     if let Some(m) = unavailable {
         acc.notes.push(format!("GPUs not tracked: {m}"));
     }
+    observe(
+        inner,
+        acc,
+        step_reading,
+        job_reading,
+        step_private + step_shared,
+        cpu_now,
+    );
     let us = t0.elapsed().as_secs_f64() * 1e6;
     acc.samples += 1;
     acc.sample_us_total += us;
     acc.sample_us_max = acc.sample_us_max.max(us);
     acc.last_sample = Some(chrono::Local::now());
+}
+
+/// Adds the sample to the step's history. The memory alert of a batch step watches the job's
+/// cgroup against the job's limit (every step of the job on the node); other steps their own.
+fn observe(
+    inner: &Inner,
+    acc: &mut Acc,
+    step: Option<CgroupReading>,
+    job: Option<CgroupReading>,
+    sampled: u64,
+    cpu_now: f64,
+) {
+    let unix = super::unix_now();
+    let batch = inner.setup.step.id == "batch";
+    let limit = step
+        .and_then(|r| r.limit)
+        .or(inner.setup.step.alloc_memory_bytes)
+        .or(job.and_then(|r| r.limit));
+    let (watched, watched_limit) = match job {
+        Some(j) if batch && j.limit.is_some() => (j.current, j.limit),
+        _ => (step.and_then(|r| r.current), limit),
+    };
+    acc.history.set_memory_limit(watched_limit);
+    let gpus = acc.gpu.last_readings().to_vec();
+    for &i in acc.gpu.lost_at_last_sample() {
+        acc.history.gpu_lost(unix, i);
+    }
+    acc.history.observe(&Observation {
+        unix,
+        memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
+        alert_memory_bytes: watched,
+        cpu_seconds: Some(cpu_now),
+        gpus,
+        oom_kills: step.and_then(|r| r.oom_kills),
+        limit_hits: step.and_then(|r| r.limit_hits),
+    });
 }
 
 /// Reads the step's GPUs once (narrowing the source to them at the first reading).
@@ -182,6 +228,16 @@ fn gpu_sample(
             .iter()
             .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
             .collect();
+        acc.history.set_gpus(
+            acc.gpu_devices
+                .iter()
+                .map(|(_, d)| d.uuid.clone())
+                .collect(),
+            acc.gpu_devices
+                .iter()
+                .map(|(a, d)| a.unwrap_or(d.index))
+                .collect(),
+        );
         let full = std::mem::replace(src, Box::new(NoGpu));
         *src = Box::new(Allocated {
             devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
