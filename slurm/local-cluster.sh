@@ -52,7 +52,8 @@ DB_RUN=$STATE/run/mysqld
 DBD_CONF=$STATE/slurmdbd.conf
 # Slurm, and what building the plugin needs (Slurm's headers, libclang for bindgen, a C linker)
 # unless GPU_TRACKER_PLUGIN names a plugin built elsewhere (the test guests of slurm/vm.sh).
-PACKAGES=(slurmctld slurmd slurm-client munge)
+# fonts-dejavu-core: the font of gpu-tracker-report --plot (the demo draws its job).
+PACKAGES=(slurmctld slurmd slurm-client munge fonts-dejavu-core)
 [[ -n ${GPU_TRACKER_PLUGIN:-} ]] || PACKAGES+=(libslurm-dev libclang-dev gcc libc6-dev)
 export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 
@@ -951,23 +952,29 @@ cmd_env() {
     printf 'export GPU_TRACKER_CLUSTER_DIR=%q\n' "$STATE"
 }
 
-# demo: brings the cluster up and runs one tracked batch job as the test user: two srun steps,
-# some memory, one SIMULATED GPU. Shows the job's output and the records the plugin wrote.
+# demo: brings the cluster up and runs one tracked batch job as the test user, in three phases
+# marked with `gpu-tracker mark`: two srun steps, some memory, one SIMULATED GPU. Shows the job's
+# output, the records the plugin wrote, and draws the job over time.
 cmd_demo() {
     cmd_up
     step "demo job" "$(slurmd_log "$NODE")"
+    local u=${TEST_USERS[0]} gt=$STATE/bin/gpu-tracker
     # With SIMULATED GPUs, the fake NVML gives 1 GiB on GPU <i> to a process whose command line
     # holds SIMGPU<i>_HOLD: the python step is named so (built at run time, so that srun's own
     # command line does not hold the marker).
     # The summary at the end of the output is what the plugin appended.
-    # shellcheck disable=SC2016  # expanded in the job, not here
-    batch_as --summary "${TEST_USERS[0]}" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
-        --wrap 'echo "GPUs: $SLURM_JOB_GPUS"; srun -n 2 sh -c "head -c 100000000 /dev/zero | sort >/dev/null"; srun -n 1 bash -c '\''m=SIMGPU${SLURM_STEP_GPUS:-0}; exec -a ${m}_HOLD python3 -c "import time; b = bytearray(200 << 20); time.sleep(2)"'\''; echo done'
+    batch_as --summary "$u" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
+        --wrap "echo \"GPUs: \$SLURM_JOB_GPUS\"; $gt mark prepare; srun -n 2 sh -c 'head -c 100000000 /dev/zero | sort >/dev/null'; $gt mark compute; srun -n 1 bash -c 'm=SIMGPU\${SLURM_STEP_GPUS:-0}; exec -a \${m}_HOLD python3 -c \"import time; b = bytearray(300 << 20); time.sleep(3)\"'; $gt mark finish; sleep 2; echo done"
     if [[ -x $STATE/bin/gpu-tracker-report ]]; then
         echo
         echo "the job's user reads it again later: gpu-tracker-report $LAST_JOB --tasks"
-        as_user "${TEST_USERS[0]}" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
+        as_user "$u" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
             "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --tasks || true
+        echo
+        echo "and draws it: gpu-tracker-report $LAST_JOB --plot $STATE/jobs/$u/demo-$LAST_JOB.png"
+        as_user "$u" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
+            "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --plot "$STATE/jobs/$u/demo-$LAST_JOB.png" ||
+            true
     fi
     echo
     echo "records (JSON, slurm/RECORD.md): $STATE/spool/gpu-tracker/gputrack/$LAST_JOB/ (<spool_dir>/<ClusterName>/<jobid>)"

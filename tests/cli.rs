@@ -464,3 +464,111 @@ fn help_and_version() {
         assert!(stdout(&out).contains(env!("CARGO_PKG_VERSION")));
     }
 }
+
+#[test]
+fn phases_marked_from_the_command_reach_the_timeline_events_and_plot() {
+    let dir = TempDir::new("story");
+    let gt = tracker().display().to_string();
+    let (tl, ev, svg) = (dir.join("t.csv"), dir.join("e.json"), dir.join("p.svg"));
+    // Phase "alloc" holds 150 MB for a second; "idle" holds nothing.
+    let cmd = format!(
+        "{gt} mark alloc && {} && {gt} mark idle && sleep 0.6",
+        hog_cmd("--mb 150 --hold-ms 1000")
+    );
+    let out = run(&[
+        "-e",
+        &cmd,
+        "--st",
+        "0.1",
+        "--disable-logs",
+        "--timeline",
+        &tl.display().to_string(),
+        "--events",
+        &ev.display().to_string(),
+        "--plot",
+        &svg.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The usage report is unchanged: gpu_tracker's.
+    assert!(stdout(&out).starts_with("Max RAM:\n"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ev).unwrap()).unwrap();
+    let events = v["events"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap(),
+                e["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("task_start", ""),
+            ("mark", "alloc"),
+            ("mark", "idle"),
+            ("task_exit", "")
+        ],
+        "{v}"
+    );
+    let t = |i: usize| events[i]["t"].as_f64().unwrap();
+    assert!(t(2) - t(1) >= 1.0, "{v}");
+    // The timeline: 0.1 s buckets, the 150 MB inside "alloc" and not after "idle".
+    let csv = std::fs::read_to_string(&tl).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(rows.len() >= 12, "{csv}");
+    let max_between = |a: f64, b: f64| {
+        rows.iter()
+            .filter(|r| {
+                let s: f64 = r[2].parse().unwrap();
+                s >= a && s < b
+            })
+            .map(|r| r[7].parse::<f64>().unwrap())
+            .fold(0.0, f64::max)
+    };
+    assert!(max_between(t(1), t(2)) >= 140e6, "{csv}");
+    assert!(max_between(t(2) + 0.15, 99.0) < 50e6, "{csv}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for want in ["Memory", "CPU", "alloc", "idle"] {
+        assert!(text.contains(want), "{want} is not in the plot");
+    }
+}
+
+#[test]
+fn mark_outside_a_tracker_says_so_and_never_fails_the_script() {
+    let out = Command::new(tracker())
+        .args(["mark", "x"])
+        .env_remove("GPU_TRACKER_MARK")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("not inside a tracked job"),
+        "{}",
+        stderr(&out)
+    );
+    let out = Command::new(tracker())
+        .args(["mark", "x"])
+        .env("GPU_TRACKER_MARK", "/nonexistent/7.n1.")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("no tracker is listening"),
+        "{}",
+        stderr(&out)
+    );
+    for bad in [&["mark"][..], &["mark", "a", "b"], &["mark", "\u{7}"]] {
+        let out = Command::new(tracker()).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+    let out = run(&["-e", "true", "--plot", "x.jpg"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
+}

@@ -433,8 +433,8 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         return Err((
             NOT_TRACKED,
             format!(
-                "job {job_id}: its records have no timeline (written by a gpu-tracker before \
-                 0.3, or no sample was taken)"
+                "job {job_id}: its records have no timeline (written by an earlier gpu-tracker, \
+                 or no sample was taken)"
             ),
         ));
     }

@@ -143,18 +143,30 @@ pub enum MarkError {
 /// Sends a mark named `name` to every tracker of this job on this node (see the module
 /// documentation). Returns how many received it.
 pub fn send(name: &str) -> Result<usize, MarkError> {
+    clean_name(name)?;
     let prefix = std::env::var_os(ENV)
         .filter(|p| !p.is_empty())
         .ok_or(MarkError::NotTracked)?;
     send_to(Path::new(&prefix), name)
 }
 
-/// [`send`] with the prefix given.
-pub fn send_to(prefix: &Path, name: &str) -> Result<usize, MarkError> {
-    let clean = crate::step::record::clean_text(name.trim(), MAX_NAME);
+/// The name as sent: without control or invisible characters, trimmed, at most [`MAX_NAME`]
+/// characters.
+fn clean_name(name: &str) -> Result<String, MarkError> {
+    let kept: String = name
+        .chars()
+        .filter(|c| !crate::step::record::is_unsafe_on_terminal(*c))
+        .collect();
+    let clean = crate::step::record::clean_text(kept.trim(), MAX_NAME);
     if clean.is_empty() {
         return Err(MarkError::EmptyName);
     }
+    Ok(clean)
+}
+
+/// [`send`] with the prefix given.
+pub fn send_to(prefix: &Path, name: &str) -> Result<usize, MarkError> {
+    let clean = clean_name(name)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -207,7 +219,7 @@ mod tests {
             + 0.1;
         let got = a.receive(now);
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].1, "train?[2J");
+        assert_eq!(got[0].1, "train[2J");
         assert!(got[0].0 < now, "the sender's time is kept");
         assert_eq!(b.receive(now).len(), 1);
         assert!(other.receive(now).is_empty());

@@ -115,7 +115,8 @@ pub struct PhaseGpu {
     pub utilization_mean_percent: Option<f64>,
 }
 
-/// Overlap, in seconds, of a bucket `[b, b + w)` with `[s, e)`.
+/// Overlap, in seconds, of a bucket `[b, b + w)` with `[s, e)` (its weight in the phase's
+/// means).
 fn overlap(b: f64, w: f64, s: f64, e: f64) -> f64 {
     ((b + w).min(e) - b.max(s)).max(0.0)
 }
@@ -139,8 +140,8 @@ impl Mean {
     }
 }
 
-/// The buckets of a record that overlap `[s, e)` (job seconds), with the overlap's share of
-/// the phase as weight. `t0` is the job's start.
+/// The buckets of a record whose middle lies in `[s, e)` (job seconds), with their overlap with
+/// it as weight. `t0` is the job's start.
 fn buckets_in<'a>(
     r: &'a StepRecord,
     t0: f64,
@@ -156,10 +157,11 @@ fn buckets_in<'a>(
             let bs = off + b.t;
             // A step's last bucket ends with the step.
             let be = (bs + w).min(end.max(bs + 1e-3));
+            // Each bucket belongs to the phase its middle lies in: a phase's figures are as
+            // precise as half a bucket, and a neighbour's peak never leaks in.
+            let mid = (bs + be) / 2.0;
             let o = overlap(bs, be - bs, s, e);
-            // A bucket of a single instant still counts when it lies in the phase.
-            let inside = o > 0.0 || (be - bs <= 1e-3 && bs >= s && bs < e);
-            inside.then_some((b, o.max(1e-3)))
+            (mid >= s && mid < e).then_some((b, o.max(1e-3)))
         })
     })
 }

@@ -41,6 +41,15 @@ impl TextOptions {
             }
         }
     }
+
+    /// A time within a job (phases, events, idle stretches): tenths of a second under a
+    /// minute, where whole seconds would hide a short phase.
+    fn moment(&self, seconds: f64) -> String {
+        match self.time {
+            None if seconds < 59.95 => format!("{:.1} s", seconds.max(0.0)),
+            _ => self.time(seconds),
+        }
+    }
 }
 
 fn short_mem(u: MemUnit) -> &'static str {
@@ -187,8 +196,8 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
                 w,
                 "  {:<20} {:>9} {:>9} {:>11} {:>6}  {}",
                 clean_text(&p.name, 20),
-                o.time(p.start),
-                o.time(p.end - p.start),
+                o.moment(p.start),
+                o.moment(p.end - p.start),
                 if p.buckets > 0 {
                     o.mem(p.memory_peak_bytes)
                 } else {
@@ -227,7 +236,7 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
                     (i.at_end_seconds, "at the end"),
                 ] {
                     if secs >= 0.5 {
-                        parts.push(format!("{} {what}", o.time(secs)));
+                        parts.push(format!("{} {what}", o.moment(secs)));
                     }
                 }
             }
@@ -236,8 +245,8 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
                 "  GPU {} on {}: idle {} of {} ({:.0}%): {}",
                 g.index,
                 g.node,
-                o.time(i.idle_seconds),
-                o.time(i.observed_seconds),
+                o.moment(i.idle_seconds),
+                o.moment(i.observed_seconds),
                 g.share_percent,
                 parts.join(", ")
             );
@@ -249,7 +258,7 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
             let _ = writeln!(
                 w,
                 "  {:>9}  {} {:<6} {}",
-                o.time(e.t),
+                o.moment(e.t),
                 e.node,
                 e.step,
                 clean_text(&e.event.detail, 120)

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Value of [`StepRecord::schema`].
 pub const SCHEMA: &str = "gpu-tracker/step";
 /// Value of [`StepRecord::schema_version`] written by this build.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One job step on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,13 +39,13 @@ pub struct StepRecord {
     pub gpus: Vec<StepGpu>,
     /// How the figures were taken.
     pub sampler: SamplerStats,
-    /// The step over time, in bounded space (see `crate::history`). Added in version 3.
+    /// The step over time, in bounded space (see `crate::history`). Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::history::Timeline>,
-    /// What happened when, oldest first per kind of source. Added in version 3.
+    /// What happened when, oldest first per kind of source. Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<crate::history::Event>,
-    /// Events not kept (beyond the bounds). Added in version 3.
+    /// Events not kept (beyond the bounds). Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub events_dropped: u64,
 }
@@ -259,7 +259,7 @@ pub struct StepGpu {
     pub energy_joules: Option<f64>,
     /// Whether the device fell off the bus during the step.
     pub lost: bool,
-    /// Its idle time. Added in version 3.
+    /// Its idle time. Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<crate::history::GpuIdle>,
 }
