@@ -1149,17 +1149,9 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
             && text.contains("othernode.batch.json: corrupt record"),
         "{text}"
     );
-    std::fs::write(
-        dir.join("future.batch.json"),
-        good.replace(
-            &format!(
-                "\"schema_version\": {}",
-                gpu_tracker::step::record::SCHEMA_VERSION
-            ),
-            "\"schema_version\": 99",
-        ),
-    )
-    .unwrap();
+    let mut future: serde_json::Value = serde_json::from_str(&good).unwrap();
+    future["schema_version"] = 99.into();
+    std::fs::write(dir.join("future.batch.json"), future.to_string()).unwrap();
     let (code, text, _) = report_as("root", &[&running.to_string(), "--format", "json"]);
     assert_eq!(code, 7);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -335,11 +335,8 @@ mod tests {
             .write(
                 "5/n1.2.json",
                 &a.to_json().replace(
-                    &format!(
-                        "\"schema_version\": {}",
-                        crate::step::record::SCHEMA_VERSION
-                    ),
-                    "\"schema_version\": 99",
+                    &format!("\"schema_version\":{}", crate::step::record::SCHEMA_VERSION),
+                    "\"schema_version\":99",
                 ),
             );
         let j = load_job(t.path(), 5).unwrap();

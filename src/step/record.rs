@@ -384,9 +384,10 @@ impl StepRecord {
         }
     }
 
-    /// The record as pretty JSON, newline-terminated.
+    /// The record as one line of JSON, newline-terminated: compact, since the timeline's
+    /// numbers would each take a line of their own when pretty (`jq .` shows it indented).
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        let mut s = serde_json::to_string(self).unwrap_or_default();
         s.push('\n');
         s
     }
@@ -573,8 +574,8 @@ mod tests {
         let r = sample();
         assert_eq!(StepRecord::from_json(&r.to_json()).unwrap(), r);
         let newer = r.to_json().replace(
-            &format!("\"schema_version\": {SCHEMA_VERSION}"),
-            "\"schema_version\": 99",
+            &format!("\"schema_version\":{SCHEMA_VERSION}"),
+            "\"schema_version\":99",
         );
         assert!(matches!(
             StepRecord::from_json(&newer),
