@@ -156,7 +156,8 @@ impl Event {
     pub fn important(&self) -> bool {
         match self.kind.as_str() {
             "task_start" | "mark" => false,
-            "task_exit" => self.value.is_some_and(|v| v != 0.0) || self.detail.contains("signal"),
+            // A task that exited 0 is not news; a non-zero code or a signal (no code) is.
+            "task_exit" => self.value != Some(0.0),
             _ => true,
         }
     }
@@ -811,6 +812,33 @@ mod tests {
         assert_eq!(alerts.len(), 3, "{alerts:?}");
         assert!(alerts[0].contains("85% of the limit"), "{alerts:?}");
         assert!(r.take_alerts().is_empty());
+    }
+
+    #[test]
+    fn only_events_that_matter_are_important() {
+        let ev = |kind: &str, value: Option<f64>| Event {
+            t: 0.0,
+            kind: kind.into(),
+            task: Some(0),
+            gpu: None,
+            name: None,
+            value,
+            detail: String::new(),
+        };
+        assert!(!ev("task_exit", Some(0.0)).important());
+        assert!(ev("task_exit", Some(1.0)).important());
+        assert!(ev("task_exit", None).important(), "killed by a signal");
+        assert!(!ev("task_start", None).important());
+        assert!(!ev("mark", None).important());
+        for k in [
+            "oom_kill",
+            "memory_limit_hit",
+            "gpu_lost",
+            "alert_memory",
+            "alert_gpu_idle",
+        ] {
+            assert!(ev(k, Some(1.0)).important(), "{k}");
+        }
     }
 
     #[test]
