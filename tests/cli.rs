@@ -572,3 +572,39 @@ fn mark_outside_a_tracker_says_so_and_never_fails_the_script() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_mark_from_another_user_is_refused() {
+    use gpu_tracker::history::mark::Inbox;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let me = gpu_tracker::sys::euid();
+    if me != 0 {
+        // Covered without root by the unit test of src/history/mark.rs (an inbox for uid + 1).
+        eprintln!("needs root to send as another user; see history::mark's unit tests");
+        return;
+    }
+    let dir = TempDir::new("mark-uid");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.join("gpu-tracker");
+    std::fs::copy(tracker(), &bin).unwrap();
+    // The job's user here is root; "nobody" (65534) sends too.
+    let mut inbox = Inbox::bind(&dir.join("7.n1.batch.sock"), 0).unwrap();
+    let prefix = dir.join("7.n1.");
+    let send = |name: &str, uid: u32| {
+        let mut c = Command::new(&bin);
+        c.args(["mark", name]).env("GPU_TRACKER_MARK", &prefix);
+        if uid != 0 {
+            c.uid(uid).gid(uid);
+        }
+        c.output().unwrap()
+    };
+    let out = send("theirs", 65534);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = send("ours", 0);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let now = gpu_tracker::step::unix_now() + 1.0;
+    let got: Vec<String> = inbox.receive(now).into_iter().map(|m| m.1).collect();
+    assert_eq!(got, ["ours"]);
+    assert_eq!(inbox.refused, 1, "nobody's mark is dropped and counted");
+}
