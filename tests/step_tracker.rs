@@ -448,3 +448,59 @@ fn a_short_task_started_after_the_first_sample_is_still_seen() {
     assert_eq!(r.tasks[1].max_processes, Some(1));
     assert!(r.sampler.samples >= 2, "{:?}", r.sampler);
 }
+
+#[test]
+fn the_record_tells_when_tasks_ran_a_phase_began_and_the_gpu_was_lost() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
+    let f = Fixture::new("story", Some(1), 100, json!({}));
+    // The GPU falls off the bus 700 ms after NVML opens.
+    let path = f.dir.join("lib").join("fake-nvml-scenario.json");
+    let mut scn: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    scn["devices"][0]["lost_after_ms"] = json!(700);
+    std::fs::write(&path, scn.to_string()).unwrap();
+    let t = StepTracker::start(f.setup.clone()).unwrap();
+    let task = sleeper();
+    t.task_started(Some(0), Some(0), task.id());
+    std::thread::sleep(Duration::from_millis(300));
+    let prefix = f.dir.join("4242.n1.");
+    let sent = gpu_tracker::history::mark::send_to(&prefix, "second half");
+    assert_eq!(sent.unwrap(), 1);
+    std::thread::sleep(Duration::from_millis(1200));
+    end(&t, task);
+    let (r, _) = t.finish();
+    assert!(
+        !f.dir.join("4242.n1.0.sock").exists(),
+        "the socket goes with the step"
+    );
+    let kinds: Vec<&str> = r.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["task_start", "mark", "gpu_lost", "task_exit"],
+        "{:?}",
+        r.events
+    );
+    let mark = &r.events[1];
+    assert_eq!(mark.name.as_deref(), Some("second half"));
+    assert!((0.2..1.0).contains(&mark.t), "{mark:?}");
+    assert_eq!(r.events[2].gpu, Some(0));
+    assert!(r.events[3].detail.contains("SIGKILL"), "{:?}", r.events[3]);
+    let tl = r.timeline.as_ref().unwrap();
+    assert_eq!(tl.gpus, [UUID]);
+    assert!(tl.buckets.len() >= 8, "{tl:?}");
+    // Readings before the loss, none after.
+    assert!(tl.buckets.iter().any(|b| {
+        b.gpus
+            .first()
+            .is_some_and(|g| g.utilization_percent.is_some())
+    }));
+    assert!(
+        tl.buckets
+            .last()
+            .unwrap()
+            .gpus
+            .iter()
+            .all(|g| g.utilization_percent.is_none())
+    );
+    let idle = r.gpus[0].idle.as_ref().unwrap();
+    assert!(idle.ever_busy && idle.idle_seconds == 0.0, "{idle:?}");
+}
