@@ -60,9 +60,9 @@ pub struct TrackerOptions {
     pub log: Option<LogFn>,
     /// When alerts fire (kept as events in the [`Story`]).
     pub alerts: AlertRules,
-    /// A socket to take phase marks at (`gpu-tracker mark`), bound by the tracker; its
-    /// directory must be the caller's own.
-    pub mark_socket: Option<PathBuf>,
+    /// Where phase marks (`gpu-tracker mark`) come in: a socket the caller bound before it
+    /// started what is tracked, so that no early mark finds nobody listening.
+    pub marks: Option<Arc<Mutex<Inbox>>>,
 }
 
 impl std::fmt::Debug for TrackerOptions {
@@ -93,7 +93,7 @@ impl Default for TrackerOptions {
             overwrite: false,
             log: Some(Arc::new(|m: &str| eprintln!("gpu-tracker: warning: {m}"))),
             alerts: AlertRules::default(),
-            mark_socket: None,
+            marks: None,
         }
     }
 }
@@ -308,20 +308,17 @@ fn run(
         }
     };
     let in_process = target.in_process;
-    let uid = crate::sys::euid();
     let mut sampler = Sampler::new(opts.sampler_options(), target);
     let interval = Duration::from_secs_f64(opts.sleep_time);
     let mut story = Recorder::new(crate::step::unix_now(), opts.sleep_time, opts.alerts);
-    let mut inbox = opts
-        .mark_socket
-        .as_ref()
-        .and_then(|p| match Inbox::bind(p, uid) {
-            Ok(i) => Some(i),
-            Err(e) => {
-                warn(&format!("phase marks are off: {e}"));
-                None
-            }
-        });
+    let inbox = opts.marks.clone();
+    let receive = |inbox: &Option<Arc<Mutex<Inbox>>>| {
+        inbox.as_ref().map_or_else(Vec::new, |m| {
+            m.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .receive(crate::step::unix_now())
+        })
+    };
     let mut gpus_named = false;
     let mut observe = |sampler: &Sampler, story: &mut Recorder| {
         let now = crate::step::unix_now();
@@ -384,24 +381,20 @@ fn run(
                 .wait_timeout_while(st, slice, |s| s.end.is_none())
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            if let Some(ib) = inbox.as_mut() {
-                let marks = ib.receive(crate::step::unix_now());
-                if !marks.is_empty() {
-                    for (t, name) in marks {
-                        story.mark(t, &name);
-                    }
-                    break;
+            let marks = receive(&inbox);
+            if !marks.is_empty() {
+                for (t, name) in marks {
+                    story.mark(t, &name);
                 }
+                break;
             }
         }
         if let Some(end) = st.end.take() {
             break end;
         }
     };
-    if let Some(ib) = inbox.as_mut() {
-        for (t, name) in ib.receive(crate::step::unix_now()) {
-            story.mark(t, &name);
-        }
+    for (t, name) in receive(&inbox) {
+        story.mark(t, &name);
     }
     // A last reading: of the process itself when tracking a block of code; of the devices only
     // when the command has ended (its processes are gone).

@@ -239,7 +239,18 @@ fn run(args: Args) -> Result<u8, Fail> {
         overwrite: args.overwrite,
         log: log.clone(),
         alerts: gpu_tracker::history::AlertRules::default(),
-        mark_socket: mark_dir.as_ref().map(|d| d.0.join("command.sock")),
+        // Bound before the command starts: its first mark finds the tracker listening.
+        marks: mark_dir.as_ref().and_then(|d| {
+            match gpu_tracker::history::mark::Inbox::bind(&d.0.join("command.sock"), sys::euid()) {
+                Ok(i) => Some(Arc::new(std::sync::Mutex::new(i))),
+                Err(e) => {
+                    if let Some(l) = &log {
+                        l(&format!("phase marks are off: {e}"));
+                    }
+                    None
+                }
+            }
+        }),
     };
     opts.validate().map_err(|e| Fail::Usage(e.to_string()))?;
 

@@ -203,14 +203,13 @@ struct Acc {
     last_sample: Option<chrono::DateTime<chrono::Local>>,
     /// `Some(false)`: the thread did not stop by the deadline (final records only).
     stopped: Option<bool>,
-    /// The step over time: timeline, events, idle GPUs.
-    history: Recorder,
+    /// The history knows the GPUs' UUIDs.
+    gpus_named: bool,
 }
 
 impl Acc {
-    fn new(interval: Duration, start_unix: f64, rules: AlertRules) -> Acc {
+    fn new(interval: Duration) -> Acc {
         Acc {
-            history: Recorder::new(start_unix, interval.as_secs_f64(), rules),
             samples: 0,
             sample_us_total: 0.0,
             sample_us_max: 0.0,
@@ -230,6 +229,7 @@ impl Acc {
             nvml_cloexec: 0,
             last_sample: None,
             stopped: None,
+            gpus_named: false,
         }
     }
 
@@ -251,9 +251,11 @@ struct Inner {
     setup: StepSetup,
     started: Instant,
     start_time: chrono::DateTime<chrono::Local>,
-    /// The same, as Unix seconds: time zero of the timeline and events.
-    start_unix: f64,
     shared: Mutex<Shared>,
+    /// The step over time: timeline, events, idle GPUs. Updated in place by the sampler thread
+    /// (never held across a `/proc` or NVML call), read by the record's builder: not copied
+    /// at every sample like `figures`.
+    history: Mutex<Recorder>,
     wake: Condvar,
     /// The sampler's figures as of its latest sample. Never held across a `/proc` or NVML call.
     figures: Mutex<Acc>,
@@ -270,6 +272,10 @@ impl Inner {
 
     fn publish(&self, acc: &Acc) {
         *self.figures.lock().unwrap_or_else(|p| p.into_inner()) = acc.clone();
+    }
+
+    fn history(&self) -> MutexGuard<'_, Recorder> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn figures(&self) -> Acc {
@@ -319,8 +325,12 @@ impl StepTracker {
         };
         let start_unix = unix_now();
         let inner = Arc::new(Inner {
-            figures: Mutex::new(Acc::new(setup.interval, start_unix, setup.alerts)),
-            start_unix,
+            figures: Mutex::new(Acc::new(setup.interval)),
+            history: Mutex::new(Recorder::new(
+                start_unix,
+                setup.interval.as_secs_f64(),
+                setup.alerts,
+            )),
             setup,
             started: Instant::now(),
             start_time: chrono::Local::now(),
@@ -565,7 +575,7 @@ fn write_checkpoint(inner: &Inner, rec: &StepRecord) -> Result<(), String> {
 fn run(inner: &Inner, mut inbox: Option<Inbox>) {
     let s = &inner.setup;
     let procfs = ProcFs::new(&s.proc_root);
-    let mut acc = Acc::new(s.interval, inner.start_unix, s.alerts);
+    let mut acc = Acc::new(s.interval);
     let mut work = Work::default();
     let mut gpu = LazyGpu::none();
     // The NVML library to open once every task is started.
@@ -602,15 +612,19 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
                 if sh.stop {
                     break;
                 }
-                for (t, e) in sh.events.drain(..) {
-                    acc.history.event(t, e);
+                if !sh.events.is_empty() {
+                    let mut h = inner.history();
+                    for (t, e) in sh.events.drain(..) {
+                        h.event(t, e);
+                    }
                 }
                 // A mark ends a phase: sample at once, so the phase ends with a reading.
                 if let Some(ib) = inbox.as_mut() {
                     let marks = ib.receive(unix_now());
                     if !marks.is_empty() {
+                        let mut h = inner.history();
                         for (t, name) in marks {
-                            acc.history.mark(t, &name);
+                            h.mark(t, &name);
                         }
                         next_sample = Instant::now();
                     }
@@ -673,7 +687,7 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
             acc.pace.after_sample(t0.elapsed());
             next_sample = now + acc.pace.current;
             acc.thread_cpu = sys::thread_cpu_seconds();
-            let alerts = acc.history.take_alerts();
+            let alerts = inner.history().take_alerts();
             for a in alerts.into_iter().take(warn_left) {
                 warn_left -= 1;
                 let line = format!("gpu-tracker: warning: job {}: {a}\n", s.job.id);
@@ -700,12 +714,13 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
             }
         }
     }
-    for (t, e) in inner.lock().events.drain(..) {
-        acc.history.event(t, e);
+    let events: Vec<(f64, Event)> = inner.lock().events.drain(..).collect();
+    for (t, e) in events {
+        inner.history().event(t, e);
     }
     if let Some(ib) = inbox.as_mut() {
         for (t, name) in ib.receive(unix_now()) {
-            acc.history.mark(t, &name);
+            inner.history().mark(t, &name);
         }
         if ib.refused > 0 {
             acc.note(format!(

@@ -179,12 +179,26 @@ fn observe(
         Some(j) if batch && j.limit.is_some() => (j.current, j.limit),
         _ => (step.and_then(|r| r.current), limit),
     };
-    acc.history.set_memory_limit(watched_limit);
     let gpus = acc.gpu.last_readings().to_vec();
-    for &i in acc.gpu.lost_at_last_sample() {
-        acc.history.gpu_lost(unix, i);
+    let mut h = inner.history();
+    if !acc.gpus_named && !acc.gpu_devices.is_empty() {
+        acc.gpus_named = true;
+        h.set_gpus(
+            acc.gpu_devices
+                .iter()
+                .map(|(_, d)| d.uuid.clone())
+                .collect(),
+            acc.gpu_devices
+                .iter()
+                .map(|(a, d)| a.unwrap_or(d.index))
+                .collect(),
+        );
     }
-    acc.history.observe(&Observation {
+    h.set_memory_limit(watched_limit);
+    for &i in acc.gpu.lost_at_last_sample() {
+        h.gpu_lost(unix, i);
+    }
+    h.observe(&Observation {
         unix,
         memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
         alert_memory_bytes: watched,
@@ -228,16 +242,6 @@ fn gpu_sample(
             .iter()
             .map(|&(a, i)| (Some(a), src.devices()[i].clone()))
             .collect();
-        acc.history.set_gpus(
-            acc.gpu_devices
-                .iter()
-                .map(|(_, d)| d.uuid.clone())
-                .collect(),
-            acc.gpu_devices
-                .iter()
-                .map(|(a, d)| a.unwrap_or(d.index))
-                .collect(),
-        );
         let full = std::mem::replace(src, Box::new(NoGpu));
         *src = Box::new(Allocated {
             devices: acc.gpu_devices.iter().map(|(_, d)| d.clone()).collect(),
