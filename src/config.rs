@@ -340,6 +340,11 @@ mod tests {
     #[test]
     fn empty_file_gives_defaults_and_the_example_parses() {
         assert_eq!(parse("").unwrap(), Config::default());
+        // gpu-tracker -e alerts as the plugin does by default.
+        assert_eq!(
+            Config::default().alert_rules(),
+            crate::history::AlertRules::default()
+        );
         let example = include_str!("../config/gpu-tracker.toml");
         let c = parse(example).unwrap();
         assert_eq!(c.spool_dir, PathBuf::from("/var/spool/gpu-tracker"));

@@ -195,7 +195,7 @@ impl GpuIdle {
     }
 }
 
-/// When alerts fire (the site's settings).
+/// When alerts fire (the site's settings; the defaults are the settings' defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AlertRules {
     /// Memory above this percent of the limit (0: off).
@@ -210,7 +210,7 @@ impl Default for AlertRules {
     fn default() -> Self {
         AlertRules {
             memory_percent: 90.0,
-            gpu_idle_seconds: 300.0,
+            gpu_idle_seconds: 600.0,
             gpu_idle_percent: 5.0,
         }
     }
