@@ -2325,7 +2325,11 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     let tl = batch.timeline.as_ref().unwrap();
     assert_eq!(tl.bucket_seconds, 0.5);
     assert_eq!(tl.gpus.len(), 2);
-    assert!(tl.buckets.len() >= 12, "{}", tl.buckets.len());
+    // Every sample is in the timeline (a slow machine samples less often: the sampler
+    // lengthens its interval when samples cost more than a tenth of it).
+    let in_buckets: u32 = tl.buckets.iter().map(|b| b.samples).sum();
+    assert_eq!(u64::from(in_buckets), batch.sampler.samples, "{tl:?}");
+    assert!(tl.buckets.len() >= 4, "{}", tl.buckets.len());
     let s0 = recs["0"].timeline.as_ref().unwrap();
     let peak0 = s0
         .buckets
@@ -2346,7 +2350,12 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     assert!(idle(1).share_percent() > 90.0, "{:?}", idle(1));
     let g0 = idle(0);
     assert!(g0.ever_busy, "{g0:?}");
-    assert!((2.0..=4.5).contains(&g0.at_start_seconds), "{g0:?}");
+    // Within two intervals of the truth (3 s), as the sampler's interval went.
+    let imax = batch.sampler.interval_max_seconds.unwrap_or(0.5);
+    assert!(
+        g0.at_start_seconds <= 4.5 && g0.at_start_seconds >= 3.0 - 2.0 * imax - 0.5,
+        "{g0:?} {imax}"
+    );
     assert!(g0.at_end_seconds < 1.0, "{g0:?}");
     // The summary in the job's output: phases, idle GPUs, events.
     let out = output_with_summary(USER, "story", id);
@@ -2410,7 +2419,7 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
             .iter()
             .filter(|r| r.starts_with(&format!("{node},{step},")))
             .count();
-        assert!(n >= 4, "{step}: {n} rows\n{csv}");
+        assert!(n >= 2, "{step}: {n} rows\n{csv}");
     }
     assert!(rows.iter().any(|r| r.contains(",1,GPU-11111111-")), "{csv}");
     let (code, json, _) = report_as(USER, &[&id.to_string(), "--timeline", "json"]);
