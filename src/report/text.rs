@@ -505,6 +505,40 @@ mod tests {
     use crate::step::record::tests_support::record;
 
     #[test]
+    fn idle_gpus_say_when_they_idled_and_phases_show_tenths() {
+        let r = record("n1", "batch");
+        let mut s = Summary::from_records(&[r]);
+        let idle = |start, gaps, end, busy| super::super::story::IdleGpu {
+            node: "n1".into(),
+            index: 0,
+            uuid: "GPU-x".into(),
+            idle: crate::history::GpuIdle {
+                threshold_percent: 5.0,
+                observed_seconds: 100.0,
+                idle_seconds: start + gaps + end,
+                at_start_seconds: start,
+                at_end_seconds: end,
+                in_gaps_seconds: gaps,
+                longest_seconds: start,
+                ever_busy: busy,
+            },
+            share_percent: start + gaps + end,
+        };
+        s.gpu_idle = vec![idle(3.0, 1.5, 0.2, true), idle(100.0, 0.0, 0.0, false)];
+        let text = render(&s, &[], &TextOptions::default());
+        assert!(
+            text.contains(
+                "GPU 0 on n1: idle 4.7 s of 00:01:40 (5%): 3.0 s at the start, 1.5 s in gaps\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("idle 00:01:40 of 00:01:40 (100%): never busy"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn renders_the_figures_with_the_chosen_units() {
         let mut r = record("n1", "batch");
         r.job.alloc_memory_bytes = Some(4 << 30);
