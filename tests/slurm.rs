@@ -2388,14 +2388,11 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
             .cloned()
             .unwrap()
     };
-    assert!(
-        gpu0(1)["memory_peak_bytes"].as_u64().unwrap() >= 1 << 30,
-        "{phases:?}"
-    );
-    assert!(
-        gpu0(0)["memory_peak_bytes"].as_u64().unwrap() < 1 << 30,
-        "{phases:?}"
-    );
+    // (A phase's figures are as precise as half a bucket: the fake counts srun's own command
+    // line, which names the marker, at once, and on a slow guest the sample taken at the mark
+    // can fall in load's last bucket; so load is compared, not bounded.)
+    let gmem = |i: usize| gpu0(i)["memory_peak_bytes"].as_u64().unwrap();
+    assert!(gmem(1) >= 1 << 30 && gmem(1) > gmem(0), "{phases:?}");
     let util = |i: usize| gpu0(i)["utilization_mean_percent"].as_f64().unwrap();
     // (Each step opens its own fake NVML, whose times count from its own start: the train
     // step sees GPU 0 idle for its first 3 s, which lowers the phase's mean; and on a slow
