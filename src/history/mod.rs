@@ -152,6 +152,19 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event of `kind` saying `detail`; the time is set when it is recorded.
+    pub fn new(kind: &str, detail: String) -> Event {
+        Event {
+            t: 0.0,
+            kind: kind.into(),
+            task: None,
+            gpu: None,
+            name: None,
+            value: None,
+            detail,
+        }
+    }
+
     /// Whether a summary shows it (task starts and clean exits it does not).
     pub fn important(&self) -> bool {
         match self.kind.as_str() {
@@ -347,13 +360,8 @@ impl Recorder {
         self.event(
             unix,
             Event {
-                t: 0.0,
-                kind: "mark".into(),
-                task: None,
-                gpu: None,
                 name: Some(name.to_string()),
-                value: None,
-                detail: format!("phase {name} begins"),
+                ..Event::new("mark", format!("phase {name} begins"))
             },
         );
     }
@@ -387,13 +395,11 @@ impl Recorder {
             self.event(
                 o.unix,
                 Event {
-                    t: 0.0,
-                    kind: "oom_kill".into(),
-                    task: None,
-                    gpu: None,
-                    name: None,
                     value: Some(n as f64),
-                    detail: format!("the OOM killer killed {n} process(es) of the step"),
+                    ..Event::new(
+                        "oom_kill",
+                        format!("the OOM killer killed {n} process(es) of the step"),
+                    )
                 },
             );
         }
@@ -407,13 +413,11 @@ impl Recorder {
             self.event(
                 o.unix,
                 Event {
-                    t: 0.0,
-                    kind: "memory_limit_hit".into(),
-                    task: None,
-                    gpu: None,
-                    name: None,
                     value: Some(n as f64),
-                    detail: format!("memory reached the limit ({n} time(s) since the last sample)"),
+                    ..Event::new(
+                        "memory_limit_hit",
+                        format!("memory reached the limit ({n} time(s) since the last sample)"),
+                    )
                 },
             );
         }
@@ -442,13 +446,8 @@ impl Recorder {
             self.event(
                 o.unix,
                 Event {
-                    t: 0.0,
-                    kind: "alert_memory".into(),
-                    task: None,
-                    gpu: None,
-                    name: None,
                     value: Some((pct * 10.0).round() / 10.0),
-                    detail,
+                    ..Event::new("alert_memory", detail)
                 },
             );
         } else if pct < self.rules.memory_percent - 10.0 {
@@ -506,13 +505,9 @@ impl Recorder {
             self.event(
                 unix,
                 Event {
-                    t: 0.0,
-                    kind: "alert_gpu_idle".into(),
-                    task: None,
                     gpu: Some(id),
-                    name: None,
                     value: Some(stretch.round()),
-                    detail,
+                    ..Event::new("alert_gpu_idle", detail)
                 },
             );
         }
@@ -529,13 +524,11 @@ impl Recorder {
         self.event(
             unix,
             Event {
-                t: 0.0,
-                kind: "gpu_lost".into(),
-                task: None,
                 gpu: Some(id),
-                name: None,
-                value: None,
-                detail: format!("GPU {id} fell off the bus (NVML: GPU is lost)"),
+                ..Event::new(
+                    "gpu_lost",
+                    format!("GPU {id} fell off the bus (NVML: GPU is lost)"),
+                )
             },
         );
     }
@@ -848,13 +841,8 @@ mod tests {
             r.event(
                 i as f64,
                 Event {
-                    t: 0.0,
-                    kind: "task_start".into(),
                     task: Some(i as u32),
-                    gpu: None,
-                    name: None,
-                    value: None,
-                    detail: String::new(),
+                    ..Event::new("task_start", String::new())
                 },
             );
         }

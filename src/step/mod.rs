@@ -416,13 +416,11 @@ impl StepTracker {
         sh.events.push((
             unix_now(),
             Event {
-                t: 0.0,
-                kind: "task_start".into(),
                 task: id,
-                gpu: None,
-                name: None,
-                value: None,
-                detail: format!("task {} started (pid {pid})", task_name(id)),
+                ..Event::new(
+                    "task_start",
+                    format!("task {} started (pid {pid})", task_name(id)),
+                )
             },
         ));
         drop(sh);
