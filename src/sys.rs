@@ -317,16 +317,21 @@ fn write_all_with(
     Ok(())
 }
 
-/// A close-on-exec duplicate of descriptor `fd` (`fcntl(F_DUPFD_CLOEXEC)`).
-fn dup_cloexec(fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+/// A close-on-exec duplicate of descriptor `fd` (`fcntl(F_DUPFD_CLOEXEC)`), numbered `min` or
+/// above.
+fn dup_cloexec_from(fd: i32, min: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: F_DUPFD_CLOEXEC takes an integer (the lowest new number); it only reads `fd`.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
     if new < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `new` is a descriptor just made by fcntl, open and owned by nobody else.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) })
+}
+
+fn dup_cloexec(fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    dup_cloexec_from(fd, 0)
 }
 
 /// The kernel id of the calling thread.
@@ -641,6 +646,55 @@ pub fn recv_with_sender(
         cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
     Ok(Some((n as usize, uid)))
+}
+
+/// This process's open-file limit: (soft, hard).
+pub fn nofile_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    if rc == 0 {
+        (lim.rlim_cur, lim.rlim_max)
+    } else {
+        (0, 0)
+    }
+}
+
+/// Raises this process's soft open-file limit to its hard one; returns the soft limit now.
+/// Processes started before the call keep the limit they had.
+pub fn raise_nofile_limit() -> u64 {
+    let (soft, hard) = nofile_limit();
+    if hard > soft {
+        let lim = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads one rlimit we own; raising soft up to hard needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            return hard;
+        }
+    }
+    soft
+}
+
+/// Moves `fd` to the lowest free descriptor number at or above `min` (close-on-exec), so that
+/// descriptors kept for long leave the low numbers to the code around them.
+pub fn move_fd_at_least(
+    fd: std::os::fd::OwnedFd,
+    min: i32,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    dup_cloexec_from(fd.as_raw_fd(), min)
+}
+
+/// The size of a memory page, in bytes.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions and only reads a constant.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u64 } else { 4096 }
 }
 
 #[cfg(test)]

@@ -335,7 +335,11 @@ fn run(
     // Rows wait here until the GPU count is known: the static row comes first in the file.
     let mut pending_rows = Vec::new();
     let mut static_written = false;
+    // The interval asked for, lengthened while samples cost more than a tenth of it (a tree of
+    // thousands of processes, a slow driver): said in the notes (`step::pace`).
+    let mut pace = crate::step::pace::Pace::new(interval);
     let end = loop {
+        let started = std::time::Instant::now();
         let mut unavailable = None;
         let _ = gpu.get(false, &mut |m| unavailable = Some(m));
         let gpu_known = gpu.is_settled();
@@ -363,8 +367,9 @@ fn run(
             }
         }
         // Wait for the next sample, looking for phase marks on the way: a mark ends a phase
-        // with a sample.
-        let due = std::time::Instant::now() + interval;
+        // with a sample. Samples start an interval apart, whatever each cost.
+        pace.after_sample(started.elapsed());
+        let due = started + pace.current;
         let mut st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let now = std::time::Instant::now();
@@ -395,6 +400,9 @@ fn run(
     };
     for (t, name) in receive(&inbox) {
         story.mark(t, &name);
+    }
+    if let Some(n) = pace.note() {
+        sampler.note(n);
     }
     // A last reading: of the process itself when tracking a block of code; of the devices only
     // when the command has ended (its processes are gone).

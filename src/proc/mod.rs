@@ -1,12 +1,14 @@
 //! Reading `/proc`: a thin I/O layer over [`parse`], rooted at a directory so tests can point it
 //! at a fixture tree. Every error names the file it came from.
 
+pub mod files;
 pub mod parse;
+pub mod watch;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub use parse::{CpuTotals, MemInfo, MemSplit, PidStat, PidStatus};
+pub use parse::{CpuTotals, MemInfo, MemSplit, PidStat, PidStatus, Statm};
 
 /// Where procfs is mounted on a real machine.
 pub const DEFAULT_ROOT: &str = "/proc";

@@ -23,7 +23,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use crate::gpu::GpuSource;
-use crate::proc::{MemSplit, ProcFs, ticks_per_second};
+use crate::proc::files::FdLimit;
+use crate::proc::watch::Watch;
+use crate::proc::{ProcFs, ticks_per_second};
 use crate::sys;
 use crate::tracking_file::StaticData;
 use crate::units::Units;
@@ -34,6 +36,10 @@ pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target, Timepoint};
 
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
+
+/// Share of the interval that reading private/shared splits (`smaps_rollup`) may take in one
+/// sample; the rest are estimated and read at the next samples.
+pub const SMAPS_TIME_SHARE: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy)]
 struct ProcRecord {
@@ -70,6 +76,7 @@ pub struct Sampler {
     opts: SamplerOptions,
     target: Target,
     procfs: ProcFs,
+    watch: Watch,
     tps: f64,
     ncores: u32,
     started: Instant,
@@ -96,6 +103,16 @@ impl Sampler {
     /// A sampler of `target`. Takes no reading yet.
     pub fn new(opts: SamplerOptions, target: Target) -> Sampler {
         let procfs = ProcFs::new(&opts.proc_root);
+        let watch = Watch::new(
+            &opts.proc_root,
+            opts.memory_detail == MemoryDetail::SmapsRollup,
+            if target.in_process {
+                // Inside the program measured: a quarter of its limit, untouched.
+                FdLimit::from_rlimit()
+            } else {
+                FdLimit::for_sampler_program()
+            },
+        );
         let base_children_cpu = if target.in_process {
             0.0
         } else {
@@ -105,6 +122,7 @@ impl Sampler {
         let ncores = crate::proc::online_cpus();
         Sampler {
             procfs,
+            watch,
             tps: ticks_per_second() as f64,
             ncores,
             started: Instant::now(),
@@ -134,6 +152,11 @@ impl Sampler {
         if self.notes_seen.insert(m.clone()) {
             self.notes.push(m);
         }
+    }
+
+    /// What the sampler has read of its processes since the start ([`crate::proc::watch`]).
+    pub fn read_counts(&self) -> crate::proc::watch::WatchCounts {
+        self.watch.counts()
     }
 
     /// The options this sampler runs with.
@@ -193,20 +216,29 @@ impl Sampler {
             0.0
         };
 
-        let members = tree::members(&self.procfs, &self.target);
+        let watch = &mut self.watch;
+        let members = tree::members_with(&self.procfs, &self.target, usize::MAX, &mut |p| {
+            watch.children(p, now)
+        })
+        .0;
         let mut seen = HashSet::with_capacity(members.len());
         let (mut priv_sum, mut shared_max) = ([0u64; 3], [0u64; 3]);
         let mut cum = 0.0;
         let mut main_own = None;
         let mut threads_now = [0u64; 2];
+        // Reading splits from smaps_rollup may take this long per sample; past it, they are
+        // estimated and read first next time (see `proc::watch`). The main process always reads.
+        let smaps_budget = self.opts.interval.mul_f64(SMAPS_TIME_SHARE);
+        let mut smaps_spent = std::time::Duration::ZERO;
         for pid in members {
-            let Ok(st) = self.procfs.pid_stat(pid) else {
-                continue;
-            };
-            let Ok(status) = self.procfs.pid_status(pid) else {
-                continue;
-            };
             let is_main = pid == self.target.main;
+            let allowed = is_main || smaps_spent < smaps_budget;
+            let t_read = Instant::now();
+            let Ok(r) = self.watch.read(pid, t_read, allowed) else {
+                continue;
+            };
+            smaps_spent += t_read.elapsed();
+            let st = r.stat;
             if !is_main {
                 self.saw_descendants = true;
             }
@@ -226,7 +258,7 @@ impl Sampler {
                 }
             };
             seen.insert(pid);
-            let mut threads = status.threads;
+            let mut threads = st.threads;
             let mut own_counted = own - rec.base_own;
             cum += own + reaped - rec.base_cpu;
             if is_main && self.target.in_process {
@@ -239,37 +271,24 @@ impl Sampler {
                 main_own = Some(own_counted);
                 self.cpu.main_last_reaped = reaped - (rec.base_cpu - rec.base_own);
             }
-            let split = match self.opts.memory_detail {
-                MemoryDetail::SmapsRollup => match self.procfs.pid_smaps_rollup(pid) {
-                    Ok(s) => Some(s),
-                    Err(e) if e.is_gone() => None,
-                    Err(e) => {
-                        self.note(format!(
-                            "private/shared split estimated from /proc/<pid>/status ({e})"
-                        ));
-                        MemSplit::from_status(&status)
-                    }
-                },
-                MemoryDetail::Status => MemSplit::from_status(&status),
-            };
-            let hwm = status.hwm.unwrap_or(0);
-            self.largest_hwm = self.largest_hwm.max(hwm);
+            let s = r.split;
+            self.largest_hwm = self.largest_hwm.max(r.hwm);
             let group = if is_main { 0 } else { 1 };
-            if let Some(s) = split {
-                for g in [group, 2] {
-                    priv_sum[g] += s.private;
-                    shared_max[g] = shared_max[g].max(s.shared);
-                }
-                tp.values[group] += u.ram.from_bytes(s.total());
+            for g in [group, 2] {
+                priv_sum[g] += s.private;
+                shared_max[g] = shared_max[g].max(s.shared);
             }
+            tp.values[group] += u.ram.from_bytes(s.total());
             threads_now[group] += threads;
             if is_main {
-                self.mem[0].update(
-                    split.map_or(0, |s| s.private),
-                    split.map_or(0, |s| s.shared),
-                    hwm,
-                );
+                self.mem[0].update(s.private, s.shared, r.hwm);
             }
+        }
+        self.watch.end_sample(|p| seen.contains(&p));
+        if let Some(e) = self.watch.take_smaps_error() {
+            self.note(format!(
+                "private/shared split estimated from /proc/<pid>/statm ({e})"
+            ));
         }
         self.procs.retain(|pid, _| seen.contains(pid));
         // Descendants and combined: private pages summed, shared pages counted once.
@@ -291,13 +310,14 @@ impl Sampler {
         if !self.target.in_process {
             cum += sys::rusage(sys::Who::Children).cpu_seconds - self.base_children_cpu;
         }
-        if let Ok(now) = self.procfs.cpu_totals() {
+        let (cpu_totals, meminfo) = self.watch.machine();
+        if let Some(now) = cpu_totals {
             self.cpu.system(now, dt, Some(&mut tp));
         }
         self.cpu.tree(dt, cum, main_own, &mut tp);
         self.latest = (priv_sum[2] + shared_max[2], cum);
 
-        if let Ok(m) = self.procfs.meminfo() {
+        if let Some(m) = meminfo {
             self.sys_used = self.sys_used.max(m.used);
             self.sys_total = m.total;
             tp.values[3] = u.ram.from_bytes(m.used);

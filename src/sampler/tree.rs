@@ -7,14 +7,21 @@ use crate::proc::ProcFs;
 
 /// The tracked pids now: the cgroup's processes when there is one, else the descendants of the
 /// tree roots (and the main process itself), walking `children` files, or every process's parent
-/// where the kernel has no `children` files.
-pub fn members(procfs: &ProcFs, target: &Target) -> Vec<u32> {
-    members_limited(procfs, target, usize::MAX).0
+/// where the kernel has no `children` files; visiting at most `limit` processes of the tree; also says whether the walk
+/// was complete (a cgroup's list always is).
+#[cfg(test)]
+pub fn members_limited(procfs: &ProcFs, target: &Target, limit: usize) -> (Vec<u32>, bool) {
+    members_with(procfs, target, limit, &mut |p| procfs.children(p))
 }
 
-/// As [`members`], visiting at most `limit` processes of the tree; also says whether the walk
-/// was complete (a cgroup's list always is).
-pub fn members_limited(procfs: &ProcFs, target: &Target, limit: usize) -> (Vec<u32>, bool) {
+/// As [`members_limited`], with each process's children listed by `children` (a
+/// [`crate::proc::watch::Watch`] keeps their files open).
+pub fn members_with(
+    procfs: &ProcFs,
+    target: &Target,
+    limit: usize,
+    children: &mut dyn FnMut(u32) -> Result<Option<Vec<u32>>, crate::proc::ProcError>,
+) -> (Vec<u32>, bool) {
     let exclude: HashSet<u32> = target.exclude.iter().copied().collect();
     if let Some(cg) = &target.cgroup {
         if let Ok(mut pids) = cg.procs() {
@@ -40,7 +47,7 @@ pub fn members_limited(procfs: &ProcFs, target: &Target, limit: usize) -> (Vec<u
         if !exclude.contains(&pid) {
             out.push(pid);
         }
-        let kids = match procfs.children(pid) {
+        let kids = match children(pid) {
             Ok(Some(k)) => k,
             Ok(None) => {
                 let map = parents.get_or_insert_with(|| {
@@ -79,7 +86,7 @@ mod tests {
             cgroup: None,
             in_process: false,
         };
-        let m = members(&ProcFs::default(), &t);
+        let m = members_limited(&ProcFs::default(), &t, usize::MAX).0;
         // The command's own tree, walked whole and cut short.
         let own = Target {
             tree_roots: vec![],

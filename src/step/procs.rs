@@ -1,7 +1,8 @@
 //! The processes of a step's tasks, read within a bound per sample.
 //!
-//! Reading a process costs two `/proc` files (`stat`, `status`); a step of thousands of
-//! processes made one sample cost hundreds of milliseconds. So each sample lists every process
+//! A process is read through [`crate::proc::watch`]: two small kept-open files when it did not
+//! run (about 4 µs), more when it did. A step of thousands of processes could still make one
+//! sample long, so each sample lists every process
 //! (cheap: a task's cgroup lists them in one file), then reads at most
 //! [`MAX_PROCESSES_PER_SAMPLE`] of them, and stops earlier once reading has taken
 //! [`PROCESS_TIME_SHARE`] of the interval (after [`MIN_PROCESSES_PER_SAMPLE`], so a slow
@@ -19,7 +20,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::Cgroup;
-use crate::proc::{MemSplit, ProcFs};
+use crate::proc::ProcFs;
+use crate::proc::files::FdLimit;
+use crate::proc::watch::{Watch, WatchCounts};
 use crate::sampler::Target;
 use crate::sampler::tree;
 
@@ -83,14 +86,36 @@ impl Found {
 }
 
 /// Reads the tasks' processes in turns over samples.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProcReader {
     latest: HashMap<u32, Reading>,
     /// The last pid read: the next sample starts after it.
     cursor: u32,
+    watch: Watch,
+}
+
+impl Default for ProcReader {
+    fn default() -> Self {
+        ProcReader::new(crate::proc::DEFAULT_ROOT)
+    }
 }
 
 impl ProcReader {
+    /// A reader of the procfs at `root`, keeping what files this process's open-file limit
+    /// allows open between samples ([`crate::proc::files`]).
+    pub fn new(root: impl Into<std::path::PathBuf>) -> ProcReader {
+        ProcReader {
+            latest: HashMap::new(),
+            cursor: 0,
+            watch: Watch::new(root, false, FdLimit::from_rlimit()),
+        }
+    }
+
+    /// What the reader has read since the start.
+    pub fn counts(&self) -> WatchCounts {
+        self.watch.counts()
+    }
+
     /// One sample of `tasks` (pid, its own cgroup if any), spending at most `budget` on reads
     /// beyond the first [`MIN_PROCESSES_PER_SAMPLE`].
     pub fn sample(
@@ -104,6 +129,7 @@ impl ProcReader {
         // pid -> the task that lists it first.
         let mut owner: HashMap<u32, usize> = HashMap::new();
         let mut walk_left = MAX_PROCESSES_WALKED;
+        let now = Instant::now();
         for (i, (pid, cg)) in tasks.iter().enumerate() {
             let listed = match cg.as_ref().and_then(|c| c.procs().ok()) {
                 Some(pids) => pids,
@@ -115,7 +141,11 @@ impl ProcReader {
                         cgroup: None,
                         in_process: false,
                     };
-                    let (pids, complete) = tree::members_limited(procfs, &target, walk_left);
+                    let watch = &mut self.watch;
+                    let (pids, complete) =
+                        tree::members_with(procfs, &target, walk_left, &mut |p| {
+                            watch.children(p, now)
+                        });
                     walk_left = walk_left.saturating_sub(pids.len());
                     found.walk_cut |= !complete;
                     pids
@@ -140,26 +170,27 @@ impl ProcReader {
             let p = pids[(start + k) % pids.len()];
             found.read += 1;
             self.cursor = p;
-            match (procfs.pid_stat(p), procfs.pid_status(p)) {
-                (Ok(st), Ok(status)) => {
-                    let split = MemSplit::from_status(&status);
+            match self.watch.read(p, now, false) {
+                Ok(r) => {
                     self.latest.insert(
                         p,
                         Reading {
-                            private: split.map_or(0, |m| m.private),
-                            shared: split.map_or(0, |m| m.shared),
-                            hwm: status.hwm.unwrap_or(0),
-                            threads: status.threads,
-                            cpu: (st.own_ticks() + st.reaped_ticks()) as f64 / tps,
+                            private: r.split.private,
+                            shared: r.split.shared,
+                            hwm: r.hwm,
+                            threads: r.stat.threads,
+                            cpu: (r.stat.own_ticks() + r.stat.reaped_ticks()) as f64 / tps,
                         },
                     );
                 }
-                _ => {
+                Err(_) => {
                     self.latest.remove(&p);
                     gone.insert(p);
                 }
             }
         }
+        self.watch
+            .end_sample(|p| owner.contains_key(&p) && !gone.contains(&p));
         self.latest.retain(|p, _| owner.contains_key(p));
         found.tasks = tasks
             .iter()
