@@ -128,8 +128,12 @@ pub(super) fn sample(
                 t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
                 t.largest_hwm = t.largest_hwm.max(f.hwm);
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
-                t.max_threads = Some(t.max_threads.unwrap_or(0).max(f.threads));
-                t.max_processes = Some(t.max_processes.unwrap_or(0).max(f.processes));
+                // A task listed with no process (it ended between its exit and this sample, or
+                // its processes are not in its cgroup yet) was not seen: no count of nothing.
+                if f.processes > 0 {
+                    t.max_threads = Some(t.max_threads.unwrap_or(0).max(f.threads));
+                    t.max_processes = Some(t.max_processes.unwrap_or(0).max(f.processes));
+                }
                 acc.largest_hwm = acc.largest_hwm.max(f.hwm);
             }
         }
