@@ -182,20 +182,35 @@ impl Cgroup {
     /// Every process in this cgroup and the cgroups below it (Slurm's v1 step cgroups keep
     /// their processes in per-task children).
     pub fn procs(&self) -> Result<Vec<u32>, CgroupError> {
-        let mut out = Vec::new();
+        self.procs_of(&self.tree_dirs())
+    }
+
+    /// The cgroup's directory and those nested in it (a job may make cgroups of its own).
+    pub fn tree_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
         let mut stack = vec![self.memory_dir.clone()];
         while let Some(dir) = stack.pop() {
-            if let Some(s) = read_opt(&dir.join("cgroup.procs"))? {
-                out.extend(parse::parse_procs(&s));
-            } else if dir == self.memory_dir {
-                return Err(CgroupError::Gone(dir));
-            }
             if let Ok(rd) = std::fs::read_dir(&dir) {
                 stack.extend(
                     rd.flatten()
                         .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
                         .map(|e| e.path()),
                 );
+            }
+            dirs.push(dir);
+        }
+        dirs
+    }
+
+    /// The processes in `dirs` (from [`Cgroup::tree_dirs`], perhaps a while ago: a nested
+    /// cgroup removed since is skipped), sorted. The cgroup itself gone is an error.
+    pub fn procs_of(&self, dirs: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
+        let mut out = Vec::new();
+        for dir in dirs {
+            if let Some(s) = read_opt(&dir.join("cgroup.procs"))? {
+                out.extend(parse::parse_procs(&s));
+            } else if *dir == self.memory_dir {
+                return Err(CgroupError::Gone(dir.clone()));
             }
         }
         out.sort_unstable();

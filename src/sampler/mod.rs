@@ -37,6 +37,12 @@ pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target, Timepoint};
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
 
+/// The machine's CPU and memory (`/proc/stat`, `/proc/meminfo`: 50 to 100 µs together, more
+/// on machines with many CPUs and interrupts) are read at most this often; so are the cgroups
+/// nested in the command's (a directory walk): a process moved into a new one is missed until
+/// then.
+pub const MACHINE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Share of the interval that reading private/shared splits (`smaps_rollup`) may take in one
 /// sample; the rest are estimated and read at the next samples.
 pub const SMAPS_TIME_SHARE: f64 = 0.05;
@@ -97,6 +103,12 @@ pub struct Sampler {
     notes_seen: HashSet<String>,
     /// Memory (resident, shared pages once) and CPU seconds of the tree at the latest sample.
     latest: (u64, f64),
+    /// When the machine's figures were last read, and the row values they gave (CPU sum and
+    /// hardware percent, RAM used).
+    machine_at: Option<Instant>,
+    machine_row: ([f64; 2], f64),
+    /// The command's cgroup and those nested in it, as last looked for (once a second).
+    cgroup_dirs: Option<(Instant, Vec<std::path::PathBuf>)>,
 }
 
 impl Sampler {
@@ -141,6 +153,9 @@ impl Sampler {
             notes: Vec::new(),
             notes_seen: HashSet::new(),
             latest: (0, 0.0),
+            machine_at: None,
+            cgroup_dirs: None,
+            machine_row: ([0.0; 2], 0.0),
             opts,
             target,
         }
@@ -217,9 +232,23 @@ impl Sampler {
         };
 
         let watch = &mut self.watch;
-        let members = tree::members_with(&self.procfs, &self.target, usize::MAX, &mut |p| {
-            watch.children(p, now)
-        })
+        let nested = &mut self.cgroup_dirs;
+        let mut cgroup_procs = |c: &crate::cgroup::Cgroup| {
+            if nested
+                .as_ref()
+                .is_none_or(|(at, _)| now.duration_since(*at) >= MACHINE_REFRESH)
+            {
+                *nested = Some((now, c.tree_dirs()));
+            }
+            c.procs_of(nested.as_ref().map_or(&[][..], |(_, d)| &d[..]))
+        };
+        let members = tree::members_with(
+            &self.procfs,
+            &self.target,
+            usize::MAX,
+            &mut cgroup_procs,
+            &mut |p| watch.children(p, now),
+        )
         .0;
         let mut seen = HashSet::with_capacity(members.len());
         let (mut priv_sum, mut shared_max) = ([0u64; 3], [0u64; 3]);
@@ -310,10 +339,25 @@ impl Sampler {
         if !self.target.in_process {
             cum += sys::rusage(sys::Who::Children).cpu_seconds - self.base_children_cpu;
         }
-        let (cpu_totals, meminfo) = self.watch.machine();
-        if let Some(now) = cpu_totals {
-            self.cpu.system(now, dt, Some(&mut tp));
-        }
+        // The machine's CPU and memory: at most once per MACHINE_REFRESH (rows between carry
+        // the last figures), over the time since the last read.
+        let machine_due = self
+            .machine_at
+            .is_none_or(|t| now.duration_since(t) >= MACHINE_REFRESH);
+        let meminfo = if machine_due {
+            let since = self.machine_at.map(|t| now.duration_since(t).as_secs_f64());
+            self.machine_at = Some(now);
+            let (c, m) = self.watch.machine();
+            if let Some(c) = c {
+                self.cpu.system(c, since, Some(&mut tp));
+                self.machine_row.0 = [tp.values[13], tp.values[14]];
+            }
+            m
+        } else {
+            [tp.values[13], tp.values[14]] = self.machine_row.0;
+            tp.values[3] = self.machine_row.1;
+            None
+        };
         self.cpu.tree(dt, cum, main_own, &mut tp);
         self.latest = (priv_sum[2] + shared_max[2], cum);
 
@@ -321,6 +365,7 @@ impl Sampler {
             self.sys_used = self.sys_used.max(m.used);
             self.sys_total = m.total;
             tp.values[3] = u.ram.from_bytes(m.used);
+            self.machine_row.1 = tp.values[3];
         }
         let gpu_interval = self.opts.interval.as_secs_f64();
         let mut notes = Vec::new();
@@ -349,12 +394,16 @@ impl Sampler {
         let u = self.opts.units;
         let hw = self.expected_cores();
         let since = self.last.map(|l| l.elapsed().as_secs_f64()).unwrap_or(wall);
+        let machine_since = self
+            .machine_at
+            .map(|l| l.elapsed().as_secs_f64())
+            .unwrap_or(wall);
         let min_interval = self.opts.interval.as_secs_f64() / 2.0;
         if let Ok(now) = self.procfs.cpu_totals() {
             // The machine's share of the last, partial interval; as for the tree, a very short
             // one only counts when there is no other.
-            if since >= min_interval || self.samples <= 1 {
-                self.cpu.system(now, Some(since), None);
+            if machine_since >= min_interval || self.samples <= 1 {
+                self.cpu.system(now, Some(machine_since), None);
             }
         }
         let mut total_cpu = self.cpu.sampled_total();

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::Target;
+use crate::cgroup::{Cgroup, CgroupError};
 use crate::proc::ProcFs;
 
 /// The tracked pids now: the cgroup's processes when there is one, else the descendants of the
@@ -11,20 +12,24 @@ use crate::proc::ProcFs;
 /// was complete (a cgroup's list always is).
 #[cfg(test)]
 pub fn members_limited(procfs: &ProcFs, target: &Target, limit: usize) -> (Vec<u32>, bool) {
-    members_with(procfs, target, limit, &mut |p| procfs.children(p))
+    members_with(procfs, target, limit, &mut |c| c.procs(), &mut |p| {
+        procfs.children(p)
+    })
 }
 
-/// As [`members_limited`], with each process's children listed by `children` (a
-/// [`crate::proc::watch::Watch`] keeps their files open).
+/// As [`members_limited`], with the cgroup's processes listed by `cgroup_procs` (the sampler
+/// looks for nested cgroups once a second, not at every sample) and each process's children by
+/// `children` (a [`crate::proc::watch::Watch`] keeps their files open).
 pub fn members_with(
     procfs: &ProcFs,
     target: &Target,
     limit: usize,
+    cgroup_procs: &mut dyn FnMut(&Cgroup) -> Result<Vec<u32>, CgroupError>,
     children: &mut dyn FnMut(u32) -> Result<Option<Vec<u32>>, crate::proc::ProcError>,
 ) -> (Vec<u32>, bool) {
     let exclude: HashSet<u32> = target.exclude.iter().copied().collect();
     if let Some(cg) = &target.cgroup {
-        if let Ok(mut pids) = cg.procs() {
+        if let Ok(mut pids) = cgroup_procs(cg) {
             pids.retain(|p| !exclude.contains(p));
             if !pids.contains(&target.main) && procfs.pid_stat(target.main).is_ok() {
                 pids.push(target.main);

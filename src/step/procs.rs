@@ -142,10 +142,13 @@ impl ProcReader {
                         in_process: false,
                     };
                     let watch = &mut self.watch;
-                    let (pids, complete) =
-                        tree::members_with(procfs, &target, walk_left, &mut |p| {
-                            watch.children(p, now)
-                        });
+                    let (pids, complete) = tree::members_with(
+                        procfs,
+                        &target,
+                        walk_left,
+                        &mut |c| c.procs(),
+                        &mut |p| watch.children(p, now),
+                    );
                     walk_left = walk_left.saturating_sub(pids.len());
                     found.walk_cut |= !complete;
                     pids
