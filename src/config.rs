@@ -136,11 +136,37 @@ pub enum ConfigError {
     Value(PathBuf, &'static str, String),
 }
 
+/// Largest settings file read (a real one is a few hundred bytes).
+pub const MAX_SETTINGS_BYTES: u64 = 1 << 20;
+
 impl Config {
-    /// Reads and checks the settings file at `path`.
+    /// Reads and checks the settings file at `path`. Only a regular file of at most
+    /// [`MAX_SETTINGS_BYTES`] is read: a FIFO or device in its place is refused without waiting
+    /// for a writer (opened non-blocking, checked with `fstat`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError::Io(path.to_path_buf(), e))?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let io = |e| ConfigError::Io(path.to_path_buf(), e);
+        let refuse = |why: &str| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(io)?;
+        let m = f.metadata().map_err(io)?;
+        if !m.is_file() {
+            return Err(refuse("not a regular file"));
+        }
+        if m.len() > MAX_SETTINGS_BYTES {
+            return Err(refuse("larger than 1 MiB: not a settings file"));
+        }
+        let mut text = String::new();
+        f.take(MAX_SETTINGS_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        if text.len() as u64 > MAX_SETTINGS_BYTES {
+            return Err(refuse("larger than 1 MiB: not a settings file"));
+        }
         Config::parse(&text, path)
     }
 
@@ -307,23 +333,30 @@ pub enum TrackOption {
 /// Parses the value of `--gpu-track`: empty, `on`/`yes` (the site's interval), `off`/`no`, or a
 /// number of seconds, more than 0 and at most [`MAX_INTERVAL_SECONDS`] (a day). The site's
 /// `min_interval` is applied later, by [`Config::decide`]. The error is the one line `sbatch`
-/// and `srun` print when they refuse the submission.
+/// and `srun` print when they refuse the submission (and slurmd logs, for a step's value): the
+/// value in it has its control characters replaced and is cut to [`SHOWN_OPTION_CHARS`].
 pub fn parse_track_option(value: &str) -> Result<TrackOption, String> {
     let v = value.trim().to_ascii_lowercase();
+    let shown = || crate::step::record::clean_text(value, SHOWN_OPTION_CHARS);
     match v.as_str() {
         "" | "on" | "yes" | "true" => Ok(TrackOption::Default),
         "off" | "no" | "false" => Ok(TrackOption::Off),
         _ => match v.parse::<f64>() {
             Ok(s) if s > 0.0 && s <= MAX_INTERVAL_SECONDS => Ok(TrackOption::Every(s)),
             Ok(_) => Err(format!(
-                "--gpu-track={value}: the sampling interval must be more than 0 and at most {MAX_INTERVAL_SECONDS} seconds (1 day)"
+                "--gpu-track={}: the sampling interval must be more than 0 and at most {MAX_INTERVAL_SECONDS} seconds (1 day)",
+                shown()
             )),
             Err(_) => Err(format!(
-                "--gpu-track={value}: expected a number of seconds (more than 0, at most {MAX_INTERVAL_SECONDS}), \"on\" or \"off\""
+                "--gpu-track={}: expected a number of seconds (more than 0, at most {MAX_INTERVAL_SECONDS}), \"on\" or \"off\"",
+                shown()
             )),
         },
     }
 }
+
+/// Most characters of a refused `--gpu-track` value that its error shows.
+pub const SHOWN_OPTION_CHARS: usize = 64;
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -335,6 +368,36 @@ mod tests {
 
     fn parse(t: &str) -> Result<Config, ConfigError> {
         Config::parse(t, Path::new("/etc/slurm/gpu-tracker.toml"))
+    }
+
+    #[test]
+    fn only_a_regular_settings_file_of_sane_size_is_read() {
+        let dir = std::env::temp_dir().join(format!("gt-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = dir.join("fifo.toml");
+        let _ = std::fs::remove_file(&fifo);
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let started = std::time::Instant::now();
+        let e = Config::load(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let e = Config::load(&dir).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let big = dir.join("big.toml");
+        std::fs::write(&big, "#".repeat(MAX_SETTINGS_BYTES as usize + 1)).unwrap();
+        let e = Config::load(&big).unwrap_err().to_string();
+        assert!(e.contains("larger than 1 MiB"), "{e}");
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "interval = 2.0\n").unwrap();
+        assert_eq!(Config::load(&good).unwrap().interval, 2.0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -465,6 +528,34 @@ interval = 86400",
         assert_eq!(
             site.decide(Some("86400")),
             Ok(Tracking::On { interval: 86400.0 })
+        );
+    }
+
+    #[test]
+    fn a_refused_option_is_shown_on_one_line_without_control_characters() {
+        // Found by fuzzing (fuzz/seeds/config/option_with_newline.toml): the value was shown
+        // as given, so a newline or a terminal escape in it reached the terminal and slurmd's
+        // log.
+        for v in ["1\nerror: forged line", "x\u{1b}[2J", "-1\r\n", "\u{202e}5"] {
+            let e = parse_track_option(v).unwrap_err();
+            assert_eq!(e.lines().count(), 1, "{e:?}");
+            assert!(
+                !e.chars().any(crate::step::record::is_unsafe_on_terminal),
+                "{e:?}"
+            );
+            assert!(e.starts_with("--gpu-track="), "{e:?}");
+        }
+        let e = parse_track_option(&"9".repeat(10_000)).unwrap_err();
+        assert!(e.len() < 300, "{} bytes", e.len());
+        assert!(
+            e.contains(&format!("{}…", "9".repeat(SHOWN_OPTION_CHARS))),
+            "{e}"
+        );
+        assert!(
+            Config::default()
+                .decide(Some("fast\n"))
+                .unwrap_err()
+                .starts_with("--gpu-track=fast?: ")
         );
     }
 

@@ -138,6 +138,16 @@ impl Cgroup {
             return Err(CgroupError::Gone(self.memory_dir.clone()));
         }
         let m = |name: &str| read_opt(&self.memory_dir.join(name));
+        // The usage file is in every memory cgroup but the root: without it the directory is
+        // not (or no longer) the cgroup, say another filesystem mounted over it.
+        let usage = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        if m(usage)?.is_none() {
+            let path = self.memory_dir.join(usage);
+            return Err(CgroupError::Io(path, io::ErrorKind::NotFound.into()));
+        }
         let mut r = CgroupReading::default();
         match self.version {
             Version::V1 => {

@@ -75,6 +75,11 @@ pub trait GpuSource: Send {
     fn descriptors_marked_cloexec(&self) -> usize {
         0
     }
+    /// What went wrong since the last call, once per device and query (a figure the device
+    /// does not report, say), for the record's notes.
+    fn take_problems(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Where to find the NVIDIA management library.

@@ -17,6 +17,9 @@ pub struct NvmlSource {
     devices: Vec<GpuInfo>,
     lost: Vec<bool>,
     cloexec_marked: usize,
+    /// Queries that failed, by device and query, reported once each.
+    reported: Vec<(usize, &'static str)>,
+    problems: Vec<String>,
 }
 
 fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuError> {
@@ -26,15 +29,26 @@ fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuEr
     })
 }
 
-/// Optional queries: a device that does not support one gives `None`, not an error.
-fn optional<T>(r: Result<T, NvmlError>, lost: &mut bool) -> Option<T> {
-    match r {
-        Ok(v) => Some(v),
-        Err(NvmlError::GpuLost) => {
-            *lost = true;
-            None
+/// One reading's optional queries: a device that does not support one (or fails it) gives
+/// `None`, not an error; the failures are kept for a note.
+struct Optional {
+    lost: bool,
+    failed: Vec<(&'static str, NvmlError)>,
+}
+
+impl Optional {
+    fn get<T>(&mut self, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(NvmlError::GpuLost) => {
+                self.lost = true;
+                None
+            }
+            Err(e) => {
+                self.failed.push((what, e));
+                None
+            }
         }
-        Err(_) => None,
     }
 }
 
@@ -79,6 +93,8 @@ impl NvmlSource {
             nvml,
             devices,
             cloexec_marked: 0,
+            reported: Vec::new(),
+            problems: Vec::new(),
         })
     }
 
@@ -107,18 +123,26 @@ impl GpuSource for NvmlSource {
         self.cloexec_marked
     }
 
+    fn take_problems(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.problems)
+    }
+
     fn read(&mut self, i: usize) -> Option<GpuReading> {
         if *self.lost.get(i)? {
             return None;
         }
-        let mut lost = false;
+        let mut q = Optional {
+            lost: false,
+            failed: Vec::new(),
+        };
         let index = self.devices[i].index;
         let reading = match self.nvml.device_by_index(index) {
             Ok(d) => GpuReading {
-                used: optional(d.memory_info(), &mut lost).map(|m| m.used),
-                utilization: optional(d.utilization_rates(), &mut lost).map(|u| u.gpu),
-                energy_mj: optional(d.total_energy_consumption(), &mut lost),
-                processes: optional(d.running_compute_processes(), &mut lost)
+                used: q.get("memory in use", d.memory_info()).map(|m| m.used),
+                utilization: q.get("utilization", d.utilization_rates()).map(|u| u.gpu),
+                energy_mj: q.get("energy", d.total_energy_consumption()),
+                processes: q
+                    .get("processes", d.running_compute_processes())
                     .unwrap_or_default()
                     .into_iter()
                     .map(|p| {
@@ -131,12 +155,25 @@ impl GpuSource for NvmlSource {
                     .collect(),
             },
             Err(NvmlError::GpuLost) => {
-                lost = true;
+                q.lost = true;
                 GpuReading::default()
             }
-            Err(_) => GpuReading::default(),
+            Err(e) => {
+                q.failed.push(("handle", e));
+                GpuReading::default()
+            }
         };
-        if lost {
+        for (what, e) in q.failed {
+            if !self.reported.contains(&(i, what)) {
+                self.reported.push((i, what));
+                let d = &self.devices[i];
+                self.problems.push(format!(
+                    "GPU {} ({}): {what} not read: {e}",
+                    d.index, d.uuid
+                ));
+            }
+        }
+        if q.lost {
             self.lost[i] = true;
             return None;
         }

@@ -89,7 +89,14 @@ pub struct Summary {
     /// in Slurm's database has no steps or tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// What went wrong while recording (the records' `sampler.faults`), as
+    /// `step STEP on NODE: FAULT`, at most [`MAX_SUMMARY_FAULTS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
 }
+
+/// Most recording faults a summary lists.
+pub const MAX_SUMMARY_FAULTS: usize = 10;
 
 /// CPU of the job.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -270,6 +277,20 @@ impl Summary {
             job_node_list: batch_or_any(records, |r| r.job.node_list.clone()),
             job_tasks: batch_or_any(records, |r| r.job.tasks),
             complete: records.iter().all(|r| r.complete),
+            faults: records
+                .iter()
+                .flat_map(|r| {
+                    r.sampler.faults.iter().map(|f| {
+                        format!(
+                            "step {} on {}: {}",
+                            clean_text(&r.step.id, 32),
+                            clean_text(&r.step.node, 64),
+                            clean_text(f, 400)
+                        )
+                    })
+                })
+                .take(MAX_SUMMARY_FAULTS)
+                .collect(),
             ..Summary::default()
         };
         let mut nodes: Vec<String> = records.iter().map(|r| r.step.node.clone()).collect();

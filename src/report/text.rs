@@ -484,6 +484,9 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
             o.mem(e.peak_bytes)
         );
     }
+    for f in &s.faults {
+        let _ = writeln!(w, "Tracking:      {f}");
+    }
     if s.advice.is_empty() {
         let _ = writeln!(w, "Advice:        none; the job used what it asked for.");
     } else {
@@ -503,6 +506,27 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
 mod tests {
     use super::*;
     use crate::step::record::tests_support::record;
+
+    #[test]
+    fn faults_while_recording_are_listed_cleaned_and_bounded() {
+        let mut a = record("n1", "batch");
+        a.sampler.faults = vec!["GPUs not tracked: NVML \u{1b}[31mfailed".into()];
+        let mut b = record("n1", "0");
+        b.sampler.faults = (0..20).map(|i| format!("fault {i}")).collect();
+        let s = Summary::from_records(&[a, b]);
+        assert_eq!(s.faults.len(), crate::report::summary::MAX_SUMMARY_FAULTS);
+        let text = render(&s, &[], &TextOptions::default());
+        assert!(
+            text.contains("Tracking:      step batch on n1: GPUs not tracked: NVML ?[31mfailed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Tracking:      step 0 on n1: fault 8"),
+            "{text}"
+        );
+        assert!(!text.contains("fault 9"), "{text}");
+        assert!(!text.contains('\u{1b}'));
+    }
 
     #[test]
     fn idle_gpus_say_when_they_idled_and_phases_show_tenths() {

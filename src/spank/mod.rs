@@ -16,6 +16,7 @@
 mod ffi;
 
 use std::ffi::{c_char, c_int};
+use std::io::ErrorKind;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -312,6 +313,12 @@ fn start_step(sp: Spank, config_path: &Path, option: Option<&str>) -> Result<(),
     // Root reads the settings, loads the library they name and writes where they say: each
     // must be root's alone, or a user who can change it runs code as root in every step.
     let untrusted = |e: String| format!("{e}; tracking off");
+    if std::fs::symlink_metadata(config_path).is_err_and(|e| e.kind() == ErrorKind::NotFound) {
+        return Err(format!(
+            "settings file {} is missing; tracking off",
+            config_path.display()
+        ));
+    }
     trust::check_root_trusted(config_path, "settings file").map_err(untrusted)?;
     let cfg =
         Config::load(config_path).map_err(|e| format!("settings not usable, tracking off: {e}"))?;
@@ -682,6 +689,15 @@ pub unsafe extern "C" fn slurm_spank_exit(
             ));
         }
         let (rec, written) = t.finish();
+        // What went wrong while recording, in one line for the admin (the record has it too).
+        if !rec.sampler.faults.is_empty() {
+            ffi::log_info(&format!(
+                "gpu-tracker: job {} step {}: recorded with faults: {}",
+                rec.job.id,
+                rec.step.id,
+                record::terminal_safe(&rec.sampler.faults.join("; "))
+            ));
+        }
         match written {
             Ok(path) => ffi::log_debug(&format!("gpu-tracker: wrote {}", path.display())),
             Err(e) => ffi::log_error(&format!(

@@ -233,6 +233,17 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         ));
     }
     notes.extend(acc.pace.note());
+    let mut faults = acc.faults.clone();
+    if let Some(first) = &acc.cgroup_first_miss {
+        let f = format!(
+            "the step's cgroup could not be read at {} of {} sample(s) (first at {first}): \
+             those samples' memory and CPU are the processes' own, the exact peaks are as of \
+             the last reading",
+            acc.cgroup_misses, acc.samples
+        );
+        notes.push(f.clone());
+        faults.push(f);
+    }
     notes.extend(sh.notes.iter().cloned());
     if sh.step_cgroup.is_none() && !sh.tasks.is_empty() {
         notes.push("no cgroup found for the step: memory and CPU are sampled".into());
@@ -259,6 +270,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         nvml_opened: acc.nvml_opened.map(|t| t.as_str().to_string()),
         nvml_cloexec_descriptors: acc.nvml_opened.map(|_| acc.nvml_cloexec),
         notes,
+        faults,
     };
     let crate::history::Story {
         timeline,

@@ -29,6 +29,7 @@ pub mod nvml_gate;
 pub mod pace;
 pub mod procs;
 pub mod record;
+pub mod safe_read;
 mod sample;
 pub mod spool;
 
@@ -190,6 +191,11 @@ struct Acc {
     gpu_devices: Vec<(Option<u32>, GpuInfo)>,
     thread_cpu: f64,
     notes: Vec<String>,
+    /// The notes that say something went wrong (see [`Acc::fault`]).
+    faults: Vec<String>,
+    /// Samples at which the step's cgroup could not be read, and the first failure.
+    cgroup_misses: u64,
+    cgroup_first_miss: Option<String>,
     pace: Pace,
     /// Samples that read only part of the processes.
     partial_samples: u64,
@@ -222,6 +228,9 @@ impl Acc {
             gpu_devices: Vec::new(),
             thread_cpu: 0.0,
             notes: Vec::new(),
+            faults: Vec::new(),
+            cgroup_misses: 0,
+            cgroup_first_miss: None,
             pace: Pace::new(interval),
             partial_samples: 0,
             most_processes: 0,
@@ -237,6 +246,15 @@ impl Acc {
         if !self.notes.contains(&n) {
             self.notes.push(n);
         }
+    }
+
+    /// A note that says something went wrong: kept in the record's `faults` too, and logged
+    /// when the step ends.
+    fn fault(&mut self, n: String) {
+        if !self.faults.contains(&n) {
+            self.faults.push(n.clone());
+        }
+        self.note(n);
     }
 }
 
@@ -482,14 +500,14 @@ impl StepTracker {
         let stopped = self.stop_thread(FINISH_DEADLINE);
         let mut acc = self.inner.figures();
         if self.inner.lock().sampler_failed {
-            acc.note("the sampler thread failed; figures are incomplete".into());
+            acc.fault("the sampler thread failed; figures are incomplete".into());
         }
         if !stopped {
             let end = acc.last_sample.map_or_else(
                 || "the step's start (no sample was taken)".to_string(),
                 |t| t.format("%H:%M:%S").to_string(),
             );
-            acc.note(format!(
+            acc.fault(format!(
                 "the sampler did not stop within {} s (an NVML call hung?); figures end at {end}",
                 FINISH_DEADLINE.as_secs()
             ));
@@ -705,7 +723,7 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
         {
             let rec = build(inner, &acc, false);
             if let Err(e) = write_checkpoint(inner, &rec) {
-                acc.note(format!("a checkpoint was not written: {e}"));
+                acc.fault(format!("a checkpoint was not written: {e}"));
             }
             if !first {
                 next_checkpoint = s.checkpoint_interval.map(|d| c + d);
@@ -735,12 +753,12 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
     let mut unavailable = None;
     let _ = gpu.get(false, &mut |m| unavailable = Some(m));
     if let Some(m) = unavailable {
-        acc.note(format!("GPUs not tracked: {m}"));
+        acc.fault(format!("GPUs not tracked: {m}"));
     }
     if !gpu.is_settled() {
         // The thread opening NVML is still in it; it may come back into this library's code
         // after slurmstepd's dlclose: keep the library mapped (the thread dies with slurmstepd).
-        acc.note("GPUs not read: NVML was still starting when the step ended".into());
+        acc.fault("GPUs not read: NVML was still starting when the step ended".into());
         let _ = sys::pin_this_object();
     }
     acc.thread_cpu = sys::thread_cpu_seconds();

@@ -321,6 +321,12 @@ pub struct SamplerStats {
     pub nvml_cloexec_descriptors: Option<u64>,
     /// Things a reader should know (estimates, failures).
     pub notes: Vec<String>,
+    /// What went wrong while recording, each also in `notes`: NVML could not be opened, a GPU
+    /// was lost or does not report a figure, the step's cgroup could not be read, a checkpoint
+    /// was not written, the sampler failed or did not stop. The plugin logs them in one line
+    /// when the step ends. Absent when nothing went wrong, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
 }
 
 /// Why a record file could not be used.

@@ -25,6 +25,9 @@ impl GpuSource for Allocated {
     fn read(&mut self, i: usize) -> Option<GpuReading> {
         self.inner.read(*self.map.get(i)?)
     }
+    fn take_problems(&mut self) -> Vec<String> {
+        self.inner.take_problems()
+    }
 }
 
 /// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
@@ -95,7 +98,19 @@ pub(super) fn sample(
     let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
     let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
     acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
-    let step_reading = step_cg.as_ref().and_then(|c| c.read().ok());
+    let step_reading = match step_cg.as_ref().map(|c| c.read()) {
+        Some(Ok(r)) => Some(r),
+        // A step whose tasks all ended may have its cgroup removed: no fault then.
+        Some(Err(e)) if !tasks.is_empty() => {
+            acc.cgroup_misses += 1;
+            if acc.cgroup_first_miss.is_none() {
+                acc.cgroup_first_miss =
+                    Some(format!("{}: {e}", chrono::Local::now().format("%H:%M:%S")));
+            }
+            None
+        }
+        _ => None,
+    };
     if let Some(cg) = &step_cg {
         if let Ok(p) = cg.procs() {
             all_members.extend(p);
@@ -146,7 +161,7 @@ pub(super) fn sample(
         acc.nvml_cloexec += marked as u64;
     }
     if let Some(m) = unavailable {
-        acc.notes.push(format!("GPUs not tracked: {m}"));
+        acc.fault(format!("GPUs not tracked: {m}"));
     }
     observe(
         inner,
@@ -269,8 +284,10 @@ fn gpu_sample(
         &mut tp,
         &mut notes,
     );
-    for n in notes {
-        acc.note(n);
+    // The accumulator's notes say a GPU was lost or never reported: faults, as are the
+    // queries a device failed.
+    for n in notes.into_iter().chain(src.take_problems()) {
+        acc.fault(n);
     }
 }
 
