@@ -697,6 +697,33 @@ pub fn page_size() -> u64 {
     if p > 0 { p as u64 } else { 4096 }
 }
 
+/// `openat(dir, name, flags)`: a file opened relative to an open directory.
+pub fn openat(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's duration.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// `unlinkat(dir, name, 0)`: removes a non-directory entry of an open directory (a symbolic
+/// link itself, never what it points at).
+pub fn unlinkat(dir: &std::fs::File, name: &std::ffi::CStr) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's duration.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,18 @@
 //! Whole-program tests of `gpu-tracker-report`'s numbers: ages, dates and the settings file's
 //! `retention_days` out of range are refused with one clear line and the tool's usual exit
 //! status (2: bad command line, 1: settings not usable), never a panic (101).
+//!
+//! And of its reading of a hostile spool: job ids that are paths, and entries of a job
+//! directory that are links, FIFOs, huge, hard-linked or someone else's are refused (one line
+//! each, exit 6), without hanging or reading through them, while the job's good record is
+//! still shown; a job directory that is a link is never followed, listed or purged.
 
 mod common;
 
 use common::TempDir;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A settings file with a spool of its own in a temp dir, and `extra` settings lines.
 struct Site {
@@ -33,6 +40,130 @@ impl Site {
             .output()
             .unwrap()
     }
+
+    /// Runs the report on cluster `t` of the spool with `args`, killed and failed if it runs
+    /// longer than 20 s (a reader blocked on a FIFO).
+    fn report_in_time(&self, args: &[&std::ffi::OsStr]) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"))
+            .arg("--cluster")
+            .arg("t")
+            .args(args)
+            .env("GPU_TRACKER_CONFIG", self.dir.join("gpu-tracker.toml"))
+            .env_remove("GPU_TRACKER_SPOOL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("gpu-tracker-report {args:?} still ran after 20 s: it hangs");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// The spool of cluster `t`.
+    fn cluster(&self) -> PathBuf {
+        self.dir.join("spool/t")
+    }
+}
+
+fn os(args: &[&str]) -> Vec<std::ffi::OsString> {
+    args.iter().map(|a| a.into()).collect()
+}
+
+fn run_report(site: &Site, args: &[&str]) -> Output {
+    let a = os(args);
+    let refs: Vec<&std::ffi::OsStr> = a.iter().map(|a| a.as_os_str()).collect();
+    site.report_in_time(&refs)
+}
+
+/// A complete record of job `job` (user alice, uid 1001), step `step` on `node`, named
+/// `name`, as the plugin writes it.
+fn record_json(job: u32, node: &str, step: &str, name: &str) -> String {
+    use gpu_tracker::step::record::*;
+    StepRecord {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        complete: true,
+        written_at: "2026-11-23T10:00:00+00:00".into(),
+        tracker_version: "0.1.0".into(),
+        job: JobInfo {
+            id: job,
+            name: Some(name.into()),
+            user: "alice".into(),
+            uid: 1001,
+            ..Default::default()
+        },
+        step: StepInfo {
+            id: step.into(),
+            kind: if step == "batch" { "batch" } else { "srun" }.into(),
+            node: node.into(),
+            start: "2026-11-23T09:59:00+00:00".into(),
+            end: Some("2026-11-23T10:00:00+00:00".into()),
+            elapsed_seconds: 60.0,
+            ..Default::default()
+        },
+        tasks: vec![TaskRecord {
+            pid: 77,
+            ended: true,
+            exit_code: Some(0),
+            ..Default::default()
+        }],
+        memory: StepMemory::default(),
+        cpu: StepCpu::default(),
+        gpus: vec![],
+        sampler: SamplerStats::default(),
+        timeline: None,
+        events: Vec::new(),
+        events_dropped: 0,
+    }
+    .to_json()
+}
+
+/// Makes job directory `dir` of job `job` as the plugin does: its instance file and a good
+/// batch record from node `goodnode`.
+fn good_job(dir: &Path, job: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("instance.json"),
+        format!("{{\"cluster\": \"t\", \"job_id\": {job}, \"uid\": 1001, \"token\": \"\"}}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("goodnode.batch.json"),
+        record_json(job, "goodnode", "batch", "good-job"),
+    )
+    .unwrap();
+}
+
+fn mkfifo(p: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// Every path under `dir` with its size and modification time.
+fn tree(dir: &Path) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            out.push((e.path(), m.len(), m.modified().ok()));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Asserts a refusal: exit `code`, one line on stderr naming `names` (the option or key and the
@@ -107,4 +238,201 @@ fn retention_days_out_of_range_makes_the_settings_unusable() {
     let out = site.report(&["--purge"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn job_ids_that_are_paths_or_too_large_are_usage_errors_that_touch_nothing() {
+    use std::os::unix::ffi::OsStrExt;
+    let site = Site::new("spec", "");
+    good_job(&site.cluster().join("1"), 1);
+    // What `../../etc` would reach from the cluster's spool, were it taken as a path.
+    good_job(&site.dir.join("etc"), 1);
+    let before = tree(site.dir.path());
+    let mut args: Vec<std::ffi::OsString> = os(&[
+        "../../etc",
+        "../1",
+        "1/../../x",
+        "1.batch/../x",
+        "1/",
+        "4294967296",
+        "99999999999999999999",
+        "",
+        "-1",
+    ]);
+    args.push(std::ffi::OsStr::from_bytes(b"1\xff").to_os_string());
+    for a in &args {
+        let out = site.report_in_time(&[a.as_os_str()]);
+        refused(&out, 2, &[], &format!("{a:?}"));
+        assert!(out.stdout.is_empty(), "{a:?}");
+    }
+    assert_eq!(tree(site.dir.path()), before, "a file was made or changed");
+    // The largest id is an id.
+    let out = run_report(&site, &["4294967295"]);
+    assert_ne!(out.status.code(), Some(2), "{}", common::stderr(&out));
+}
+
+#[test]
+fn hostile_entries_of_a_job_directory_are_refused_and_the_good_record_is_shown() {
+    let site = Site::new("hostile", "");
+    let job = site.cluster().join("5");
+    good_job(&job, 5);
+    let outside = site.dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    // A link to a valid record (of this job id, so only not following it keeps it out).
+    std::fs::write(
+        outside.join("secret.json"),
+        record_json(5, "secretnode", "0", "SECRET-LINKED"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.json"), job.join("node.0.json")).unwrap();
+    // A FIFO that no one writes: opening it for reading would block for ever.
+    mkfifo(&job.join("node.1.json"));
+    // 4 GiB, sparse: refused on its size, never read.
+    std::fs::File::create(job.join("node.2.json"))
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    // A valid record with a second link elsewhere.
+    std::fs::write(
+        outside.join("hardlinked.json"),
+        record_json(5, "hardnode", "3", "SECRET-HARDLINK"),
+    )
+    .unwrap();
+    std::fs::hard_link(outside.join("hardlinked.json"), job.join("node.3.json")).unwrap();
+    let mut expected = vec![
+        ("node.0.json", "refused: a symbolic link; not followed"),
+        ("node.1.json", "refused: a FIFO, not a regular file"),
+        (
+            "node.2.json",
+            "refused: 4294967296 bytes, larger than a record can be",
+        ),
+        ("node.3.json", "refused: 2 hard links to it"),
+    ];
+    // A valid record of another owner than the directory's: only root can make one.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = job.join("node.4.json");
+        std::fs::write(
+            &theirs,
+            record_json(5, "foreignnode", "4", "SECRET-FOREIGN"),
+        )
+        .unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        expected.push(("node.4.json", "refused: owned by uid 65534, not by uid 0"));
+    } else {
+        eprintln!("note: not root: the record of another owner is not tested");
+    }
+
+    let started = Instant::now();
+    let out = run_report(&site, &["5"]);
+    let (stdout, stderr) = (common::stdout(&out), common::stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "slow: {:?}",
+        started.elapsed()
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(6), "{stdout}\n{stderr}");
+    assert!(stdout.contains("goodnode"), "{stdout}");
+    for secret in ["secretnode", "SECRET", "hardnode", "foreignnode"] {
+        assert!(!stdout.contains(secret), "{secret} shown:\n{stdout}");
+        assert!(!stderr.contains(secret), "{secret} shown:\n{stderr}");
+    }
+    // One line on stderr per refused entry, and a note for each in the summary.
+    assert_eq!(stderr.lines().count(), expected.len(), "{stderr}");
+    for (file, why) in &expected {
+        let line = format!("gpu-tracker-report: job 5: {file}: {why}");
+        assert!(
+            stderr.lines().any(|l| l.starts_with(&line)),
+            "{line}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("Note:          {file}: {why}")),
+            "{file}\n{stdout}"
+        );
+    }
+
+    let out = run_report(&site, &["5", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(6), "{}", common::stderr(&out));
+    let doc = common::json(&out);
+    let records = doc["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{doc:#}");
+    assert_eq!(records[0]["step"]["node"], "goodnode");
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), expected.len(), "{doc:#}");
+    for (p, (file, why)) in problems.iter().zip(&expected) {
+        assert_eq!(p["kind"], "unreadable", "{p}");
+        assert_eq!(p["refused"], true, "{p}");
+        assert_eq!(p["file"], *file, "{p}");
+        let error = p["error"].as_str().unwrap();
+        assert!(
+            error.starts_with(why.trim_start_matches("refused: ")),
+            "{p}"
+        );
+    }
+
+    // The batch step alone has no problem.
+    let out = run_report(&site, &["5.batch"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    // The listing shows the job from its good record, and does not hang either.
+    let out = run_report(&site, &["--all"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).lines().any(|l| l.starts_with("5 ")));
+    // Nothing was removed or changed outside.
+    assert!(
+        std::fs::symlink_metadata(job.join("node.0.json"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert!(outside.join("secret.json").exists());
+}
+
+#[test]
+fn a_job_directory_that_is_a_link_is_never_followed() {
+    let site = Site::new("linkdir", "");
+    good_job(&site.cluster().join("5"), 5);
+    // Job 7's "directory" is a link to a real job directory elsewhere.
+    let outside = site.dir.join("outside/7");
+    good_job(&outside, 7);
+    std::fs::write(
+        outside.join("goodnode.batch.json"),
+        record_json(7, "linkednode", "batch", "SECRET-LINKED-DIR"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, site.cluster().join("7")).unwrap();
+
+    let out = run_report(&site, &["7"]);
+    refused(
+        &out,
+        1,
+        &["/spool/t/7", "refused", "a symbolic link"],
+        "job 7",
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = run_report(&site, &["--all", "--format", "json"]);
+    let stdout = common::stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(!stdout.contains("linkednode"), "{stdout}");
+    assert_eq!(common::json(&out)["jobs"].as_array().unwrap().len(), 1);
+
+    // A purge of everything leaves the link and what it points at alone, and says so.
+    let out = run_report(&site, &["--purge", "--older-than", "0"]);
+    let stderr = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("/spool/t/7: a symbolic link, not a job directory; left alone"),
+        "{stderr}"
+    );
+    assert!(
+        !site.cluster().join("5").exists(),
+        "the real job directory is purged"
+    );
+    assert!(
+        std::fs::symlink_metadata(site.cluster().join("7"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert!(outside.join("goodnode.batch.json").exists());
+    assert!(outside.join("instance.json").exists());
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, FixedOffset};
 
 use super::summary::Summary;
-use super::{JobRecords, job_ids, load_job};
+use super::{JobRecords, job_entries, job_ids, load_job};
+use crate::step::safe_read::{JobDir, Refusal};
 
 /// Which jobs a listing shows.
 #[derive(Debug, Clone, Default)]
@@ -47,14 +48,25 @@ impl Filter {
 pub struct Scan {
     /// Jobs that passed the filter, oldest id first.
     pub jobs: Vec<(JobRecords, Summary)>,
-    /// Job directories the caller may not read.
+    /// Job directories the caller may not read, and entries named like a job that were
+    /// refused (counted in [`Scan::refused`] too).
     pub unreadable: usize,
+    /// Entries named like a job that are not a job directory (a symbolic link, never followed;
+    /// a file), one line each.
+    pub refused: Vec<String>,
 }
 
 /// Reads every job in the spool that the caller may read and `filter` accepts.
 pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
     let mut out = Scan::default();
-    for id in job_ids(root)? {
+    let entries = job_entries(root)?;
+    for (path, what) in &entries.refused {
+        out.refused.push(format!(
+            "{}: {what}, not a job directory; not followed",
+            path.display()
+        ));
+    }
+    for id in entries.ids {
         match load_job(root, id) {
             Ok(j) if !j.records.is_empty() => {
                 let s = Summary::from_records(&j.records);
@@ -64,9 +76,14 @@ pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
             }
             Ok(_) => {}
             Err(super::LoadError::Denied(..)) => out.unreadable += 1,
+            Err(super::LoadError::Refused(_, path, why)) => {
+                out.refused
+                    .push(format!("{}: refused: {why}", path.display()));
+            }
             Err(_) => {}
         }
     }
+    out.unreadable += out.refused.len();
     Ok(out)
 }
 
@@ -159,9 +176,11 @@ pub struct Purged {
 
 /// Removes the job directories in which nothing was written for `age`, and the directories of
 /// earlier job instances moved aside into `.stale` as they age the same way. Only plain files
-/// directly in a job directory are removed, never followed through links; a directory owned by
-/// someone other than the spool's owner is left alone and reported. `root` is one cluster's
-/// spool; a cluster without a directory yet has nothing to purge.
+/// directly in a job directory are removed, relative to the directory opened without following
+/// a link (a link in it is removed itself, never what it points at); a job directory, or
+/// `.stale`, that is a symbolic link or owned by someone other than the spool's owner is left
+/// alone and reported. `root` is one cluster's spool; a cluster without a directory yet has
+/// nothing to purge.
 pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
     let cut = SystemTime::now()
         .checked_sub(age)
@@ -179,64 +198,106 @@ pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
         ));
     }
     let mut out = Purged::default();
-    for id in job_ids(root)? {
-        if purge_dir(&root.join(id.to_string()), owner, cut, &mut out)? {
+    let entries = job_entries(root)?;
+    for (path, what) in &entries.refused {
+        out.errors.push(format!(
+            "{}: {what}, not a job directory; left alone",
+            path.display()
+        ));
+    }
+    for id in entries.ids {
+        if purge_dir(&root.join(id.to_string()), owner, cut, &mut out) {
             out.removed.push(id);
         }
     }
     let stale = root.join(crate::step::spool::STALE_DIR);
-    if let Ok(entries) = fs::read_dir(&stale) {
-        for e in entries.flatten() {
-            purge_dir(&e.path(), owner, cut, &mut out)?;
-        }
+    match fs::symlink_metadata(&stale) {
+        Ok(m) if m.is_dir() && m.uid() == owner => match fs::read_dir(&stale) {
+            Ok(entries) => {
+                for e in entries.flatten() {
+                    purge_dir(&e.path(), owner, cut, &mut out);
+                }
+            }
+            Err(e) => out.errors.push(format!("{}: {e}", stale.display())),
+        },
+        Ok(_) => out.errors.push(format!(
+            "{}: not a directory owned by the spool's owner (a symbolic link?); left alone",
+            stale.display()
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => out.errors.push(format!("{}: {e}", stale.display())),
     }
     Ok(out)
 }
 
-/// Removes job directory `dir` if nothing in it is newer than `cut`; true when removed.
-fn purge_dir(dir: &Path, owner: u32, cut: SystemTime, out: &mut Purged) -> io::Result<bool> {
-    let Ok(meta) = fs::symlink_metadata(dir) else {
-        return Ok(false);
+/// Removes job directory `dir` if nothing in it is newer than `cut`; true when removed. What
+/// cannot be removed, or is left alone, is added to `out.errors`.
+fn purge_dir(dir: &Path, owner: u32, cut: SystemTime, out: &mut Purged) -> bool {
+    let d = match JobDir::open(dir) {
+        Ok(d) => d,
+        Err(r) if r.is_not_found() => return false,
+        Err(Refusal::Unsafe(why)) => {
+            out.errors
+                .push(format!("{}: {why}; left alone", dir.display()));
+            return false;
+        }
+        Err(Refusal::Io(e)) => {
+            out.errors.push(format!("{}: {e}", dir.display()));
+            return false;
+        }
     };
-    if !meta.is_dir() || meta.uid() != owner {
+    if d.owner() != owner {
         out.errors.push(format!(
-            "{}: not a directory owned by the spool's owner; left alone",
-            dir.display()
+            "{}: owned by uid {}, not by the spool's owner (uid {owner}); left alone",
+            dir.display(),
+            d.owner()
         ));
-        return Ok(false);
+        return false;
     }
-    let mut newest = meta.modified()?;
-    let mut files = Vec::new();
-    for e in fs::read_dir(dir)? {
-        let e = e?;
-        let m = fs::symlink_metadata(e.path())?;
-        newest = newest.max(m.modified()?);
-        files.push((e.path(), m));
+    let entries = match d.entries() {
+        Ok(e) => e,
+        Err(e) => {
+            out.errors.push(format!("{}: {e}", dir.display()));
+            return false;
+        }
+    };
+    let mut newest = d.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    for (name, _) in &entries {
+        // The entry itself (a link's own time), not what it points at.
+        if let Ok(t) = fs::symlink_metadata(dir.join(name)).and_then(|m| m.modified()) {
+            newest = newest.max(t);
+        }
     }
     if newest >= cut {
         out.kept += 1;
-        return Ok(false);
+        return false;
     }
     let mut ok = true;
-    for (p, m) in files {
-        if m.is_dir() {
+    for (name, kind) in entries {
+        let p = dir.join(&name);
+        if kind.is_dir() {
             out.errors
                 .push(format!("{}: unexpected directory; left alone", p.display()));
             ok = false;
             continue;
         }
-        if let Err(e) = fs::remove_file(&p) {
-            out.errors.push(format!("{}: {e}", p.display()));
-            ok = false;
+        match d.remove_file(&name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                out.errors.push(format!("{}: {e}", p.display()));
+                ok = false;
+            }
         }
     }
     if ok {
+        // rmdir never follows a link: were `dir` replaced by one meanwhile, this fails.
         if let Err(e) = fs::remove_dir(dir) {
             out.errors.push(format!("{}: {e}", dir.display()));
-            return Ok(false);
+            return false;
         }
     }
-    Ok(ok)
+    ok
 }
 
 #[cfg(test)]
@@ -272,6 +333,106 @@ mod tests {
         assert!(!t.path().join("1").exists());
         assert!(t.path().join("2/n1.batch.json").exists());
         assert!(t.path().join("notes/x").exists());
+    }
+
+    #[test]
+    fn purge_never_goes_through_a_link() {
+        use std::os::unix::fs::symlink;
+        let t = TempTree::new("purge-links");
+        let mut r = record("n1", "batch");
+        r.job.id = 3;
+        t.write("spool/3/n1.batch.json", &r.to_json())
+            .write("outside/job/n1.batch.json", &r.to_json())
+            .write("outside/stale/9-1/n1.batch.json", &r.to_json())
+            .write("outside/keep", "keep");
+        let spool = t.path().join("spool");
+        // A link named like a job, one inside a job directory, and `.stale` as a link.
+        symlink(t.path().join("outside/job"), spool.join("4")).unwrap();
+        symlink(t.path().join("outside/keep"), spool.join("3/n1.0.json")).unwrap();
+        symlink(t.path().join("outside/stale"), spool.join(".stale")).unwrap();
+        // The link's own time, old too (set without following it).
+        assert!(
+            std::process::Command::new("touch")
+                .args(["-h", "-d", "10 days ago"])
+                .arg(spool.join("3/n1.0.json"))
+                .status()
+                .unwrap()
+                .success()
+        );
+        for p in [
+            "spool/3/n1.batch.json",
+            "spool/3",
+            "outside/job/n1.batch.json",
+            "outside/job",
+            "outside/stale/9-1/n1.batch.json",
+            "outside/stale/9-1",
+        ] {
+            set_old(&t.path().join(p));
+        }
+        let p = purge(&spool, Duration::from_secs(86400)).unwrap();
+        assert_eq!(p.removed, vec![3], "{:?}", p.errors);
+        assert!(!spool.join("3").exists());
+        // The links were left alone and named; nothing they point at was removed.
+        assert_eq!(p.errors.len(), 2, "{:?}", p.errors);
+        assert!(p.errors.iter().any(|e| e.contains("/4: a symbolic link")));
+        assert!(
+            p.errors
+                .iter()
+                .any(|e| e.contains(".stale: not a directory"))
+        );
+        for kept in [
+            "outside/job/n1.batch.json",
+            "outside/stale/9-1/n1.batch.json",
+            "outside/keep",
+        ] {
+            assert!(t.path().join(kept).exists(), "{kept}");
+        }
+        assert!(fs::symlink_metadata(spool.join("4")).unwrap().is_symlink());
+        // What the listing makes of the link: refused, never read.
+        let s = scan(&spool, &Filter::default()).unwrap();
+        assert!(s.jobs.is_empty());
+        assert_eq!(s.refused.len(), 1, "{:?}", s.refused);
+        assert!(s.refused[0].contains("a symbolic link, not a job directory"));
+        assert!(matches!(
+            crate::report::load_job(&spool, 4),
+            Err(crate::report::LoadError::Refused(4, ..))
+        ));
+    }
+
+    /// `std::fs::remove_dir_all` on a link removes the link only (Rust 1.58.1 and later); the
+    /// purge does not use it, but the plugin's clean-up of its own temporary directories does.
+    #[test]
+    fn remove_dir_all_does_not_follow_a_link() {
+        let t = TempTree::new("rm-link");
+        t.write("target/f", "x");
+        std::os::unix::fs::symlink(t.path().join("target"), t.path().join("link")).unwrap();
+        fs::remove_dir_all(t.path().join("link")).unwrap();
+        assert!(fs::symlink_metadata(t.path().join("link")).is_err());
+        assert_eq!(fs::read_to_string(t.path().join("target/f")).unwrap(), "x");
+    }
+
+    #[test]
+    fn job_ids_are_canonical_real_directories() {
+        let t = TempTree::new("job-ids");
+        t.write("5/x", "")
+            .write("007/x", "")
+            .write("+8/x", "")
+            .write("9", "file");
+        std::os::unix::fs::symlink(t.path().join("5"), t.path().join("6")).unwrap();
+        assert_eq!(job_ids(t.path()).unwrap(), vec![5]);
+        let e = job_entries(t.path()).unwrap();
+        let refused: Vec<_> = e
+            .refused
+            .iter()
+            .map(|(p, w)| (p.file_name().unwrap().to_str().unwrap().to_string(), *w))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                ("6".to_string(), "a symbolic link"),
+                ("9".to_string(), "a regular file")
+            ]
+        );
     }
 
     #[test]

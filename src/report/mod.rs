@@ -4,8 +4,14 @@
 //!
 //! Reading needs no privileges: a user sees the records the file permissions (the POSIX ACL the
 //! plugin grants) let them read, root sees all.
+//!
+//! Nothing in the spool is trusted ([`safe_read`]): a job directory or record that is a
+//! symbolic link, not a regular file, larger than a record can be, owned by someone other than
+//! its job directory's owner, or hard-linked elsewhere is refused unread and named as a
+//! [`Problem`]; the job's other records are still used.
 
 pub mod advice;
+pub mod args;
 pub mod listing;
 pub mod nodes;
 pub mod plot;
@@ -15,6 +21,7 @@ pub mod story;
 pub mod summary;
 pub mod text;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,6 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::step::record::{RecordError, StepRecord};
+use crate::step::safe_read;
 pub use summary::Summary;
 
 /// What went wrong with one record file.
@@ -49,12 +57,18 @@ pub enum Problem {
         /// Its format version.
         version: u32,
     },
-    /// Not readable by the caller.
+    /// Not readable by the caller, or refused unread (`refused`).
     Unreadable {
         /// The file name.
         file: String,
-        /// The system's message.
+        /// The system's message, or why the file was refused.
         error: String,
+        /// The file was not read because it is not what the plugin writes: a symbolic link
+        /// (never followed), a FIFO, socket, device or directory, larger than a record can be
+        /// ([`safe_read::MAX_RECORD_BYTES`]), owned by someone other than its job directory's
+        /// owner, or with more than one hard link. Absent from the JSON when false.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
 }
 
@@ -80,7 +94,16 @@ impl Problem {
                 "{file}: written in record format {version}, newer than this gpu-tracker-report understands ({}); update gpu-tracker",
                 crate::step::record::SCHEMA_VERSION
             ),
-            Problem::Unreadable { file, error } => format!("{file}: cannot read: {error}"),
+            Problem::Unreadable {
+                file,
+                error,
+                refused: false,
+            } => format!("{file}: cannot read: {error}"),
+            Problem::Unreadable {
+                file,
+                error,
+                refused: true,
+            } => format!("{file}: refused: {error}"),
         }
     }
 }
@@ -105,6 +128,10 @@ pub enum LoadError {
     /// The job's directory exists but the caller may not read it.
     #[error("records of job {0} exist but are not readable by you ({1})")]
     Denied(u32, PathBuf),
+    /// The job's entry in the spool is not a directory (a symbolic link, which is never
+    /// followed, or a file): nothing in it was read.
+    #[error("{1}: refused: {2}")]
+    Refused(u32, PathBuf, String),
     /// Another I/O error.
     #[error("{0}: {1}")]
     Io(PathBuf, #[source] io::Error),
@@ -118,39 +145,87 @@ pub fn job_dir(root: &Path, job_id: u32) -> PathBuf {
 /// Loads every record of `job_id` from the spool of one cluster (`<spool_dir>/<cluster>`).
 /// Where the directory names its job instance (`instance.json`, which the plugin writes), a
 /// record of any other job or user in it is left out.
+///
+/// The job directory is opened without following a link, and each record is read only when
+/// [`safe_read`] finds it safe; every other entry named like a record becomes a [`Problem`].
 pub fn load_job(root: &Path, job_id: u32) -> Result<JobRecords, LoadError> {
-    let dir = job_dir(root, job_id);
-    let instance = crate::step::spool::read_instance(&dir, None);
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    use safe_read::{JobDir, MAX_INSTANCE_BYTES, MAX_RECORD_BYTES, Refusal};
+    let path = job_dir(root, job_id);
+    let dir = match JobDir::open(&path) {
+        Ok(d) => d,
+        Err(Refusal::Unsafe(why)) => return Err(LoadError::Refused(job_id, path, why)),
+        Err(Refusal::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
             return Err(LoadError::NoRecords(job_id, root.to_path_buf()));
         }
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            return Err(LoadError::Denied(job_id, dir));
+        Err(Refusal::Io(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(LoadError::Denied(job_id, path));
         }
-        Err(e) => return Err(LoadError::Io(dir, e)),
+        Err(Refusal::Io(e)) => return Err(LoadError::Io(path, e)),
     };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| {
-            n.ends_with(".json") && !n.starts_with('.') && n != crate::step::spool::INSTANCE_FILE
-        })
-        .collect();
-    names.sort();
+    let entries = match dir.entries() {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(LoadError::Denied(job_id, path));
+        }
+        Err(e) => return Err(LoadError::Io(path, e)),
+    };
     let mut out = JobRecords {
         job_id,
         ..JobRecords::default()
     };
-    for name in names {
-        let path = dir.join(&name);
-        let text = match fs::read_to_string(&path) {
+    let unusable = |file: &str, r: Refusal| Problem::Unreadable {
+        file: file.to_string(),
+        refused: matches!(r, Refusal::Unsafe(_)),
+        error: match r {
+            Refusal::Unsafe(why) => why,
+            Refusal::Io(e) => e.to_string(),
+        },
+    };
+    let instance_file = crate::step::spool::INSTANCE_FILE;
+    let instance = match dir.read(OsStr::new(instance_file), MAX_INSTANCE_BYTES) {
+        Ok(bytes) => match serde_json::from_slice::<crate::step::spool::Instance>(&bytes) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                out.problems.push(Problem::Corrupt {
+                    file: instance_file.into(),
+                    error: e.to_string(),
+                });
+                None
+            }
+        },
+        Err(r) if r.is_not_found() => None,
+        Err(r) => {
+            out.problems.push(unusable(instance_file, r));
+            None
+        }
+    };
+    for (name, kind) in entries {
+        let Ok(name) = name.into_string() else {
+            continue;
+        };
+        if !name.ends_with(".json") || name.starts_with('.') || name == instance_file {
+            continue;
+        }
+        // A FIFO, socket or device is refused without being opened; a link is not followed.
+        if let Some(why) = safe_read::refuse_type(&kind) {
+            out.problems.push(unusable(&name, Refusal::Unsafe(why)));
+            continue;
+        }
+        let bytes = match dir.read(OsStr::new(&name), MAX_RECORD_BYTES) {
+            Ok(b) => b,
+            // Removed meanwhile (a purge).
+            Err(r) if r.is_not_found() => continue,
+            Err(r) => {
+                out.problems.push(unusable(&name, r));
+                continue;
+            }
+        };
+        let text = match String::from_utf8(bytes) {
             Ok(t) => t,
             Err(e) => {
-                out.problems.push(Problem::Unreadable {
+                out.problems.push(Problem::Corrupt {
                     file: name,
-                    error: e.to_string(),
+                    error: format!("not UTF-8 text: {}", e.utf8_error()),
                 });
                 continue;
             }
@@ -197,19 +272,48 @@ pub fn step_order(id: &str) -> (u8, u64) {
 
 /// Job ids that have a directory in the spool, smallest first (directories the caller cannot
 /// read are listed too: the spool itself is world-readable).
-/// A cluster without a directory yet has no jobs.
+/// A cluster without a directory yet has no jobs. An entry named like a job that is not a
+/// directory (a symbolic link: never followed) is left out; [`job_entries`] names them.
 pub fn job_ids(root: &Path) -> io::Result<Vec<u32>> {
+    Ok(job_entries(root)?.ids)
+}
+
+/// The entries of a cluster's spool named like jobs (a job id as Slurm writes it: digits, no
+/// sign, no leading zero).
+#[derive(Debug, Default)]
+pub struct JobEntries {
+    /// Ids with a real directory (not a link to one), smallest first.
+    pub ids: Vec<u32>,
+    /// Entries named like a job that are not a directory, with what they are (`a symbolic
+    /// link`, ...): never followed, read or removed.
+    pub refused: Vec<(PathBuf, &'static str)>,
+}
+
+/// The job directories of the spool at `root`, judged by the type the directory gives (a link
+/// is not followed). A missing `root` has none.
+pub fn job_entries(root: &Path) -> io::Result<JobEntries> {
     let entries = match fs::read_dir(root) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(JobEntries::default()),
         r => r?,
     };
-    let mut ids: Vec<u32> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
+    let mut out = JobEntries::default();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok().filter(|id| id.to_string() == n))
+        else {
+            continue;
+        };
+        match e.file_type() {
+            Ok(t) if t.is_dir() => out.ids.push(id),
+            Ok(t) => out.refused.push((e.path(), safe_read::kind_of(&t))),
+            Err(_) => {}
+        }
+    }
+    out.ids.sort_unstable();
+    out.refused.sort();
+    Ok(out)
 }
 
 /// The JSON document `gpu-tracker-report --format json` prints: the job's summary, every
@@ -365,6 +469,69 @@ mod tests {
         assert_eq!(only.records.len(), 1);
         assert_eq!(only.problems.len(), 1);
         assert_eq!(job_ids(t.path()).unwrap(), vec![5]);
+    }
+
+    #[test]
+    fn unsafe_entries_are_refused_unread_and_the_rest_is_loaded() {
+        use std::os::unix::fs::symlink;
+        let t = TempTree::new("load-unsafe");
+        let mut good = record("n1", "batch");
+        good.job.id = 5;
+        let mut other = record("elsewhere", "0");
+        other.job.id = 5;
+        t.write("5/n1.batch.json", &good.to_json())
+            .write("outside/r.json", &other.to_json())
+            .write("outside/linked.json", &other.to_json());
+        let dir = t.path().join("5");
+        symlink(t.path().join("outside/r.json"), dir.join("n1.0.json")).unwrap();
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(dir.join("n1.1.json"))
+                .status()
+                .unwrap()
+                .success()
+        );
+        fs::File::create(dir.join("n1.2.json"))
+            .unwrap()
+            .set_len(4 << 30)
+            .unwrap();
+        fs::hard_link(t.path().join("outside/linked.json"), dir.join("n1.3.json")).unwrap();
+        symlink(t.path().join("outside/r.json"), dir.join("instance.json")).unwrap();
+        let started = std::time::Instant::now();
+        let j = load_job(t.path(), 5).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(j.records.len(), 1);
+        assert_eq!(j.records[0].step.node, "n1");
+        let refused: Vec<(&str, &str)> = j
+            .problems
+            .iter()
+            .map(|p| match p {
+                Problem::Unreadable {
+                    file,
+                    error,
+                    refused: true,
+                } => (file.as_str(), error.as_str()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(refused.len(), 5, "{refused:?}");
+        assert!(refused[0].0 == "instance.json" && refused[0].1.contains("symbolic link"));
+        assert!(refused[1].0 == "n1.0.json" && refused[1].1.contains("symbolic link"));
+        assert!(refused[2].0 == "n1.1.json" && refused[2].1.contains("FIFO"));
+        assert!(refused[3].0 == "n1.2.json" && refused[3].1.contains("4294967296 bytes"));
+        assert!(refused[4].0 == "n1.3.json" && refused[4].1.contains("2 hard links"));
+        assert_eq!(
+            j.problems[1].message(),
+            "n1.0.json: refused: a symbolic link; not followed"
+        );
+        let json = j.to_json(&Summary::from_records(&j.records));
+        assert!(json.contains("\"refused\": true"), "{json}");
+        // A job directory that is a link is refused as a whole.
+        symlink(&dir, t.path().join("6")).unwrap();
+        assert!(matches!(
+            load_job(t.path(), 6),
+            Err(LoadError::Refused(6, ..))
+        ));
     }
 
     #[test]

@@ -73,22 +73,20 @@ pub const INSTANCE_FILE: &str = "instance.json";
 /// Directory (under a cluster's spool) where directories of earlier job instances are moved.
 pub const STALE_DIR: &str = ".stale";
 
-/// Reads the instance file of job directory `dir`: a regular file, not a symlink, owned by
-/// `owner`. `None` when missing, unsafe or unreadable.
+/// Reads the instance file of job directory `dir`: the directory opened without following a
+/// link and owned by `owner` (when given), the file a regular one (not a link, FIFO or
+/// device) owned by the directory's owner, with one link and at most
+/// [`super::safe_read::MAX_INSTANCE_BYTES`]. `None` when missing, unsafe or unreadable.
 pub fn read_instance(dir: &Path, owner: Option<u32>) -> Option<Instance> {
-    let path = dir.join(INSTANCE_FILE);
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .ok()?;
-    let m = f.metadata().ok()?;
-    if !m.file_type().is_file() || owner.is_some_and(|o| m.uid() != o) || m.len() > 64 * 1024 {
+    use super::safe_read::{JobDir, MAX_INSTANCE_BYTES};
+    let d = JobDir::open(dir).ok()?;
+    if owner.is_some_and(|o| d.owner() != o) {
         return None;
     }
-    let mut text = String::new();
-    io::Read::read_to_string(&mut &f, &mut text).ok()?;
-    serde_json::from_str(&text).ok()
+    let bytes = d
+        .read(std::ffi::OsStr::new(INSTANCE_FILE), MAX_INSTANCE_BYTES)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// What [`Spool::claim_job_dir`] did.
