@@ -53,6 +53,12 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// The sum of `values`, stopping at `u64::MAX` rather than wrapping: figures read from records
+/// are added over nodes, steps and GPUs, and a record's numbers are not to be trusted to fit.
+pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
+}
+
 /// Whether `value` lies in `min..=max`; never for NaN.
 pub fn within(value: f64, min: f64, max: f64) -> bool {
     value >= min && value <= max

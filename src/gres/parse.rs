@@ -174,12 +174,52 @@ fn key_values(line: &str) -> Vec<(String, String)> {
 
 /// Expands a Slurm hostlist (`n[1-3,7]`, `/dev/nvidia[0-1],/dev/nvidia3`, `a[1-2]b[0-1]`) in
 /// the order written. Zero padding follows the range's first number (`n[01-10]`).
+///
+/// Bounded, whatever the list (it may come from a record a user could have a hand in): at most
+/// [`MAX_HOSTLIST_NAMES`] names and [`MAX_HOSTLIST_BYTES`] bytes of them, the first ones in
+/// order; each range is cut to [`MAX_RANGE`] + 1 numbers; a name with more than
+/// [`MAX_BRACKETS`] brackets is not one Slurm makes and expands to nothing. The work is linear
+/// in the list's length plus the names made.
 pub fn expand_hostlist(list: &str) -> Vec<String> {
-    split_outside_brackets(list)
-        .into_iter()
-        .filter(|p| !p.is_empty())
-        .flat_map(|p| expand_one(&p))
-        .collect()
+    let mut out = Out {
+        names: Vec::new(),
+        bytes: 0,
+    };
+    for p in split_outside_brackets(list) {
+        if !p.is_empty() && !expand_one(&p, &mut out) {
+            break;
+        }
+    }
+    out.names
+}
+
+/// Most names [`expand_hostlist`] makes (Slurm's largest clusters have some tens of thousands
+/// of nodes).
+pub const MAX_HOSTLIST_NAMES: usize = 65_536;
+/// Most bytes of names [`expand_hostlist`] makes.
+pub const MAX_HOSTLIST_BYTES: usize = 4 << 20;
+/// Most brackets in one name: Slurm's names have one per dimension, at most five.
+pub const MAX_BRACKETS: usize = 8;
+/// Most numbers one bracket range may produce, less one: a typo must not eat memory in
+/// slurmstepd.
+pub const MAX_RANGE: u64 = 65_536;
+
+/// The names made so far, within the bounds.
+struct Out {
+    names: Vec<String>,
+    bytes: usize,
+}
+
+impl Out {
+    /// Adds `name`; false (and nothing added) once a bound is reached.
+    fn push(&mut self, name: String) -> bool {
+        if self.names.len() >= MAX_HOSTLIST_NAMES || self.bytes + name.len() > MAX_HOSTLIST_BYTES {
+            return false;
+        }
+        self.bytes += name.len();
+        self.names.push(name);
+        true
+    }
 }
 
 fn split_outside_brackets(s: &str) -> Vec<String> {
@@ -200,31 +240,81 @@ fn split_outside_brackets(s: &str) -> Vec<String> {
     out
 }
 
-/// Most names one bracket range may produce: a typo must not eat memory in slurmstepd.
-const MAX_RANGE: u64 = 65_536;
+/// One bracket's numbers: `(first, last, width)` per range, in the order written; parts that
+/// are not numbers are skipped.
+fn bracket_ranges(inner: &str) -> Vec<(u64, u64, usize)> {
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .filter_map(|part| {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let (a, b) = (
+                lo.trim().parse::<u64>().ok()?,
+                hi.trim().parse::<u64>().ok()?,
+            );
+            Some((a, b.min(a.saturating_add(MAX_RANGE)), lo.trim().len()))
+        })
+        .collect()
+}
 
-fn expand_one(name: &str) -> Vec<String> {
-    let (Some(open), Some(close)) = (name.find('['), name.find(']')) else {
-        return vec![name.to_string()];
-    };
-    if close < open {
-        return vec![name.to_string()];
+/// Expands one name of a hostlist into `out`; false once `out` is full.
+fn expand_one(name: &str, out: &mut Out) -> bool {
+    // The name as literal text and brackets: `pieces[0] [b0] pieces[1] [b1] ... pieces[n]`.
+    let mut pieces = Vec::new();
+    let mut brackets = Vec::new();
+    let mut rest = name;
+    while let (Some(open), Some(close)) = (rest.find('['), rest.find(']')) {
+        if close < open {
+            break;
+        }
+        if brackets.len() == MAX_BRACKETS {
+            return true;
+        }
+        pieces.push(&rest[..open]);
+        brackets.push(bracket_ranges(&rest[open + 1..close]));
+        rest = &rest[close + 1..];
     }
-    let (prefix, inner, suffix) = (&name[..open], &name[open + 1..close], &name[close + 1..]);
-    let mut out = Vec::new();
-    for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let (Ok(a), Ok(b)) = (lo.trim().parse::<u64>(), hi.trim().parse::<u64>()) else {
-            continue;
-        };
-        let width = lo.trim().len();
-        for n in a..=b.min(a.saturating_add(MAX_RANGE)) {
-            for tail in expand_one(suffix) {
-                out.push(format!("{prefix}{n:0width$}{tail}"));
+    pieces.push(rest);
+    // Odometer over the brackets' numbers, the first bracket turning slowest: the order written.
+    let numbers: Vec<Vec<(u64, usize)>> = brackets
+        .iter()
+        .map(|ranges| {
+            ranges
+                .iter()
+                .flat_map(|&(a, b, w)| (a..=b).map(move |n| (n, w)))
+                .take(MAX_HOSTLIST_NAMES)
+                .collect()
+        })
+        .collect();
+    if numbers.iter().any(Vec::is_empty) {
+        return true;
+    }
+    let mut at = vec![0usize; numbers.len()];
+    loop {
+        let mut s = String::from(pieces[0]);
+        for (k, &i) in at.iter().enumerate() {
+            let (n, width) = numbers[k][i];
+            s.push_str(&format!("{n:0width$}"));
+            s.push_str(pieces[k + 1]);
+        }
+        if !out.push(s) {
+            return false;
+        }
+        // Next combination; done when every bracket has turned over.
+        let mut k = at.len();
+        loop {
+            if k == 0 {
+                return true;
             }
+            k -= 1;
+            at[k] += 1;
+            if at[k] < numbers[k].len() {
+                break;
+            }
+            at[k] = 0;
         }
     }
-    out
 }
 
 /// Slurm's natural string order (`strnatcmp`): digit runs compare as numbers, so
@@ -290,6 +380,35 @@ mod tests {
         );
         assert_eq!(expand_hostlist("gpu01"), ["gpu01"]);
         assert!(expand_hostlist("").is_empty());
+    }
+
+    #[test]
+    fn hostlists_are_bounded_whatever_they_say() {
+        // Found by fuzzing the record reader (a record's `job.node_list`): the product of
+        // ranges made billions of names, and one recursion per bracket overflowed the stack.
+        let started = std::time::Instant::now();
+        let product = expand_hostlist("a[0-65536][0-65536]");
+        assert_eq!(product.len(), MAX_HOSTLIST_NAMES);
+        assert_eq!(product[0], "a00");
+        assert_eq!(product[1], "a01");
+        assert_eq!(product[65_536 - 1], "a065535");
+        let deep = format!("n{}", "[0]".repeat(20_000));
+        assert!(expand_hostlist(&deep).is_empty());
+        let five = format!("n{}", "[0-1]".repeat(5));
+        assert_eq!(expand_hostlist(&five).len(), 32);
+        let long = format!("{}[0-65535]", "x".repeat(1 << 20));
+        let names = expand_hostlist(&long);
+        assert!(names.iter().map(String::len).sum::<usize>() <= MAX_HOSTLIST_BYTES);
+        assert_eq!(names.len(), 3);
+        let many = vec!["n[0-65535]"; 1000].join(",");
+        assert_eq!(expand_hostlist(&many).len(), MAX_HOSTLIST_NAMES);
+        // A range past the bound ends at it; a bracket of no number makes no name.
+        let cut = expand_hostlist("n[5-99999999999]");
+        assert_eq!(cut.len(), MAX_HOSTLIST_NAMES);
+        assert_eq!(cut.last().map(String::as_str), Some("n65540"));
+        assert!(expand_hostlist("n[x-y]").is_empty());
+        assert_eq!(expand_hostlist("n]0[1"), ["n]0[1"]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]

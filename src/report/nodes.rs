@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::summary::Summary;
 use crate::step::record::StepRecord;
+use crate::units::saturating_sum;
 
 /// A node, task or GPU is flagged below this share of the busiest of its kind.
 pub const IMBALANCE_RATIO: f64 = 0.5;
@@ -89,10 +90,12 @@ fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
         .filter_map(|g| g.mean_utilization_percent)
         .collect();
     Totals {
-        memory_peak_bytes: s.per_node.iter().map(|n| n.peak_bytes).sum(),
-        memory_requested_bytes: requested.filter(|r| !r.is_empty()).map(|r| r.iter().sum()),
+        memory_peak_bytes: saturating_sum(s.per_node.iter().map(|n| n.peak_bytes)),
+        memory_requested_bytes: requested
+            .filter(|r| !r.is_empty())
+            .map(|r| saturating_sum(r.iter().copied())),
         gpus: s.gpus.len(),
-        gpu_memory_peak_bytes: s.gpus.iter().map(|g| g.job_peak_bytes).sum(),
+        gpu_memory_peak_bytes: saturating_sum(s.gpus.iter().map(|g| g.job_peak_bytes)),
         gpu_mean_utilization_percent: (!means.is_empty())
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
         tasks: records.iter().map(|r| r.tasks.len()).sum(),

@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::summary::{GpuSummary, NodeSummary, Summary, cpu_efficiency};
+use crate::units::saturating_sum;
 
 /// What opens a stored summary; the number is the format's version.
 pub const PREFIX: &str = "gpu-tracker:1:";
@@ -147,7 +148,7 @@ impl Stored {
                     )
                 })
                 .collect(),
-            oom_kills: s.oom.iter().map(|o| o.kills).sum(),
+            oom_kills: saturating_sum(s.oom.iter().map(|o| o.kills)),
             failed_tasks: s.steps.iter().map(|st| st.failed.len()).sum(),
             cut_nodes: 0,
             cut_gpus: 0,

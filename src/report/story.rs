@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::history::{Bucket, Event, GpuIdle, Stat};
 use crate::step::record::StepRecord;
+use crate::units::saturating_sum;
 
 /// The job's time zero: the earliest timeline start of its records (Unix seconds).
 pub fn job_start(records: &[StepRecord]) -> Option<f64> {
@@ -440,7 +441,7 @@ pub fn events_csv(records: &[StepRecord]) -> String {
 
 /// The `--events json` export.
 pub fn events_json(job_id: u32, records: &[StepRecord]) -> String {
-    let dropped: u64 = records.iter().map(|r| r.events_dropped).sum();
+    let dropped = saturating_sum(records.iter().map(|r| r.events_dropped));
     let doc = serde_json::json!({
         "job_id": job_id,
         "start_unix": job_start(records),

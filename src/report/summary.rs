@@ -329,7 +329,7 @@ impl Summary {
             *e = (*e).max(a);
         }
         s.cpu.seconds = records.iter().map(|r| r.cpu.seconds).sum();
-        s.cpu.alloc_cpus = alloc_per_node.values().sum();
+        s.cpu.alloc_cpus = alloc_per_node.values().fold(0, |a, b| a.saturating_add(*b));
         s.cpu.max_cores = records.iter().map(|r| r.cpu.max_cores).fold(0.0, f64::max);
         s.cpu.efficiency_percent =
             cpu_efficiency(s.cpu.seconds, s.elapsed_seconds, s.cpu.alloc_cpus);
