@@ -24,6 +24,8 @@
 pub mod cgroup;
 pub mod cli;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gpu;
 pub mod gres;
 pub mod history;
