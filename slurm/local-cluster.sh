@@ -945,6 +945,21 @@ cmd_on_node() {
     exec "$@"
 }
 
+# restart-slurmd NODE: stops the slurmd of NODE (SIGTERM, as systemd does) and starts it again;
+# the slurmstepd of running steps outlive it, as on a node whose slurmd is restarted by hand.
+cmd_restart_slurmd() {
+    local name=${1:-} pidf
+    [[ -n $name ]] || fail "usage: $0 restart-slurmd NODE"
+    pidf=$(slurmd_pid "$name")
+    alive "$pidf" slurmd || fail "no slurmd of node '$name' runs (slurm/local-cluster.sh status)"
+    # Started again the way it was: in a mount namespace of its own when it had one (the node
+    # with a node-local spool is the last of the nodes).
+    if own_mounts "$(cat "$pidf")"; then NODE_LOCAL=1 NODES=${name##*-}; fi
+    stop_daemon "$pidf" slurmd
+    start_slurmd "$name"
+    echo "started slurmd of $name (pid $(cat "$(slurmd_pid "$name")"))"
+}
+
 # env: prints the exports for using the cluster by hand: eval "$(slurm/local-cluster.sh env)".
 cmd_env() {
     printf 'export SLURM_CONF=%q\n' "$CONF"
@@ -981,7 +996,7 @@ cmd_demo() {
     STEP=""
 }
 
-usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] | down | status | env | on-node NODE -- CMD..."
+usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] | down | status | env | on-node NODE -- CMD... | restart-slurmd NODE"
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -989,6 +1004,7 @@ up) need_root "$cmd" "$@"; parse_options "$@"; cmd_up ;;
 demo) need_root "$cmd" "$@"; parse_options "$@"; cmd_demo ;;
 down) need_root "$cmd" "$@"; cmd_down ;;
 on-node) need_root "$cmd" "$@"; cmd_on_node "$@" ;;
+restart-slurmd) need_root "$cmd" "$@"; cmd_restart_slurmd "$@" ;;
 status) cmd_status ;;
 env) cmd_env ;;
 *) echo "$usage" >&2; exit 2 ;;

@@ -60,24 +60,32 @@ need_root() {
 
 # Installs QEMU and mmdebstrap when missing (from bookworm-backports on Debian 12).
 install_host_tools() {
-    local p missing=() bookworm=0
+    local p missing=() backports=() bookworm=0
     grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null && bookworm=1
     for p in "${HOST_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' && continue
-        # Only QEMU and mmdebstrap come from backports; the rest is bookworm's own.
-        [[ $bookworm == 1 && $p =~ ^(qemu-system-x86|mmdebstrap)$ ]] && p=$p/bookworm-backports
-        missing+=("$p")
+        # Only QEMU and mmdebstrap come from backports (with the dependencies of theirs that
+        # backports has newer: -t), the rest is bookworm's own.
+        if [[ $bookworm == 1 && $p =~ ^(qemu-system-x86|mmdebstrap)$ ]]; then
+            backports+=("$p")
+        else
+            missing+=("$p")
+        fi
     done
-    ((${#missing[@]} == 0)) && return 0
-    if ((bookworm)); then
+    ((${#missing[@]} + ${#backports[@]} == 0)) && return 0
+    if ((${#backports[@]})); then
         grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ ||
             echo "deb $MIRROR bookworm-backports main" >/etc/apt/sources.list.d/gpu-tracker-backports.list
     fi
-    say "installing ${missing[*]} ..."
+    say "installing ${missing[*]} ${backports[*]} ..."
     mkdir -p "$VMDIR"
-    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        "${missing[@]}"; } >"$VMDIR/apt.log" 2>&1 ||
-        { tail -n 20 "$VMDIR/apt.log" >&2; fail "installing ${missing[*]} failed (log: $VMDIR/apt.log)"; }
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends)
+    {
+        apt-get update &&
+            { ((${#missing[@]} == 0)) || "${apt[@]}" "${missing[@]}"; } &&
+            { ((${#backports[@]} == 0)) || "${apt[@]}" -t bookworm-backports "${backports[@]}"; }
+    } >"$VMDIR/apt.log" 2>&1 ||
+        { tail -n 20 "$VMDIR/apt.log" >&2; fail "installing ${missing[*]} ${backports[*]} failed (log: $VMDIR/apt.log)"; }
 }
 
 # The cache key of an image: the package list and the guest's files. A change rebuilds it.

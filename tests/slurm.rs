@@ -7,6 +7,11 @@
 //! brings the cluster up and runs them with `--include-ignored`.
 
 mod common;
+// Faults, load and hostile input (issue 14): in tests/slurm/.
+#[path = "slurm/faults.rs"]
+mod faults;
+#[path = "slurm/hostile.rs"]
+mod hostile;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1789,6 +1794,15 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
 struct NvmlCopy(#[allow(dead_code)] Restore, PathBuf);
 
 fn nvml_copy(tag: &str, extra: serde_json::Value, files: bool) -> NvmlCopy {
+    nvml_copy_edited(tag, files, |scenario| {
+        for (k, v) in extra.as_object().unwrap() {
+            scenario[k] = v.clone();
+        }
+    })
+}
+
+/// [`nvml_copy`] with the scenario changed by `edit`.
+fn nvml_copy_edited(tag: &str, files: bool, edit: impl FnOnce(&mut serde_json::Value)) -> NvmlCopy {
     let dir = state_dir().join("lib").join(format!("nvml-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1810,9 +1824,7 @@ fn nvml_copy(tag: &str, extra: serde_json::Value, files: bool) -> NvmlCopy {
             d["device_file"] = f.display().to_string().into();
         }
     }
-    for (k, v) in extra.as_object().unwrap() {
-        scenario[k] = v.clone();
-    }
+    edit(&mut scenario);
     std::fs::write(
         dir.join("fake-nvml-scenario.json"),
         serde_json::to_string_pretty(&scenario).unwrap(),

@@ -1,9 +1,10 @@
 //! Test helper: a process that uses known resources, for the whole-program tests.
 //!
 //! `gpu-tracker-test-hog [--mb N] [--hold-ms T] [--spin-ms S] [--children K] [--exit C]
-//! [--marker WORD]`: touches N megabytes (1e6 bytes) of anonymous memory, holds them T ms,
-//! burns S ms of CPU time on one core, starts K copies of itself (with the same settings, no further
-//! children) and waits for them, then exits with C. The marker only appears on the command line,
+//! [--forks F] [--marker WORD]`: forks F short-lived children (50 at a time, each living about
+//! 10 ms), touches N megabytes (1e6 bytes) of anonymous memory, holds them T ms, burns S ms of
+//! CPU time on one core, starts K copies of itself (with the same settings, no further children)
+//! and waits for them, then exits with C. The marker only appears on the command line,
 //! where the fake NVML library looks for it.
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
+    forks(get("--forks"));
     let (mb, hold, spin, children, code) = (
         get("--mb"),
         get("--hold-ms"),
@@ -70,4 +72,34 @@ fn own_cpu_ms() -> u64 {
         .filter_map(|v| v.parse().ok())
         .collect();
     f.iter().sum::<u64>() * 10
+}
+
+/// Forks `n` children, 50 at a time, each of which sleeps 10 ms and exits; waits for them all.
+fn forks(n: u64) {
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(50);
+        let mut pids = Vec::new();
+        for _ in 0..batch {
+            // SAFETY: this program has one thread here; the child only calls async-signal-safe
+            // functions (usleep, _exit) before it ends.
+            match unsafe { libc::fork() } {
+                0 => {
+                    // SAFETY: as above, in the child.
+                    unsafe {
+                        libc::usleep(10_000);
+                        libc::_exit(0)
+                    }
+                }
+                -1 => panic!("fork failed: {}", std::io::Error::last_os_error()),
+                pid => pids.push(pid),
+            }
+        }
+        for pid in pids {
+            let mut status = 0;
+            // SAFETY: waits for a child of this process; `status` is a valid int.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+        left -= batch;
+    }
 }

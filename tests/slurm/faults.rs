@@ -1,0 +1,771 @@
+//! Faults a real cluster sees, injected while tracked jobs run: NVML that fails, the step's
+//! cgroup out of reach, a full or read-only spool, a slurmstepd killed, slurmd restarted,
+//! settings missing or unreadable; and load: thousands of short processes, 256 tasks, 50 steps
+//! at once. Each time the job's own result is unchanged, slurmstepd ends normally, slurmd's log
+//! says what happened in one line, and what could be measured is kept.
+
+use super::*;
+
+/// Where slurmd's log ends now: the plugin's lines after it are the test's.
+pub(crate) fn log_mark() -> u64 {
+    std::fs::metadata(state_dir().join("log/slurmd.log")).map_or(0, |m| m.len())
+}
+
+/// The plugin's lines in slurmd's log after `mark`.
+pub(crate) fn plugin_lines_since(mark: u64) -> Vec<String> {
+    let text = std::fs::read(state_dir().join("log/slurmd.log")).unwrap_or_default();
+    let from = (mark as usize).min(text.len());
+    String::from_utf8_lossy(&text[from..])
+        .lines()
+        .filter(|l| l.contains("gpu-tracker:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until `ready` holds, at most `limit`; panics naming `what` past it.
+pub(crate) fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The record of `step` of job `id` as it is now (a checkpoint or the final one).
+fn record_now(id: u32, step: &str) -> Option<StepRecord> {
+    let text =
+        std::fs::read_to_string(job_spool_dir(id).join(format!("{}.{step}.json", node()))).ok()?;
+    StepRecord::from_json(&text).ok()
+}
+
+/// The pid of the slurmstepd of step `step` of job `id` (its process title is
+/// `slurmstepd: [ID.STEP]`).
+fn stepd_pid(id: u32, step: &str) -> Option<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("^slurmstepd: \\[{id}\\.{step}\\]")])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Open descriptors and threads of process `pid`.
+fn fds_and_threads(pid: u32) -> (usize, usize) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    (fds, threads)
+}
+
+/// What process `pid`'s descriptors point at, one a line.
+fn fd_targets(pid: u32) -> String {
+    let mut out = String::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            let t = std::fs::read_link(e.path()).unwrap_or_default();
+            out += &format!("{} -> {}\n", e.file_name().to_string_lossy(), t.display());
+        }
+    }
+    out
+}
+
+/// The pid of the first node's slurmd.
+fn slurmd_pid() -> u32 {
+    std::fs::read_to_string(state_dir().join(format!("run/slurmd-{}.pid", node())))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The first node is up and not drained (a slurmstepd that crashed or could not end its step
+/// drains it).
+fn assert_node_healthy() {
+    let out = Command::new("scontrol")
+        .args(["show", "node", "-o", &node()])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let state = text
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("State="))
+        .unwrap_or("?");
+    assert!(
+        !state.contains("DOWN") && !state.contains("DRAIN") && !state.contains("FAIL"),
+        "node {}: {text}",
+        node()
+    );
+}
+
+/// A tracked job that did its own work and ended as it would untracked: COMPLETED, its output
+/// whole, a summary at its end; the node is fine.
+fn assert_job_unharmed(job: &Job, name: &str, marker: &str) -> String {
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let out = output_with_summary(USER, name, job.id);
+    assert!(
+        out.contains(marker),
+        "the job's own output is there:\n{out}"
+    );
+    assert_node_healthy();
+    out
+}
+
+/// The one line the plugin logs for a step recorded with faults, naming `what`.
+fn assert_fault_logged(lines: &[String], id: u32, step: &str, what: &str) {
+    let head = format!("job {id} step {step}: recorded with faults:");
+    let found: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
+    assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
+    assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn nvml_that_fails_loses_a_gpu_or_does_not_support_a_query_leaves_the_job_alone() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let h = hog();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.2 --gres=gpu:1\n{h} --mb 40 --hold-ms 3000\necho job-done\n"
+    );
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 3] = [
+        (
+            "init",
+            |s| s["init_error"] = "NVML_ERROR_DRIVER_NOT_LOADED".into(),
+            "GPUs not tracked",
+        ),
+        (
+            "lost",
+            |s| {
+                for d in s["devices"].as_array_mut().unwrap() {
+                    d["lost_after_ms"] = 1500.into();
+                }
+            },
+            "was lost",
+        ),
+        (
+            "unsupported",
+            |s| {
+                for d in s["devices"].as_array_mut().unwrap() {
+                    d["errors"] = serde_json::json!({
+                        "nvmlDeviceGetUtilizationRates": "NVML_ERROR_NOT_SUPPORTED",
+                        "nvmlDeviceGetTotalEnergyConsumption": "NVML_ERROR_NOT_SUPPORTED"
+                    });
+                }
+            },
+            "utilization not read",
+        ),
+    ];
+    for (tag, edit, what) in cases {
+        let _nvml = nvml_copy_edited(&format!("fault-{tag}"), false, edit);
+        let mark = log_mark();
+        let name = format!("nvml-{tag}");
+        let job = run_job(&name, &script);
+        let out = assert_job_unharmed(&job, &name, "job-done");
+        let r = &final_records(job.id, &["batch"])["batch"];
+        assert!(r.complete, "{tag}");
+        assert!(
+            r.memory.peak_bytes >= 40_000_000,
+            "{tag}: memory is still measured: {:?}",
+            r.memory
+        );
+        assert!(
+            r.sampler.faults.iter().any(|f| f.contains(what)),
+            "{tag}: {:?}",
+            r.sampler.faults
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_fault_logged(&plugin_lines_since(mark), job.id, "batch", what);
+        match tag {
+            "init" => assert!(r.gpus.is_empty(), "{:?}", r.gpus),
+            "lost" => {
+                assert_eq!(r.gpus.len(), 1, "{:?}", r.gpus);
+                assert!(r.gpus[0].lost, "{:?}", r.gpus[0]);
+                // Read before it was lost: the memory in use then is kept.
+                assert!(r.gpus[0].peak_device_memory_bytes > 0, "{:?}", r.gpus[0]);
+                assert!(
+                    r.events.iter().any(|e| e.kind == "gpu_lost"),
+                    "{:?}",
+                    r.events
+                );
+            }
+            _ => {
+                assert_eq!(r.gpus.len(), 1, "{:?}", r.gpus);
+                let g = &r.gpus[0];
+                assert!(
+                    g.peak_device_memory_bytes > 0,
+                    "memory is still read: {g:?}"
+                );
+                assert_eq!(g.max_utilization_percent, None, "{g:?}");
+                assert!(!g.lost);
+            }
+        }
+        // The summary says it too, to the job's user.
+        assert!(
+            summary_of(&out).contains(what),
+            "{tag}: {}",
+            summary_of(&out)
+        );
+    }
+}
+
+/// The directory of the step's memory cgroup, from its record.
+fn step_cgroup_dir(r: &StepRecord) -> PathBuf {
+    let cg = r.memory.cgroup.clone().expect("the step has a cgroup");
+    let p = PathBuf::from(&cg);
+    if p.is_absolute() && p.starts_with("/sys/fs/cgroup") {
+        return p;
+    }
+    let base = if cgroup_version() == "v1" {
+        "/sys/fs/cgroup/memory"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    Path::new(base).join(cg.trim_start_matches('/'))
+}
+
+/// Unmounts `0` when dropped (lazily: a test that failed midway leaves no mount behind).
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn bind(from: &Path, to: &Path) -> Mounted {
+    let ok = Command::new("mount")
+        .arg("--bind")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mount --bind {} {}", from.display(), to.display());
+    Mounted(to.to_path_buf())
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_step_cgroup_that_vanishes_or_cannot_be_read_keeps_the_figures_it_had() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let mark = log_mark();
+    let name = "cgroup-gone";
+    let id = submit(
+        name,
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track=0.2\n{h} --mb 61 --hold-ms 9000\necho job-done\n"
+        ),
+    );
+    let mut rec = None;
+    wait_until(
+        "a checkpoint with the 61 MB",
+        Duration::from_secs(60),
+        || {
+            rec = record_now(id, "batch").filter(|r| r.memory.peak_bytes >= 61_000_000);
+            rec.is_some()
+        },
+    );
+    let dir = step_cgroup_dir(rec.as_ref().unwrap());
+    let usage = if cgroup_version() == "v1" {
+        "memory.usage_in_bytes"
+    } else {
+        "memory.current"
+    };
+    assert!(dir.join(usage).exists(), "{}", dir.display());
+    // 1. The cgroup's files vanish: an empty directory over the step's cgroup.
+    {
+        let empty = state_dir().join("empty-dir");
+        std::fs::create_dir_all(&empty).unwrap();
+        let _m = bind(&empty, &dir);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // 2. Its usage file cannot be read (a write-only file of the same cgroup over it: even root
+    // gets an error).
+    {
+        let write_only = if cgroup_version() == "v1" {
+            "memory.force_empty"
+        } else {
+            "cgroup.kill"
+        };
+        let _m = bind(&dir.join(write_only), &dir.join(usage));
+        assert!(std::fs::read_to_string(dir.join(usage)).is_err());
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let job = wait_job(USER, name, id);
+    assert_job_unharmed(&job, name, "job-done");
+    let r = &final_records(id, &["batch"])["batch"];
+    assert!(r.complete);
+    assert!(
+        r.memory.peak_bytes >= 61_000_000,
+        "the peak read before is kept: {:?}",
+        r.memory
+    );
+    let fault = r
+        .sampler
+        .faults
+        .iter()
+        .find(|f| f.contains("cgroup could not be read"))
+        .unwrap_or_else(|| panic!("{:?}", r.sampler));
+    let misses: u64 = fault
+        .split("read at ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    // 4 s out of reach at 0.2 s: about 20 samples (fewer where the interval lengthened).
+    assert!(misses >= 5 && misses < r.sampler.samples, "{fault}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_fault_logged(
+        &plugin_lines_since(mark),
+        id,
+        "batch",
+        "cgroup could not be read",
+    );
+}
+
+/// A spool of its own for one test: a small tmpfs, named by the settings until drop.
+struct SmallSpool {
+    dir: PathBuf,
+    _restore: Restore,
+}
+
+impl SmallSpool {
+    fn new(tag: &str) -> SmallSpool {
+        let dir = state_dir().join("spool").join(format!("small-{tag}"));
+        // Left mounted by a test that was killed: not again.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .status();
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m,mode=0755", "gt-small-spool"])
+            .arg(&dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mount tmpfs on {}", dir.display());
+        let conf = state_dir().join("gpu-tracker.toml");
+        let good = std::fs::read_to_string(&conf).unwrap();
+        let text: Vec<String> = good
+            .lines()
+            .map(|l| {
+                if l.starts_with("spool_dir") {
+                    format!("spool_dir = \"{}\"", dir.display())
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        std::fs::write(&conf, text.join("\n") + "\n").unwrap();
+        SmallSpool {
+            dir,
+            _restore: Restore(conf, good),
+        }
+    }
+
+    fn record(&self, id: u32, step: &str) -> Option<StepRecord> {
+        let p = self
+            .dir
+            .join("gputrack")
+            .join(id.to_string())
+            .join(format!("{}.{step}.json", node()));
+        StepRecord::from_json(&std::fs::read_to_string(p).ok()?).ok()
+    }
+}
+
+impl Drop for SmallSpool {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_full_or_read_only_spool_keeps_the_last_checkpoint_and_the_job_runs() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    for how in ["full", "read-only"] {
+        let spool = SmallSpool::new(how);
+        let mark = log_mark();
+        let name = format!("spool-{how}");
+        // The cluster checkpoints every 5 s: the second checkpoint has the 45 MB.
+        let id = submit(
+            &name,
+            &format!(
+                "#!/bin/bash\n#SBATCH --gpu-track=0.2\n{h} --mb 45 --hold-ms 9000\necho job-done\n"
+            ),
+        );
+        wait_until(
+            "a checkpoint with the 45 MB",
+            Duration::from_secs(60),
+            || {
+                spool.record(id, "batch").is_some_and(|r| {
+                    r.tasks
+                        .iter()
+                        .any(|t| t.sampled_peak_rss_bytes >= 45_000_000)
+                })
+            },
+        );
+        if how == "full" {
+            use std::io::Write;
+            let mut f = std::fs::File::create(spool.dir.join("filler")).unwrap();
+            let chunk = vec![0u8; 1 << 16];
+            while f.write_all(&chunk).is_ok() {}
+        } else {
+            let ok = Command::new("mount")
+                .args(["-o", "remount,ro"])
+                .arg(&spool.dir)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        let job = wait_job(USER, &name, id);
+        assert_eq!(job.state, "COMPLETED", "{how}: {}", job.output);
+        let out = output_with_summary(USER, &name, id);
+        assert!(out.contains("job-done"), "{how}: {out}");
+        assert_node_healthy();
+        std::thread::sleep(Duration::from_secs(1));
+        // The final record could not be written; the last checkpoint is whole and says it is
+        // not final.
+        let r = spool
+            .record(id, "batch")
+            .expect("the checkpoint is still there");
+        assert!(!r.complete, "{how}");
+        assert!(
+            r.tasks
+                .iter()
+                .any(|t| t.sampled_peak_rss_bytes >= 45_000_000),
+            "{how}: {r:?}"
+        );
+        let lines = plugin_lines_since(mark);
+        let why = if how == "full" {
+            "No space left on device"
+        } else {
+            "Read-only file system"
+        };
+        assert!(
+            lines.iter().any(
+                |l| l.contains(&format!("job {id} step batch: record not written"))
+                    && l.contains(why)
+            ),
+            "{how}: {lines:#?}"
+        );
+        // The summary the job got, and the report later, say the record is not final.
+        assert!(summary_of(&out).contains("incomplete"), "{how}: {out}");
+        let (code, text, err) = report_as(USER, &[&id.to_string()]);
+        assert_eq!(code, 5, "{how}: {text}{err}");
+        assert!(
+            err.contains("incomplete") || text.contains("incomplete"),
+            "{text}{err}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_slurmstepd_killed_mid_step_leaves_its_last_checkpoint_and_the_report_says_so() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let name = "stepd-killed";
+    let id = submit(
+        name,
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track=0.2\nsrun --gpu-track=0.2 {h} --mb 33 --hold-ms 20000\n\
+             echo batch-goes-on\n"
+        ),
+    );
+    wait_until(
+        "a checkpoint of step 0 with the 33 MB",
+        Duration::from_secs(60),
+        || record_now(id, "0").is_some_and(|r| r.memory.peak_bytes >= 33_000_000),
+    );
+    let slurmd = slurmd_pid();
+    let pid = stepd_pid(id, "0").expect("the step's slurmstepd");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Slurm may take a while to give up on the step: cancel the job once its step is gone.
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = Command::new("scancel")
+        .arg(id.to_string())
+        .env("SLURM_CONF", slurm_conf())
+        .status();
+    let job = wait_job(USER, name, id);
+    assert_ne!(job.state, "RUNNING");
+    // slurmd is the same process, and the batch step's own slurmstepd ended normally: its
+    // record is final.
+    assert_eq!(slurmd_pid(), slurmd);
+    assert!(Path::new(&format!("/proc/{slurmd}")).exists());
+    let recs = final_records_or_checkpoints(id);
+    let step0 = &recs["0"];
+    assert!(
+        !step0.complete,
+        "the killed step's record is its last checkpoint"
+    );
+    assert!(step0.memory.peak_bytes >= 33_000_000, "{:?}", step0.memory);
+    let (code, text, err) = report_as(USER, &[&id.to_string()]);
+    assert_eq!(code, 5, "{text}{err}");
+    let all = format!("{text}{err}");
+    assert!(
+        all.contains(&format!("{}.0.json: incomplete", node())),
+        "the report names the step's record as incomplete: {all}"
+    );
+}
+
+/// Every record of job `id` once the batch step's is final (the others as they are).
+fn final_records_or_checkpoints(id: u32) -> BTreeMap<String, StepRecord> {
+    wait_until(
+        "the batch step's final record",
+        Duration::from_secs(60),
+        || record_now(id, "batch").is_some_and(|r| r.complete),
+    );
+    records(id)
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn slurmd_restarted_while_a_tracked_job_runs_changes_nothing() {
+    // Written lock: slurmd is away for a moment, which other tests' jobs would notice.
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let name = "slurmd-restart";
+    let id = submit(
+        name,
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track=0.2\nsrun --gpu-track=0.2 {h} --mb 35 --hold-ms 8000\n\
+             echo job-done\n"
+        ),
+    );
+    wait_until("a checkpoint of step 0", Duration::from_secs(60), || {
+        record_now(id, "0").is_some()
+    });
+    let before = slurmd_pid();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm/local-cluster.sh");
+    let out = Command::new(script)
+        .args(["restart-slurmd", &node()])
+        .env("GPU_TRACKER_CLUSTER_DIR", state_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(slurmd_pid(), before, "slurmd was restarted");
+    let job = wait_job(USER, name, id);
+    assert_job_unharmed(&job, name, "job-done");
+    let recs = final_records(id, &["batch", "0"]);
+    assert!(recs["batch"].complete && recs["0"].complete);
+    assert!(
+        recs["0"].memory.peak_bytes >= 35_000_000,
+        "{:?}",
+        recs["0"].memory
+    );
+    assert!(
+        recs["0"].sampler.faults.is_empty(),
+        "{:?}",
+        recs["0"].sampler
+    );
+}
+
+/// Puts the settings file back when dropped, whatever stands in its place.
+struct SettingsBack {
+    path: PathBuf,
+    saved: PathBuf,
+}
+
+impl Drop for SettingsBack {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.path);
+        std::fs::rename(&self.saved, &self.path).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn settings_missing_or_unreadable_leave_jobs_running_untracked_and_say_why() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    type Make = fn(&Path);
+    let cases: [(&str, Make, &str); 3] = [
+        ("missing", |_| {}, "is missing; tracking off"),
+        (
+            // A reader that opened it would wait for a writer for ever.
+            "fifo",
+            |p| {
+                assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+            },
+            "is not a regular file",
+        ),
+        (
+            "directory",
+            |p| std::fs::create_dir(p).unwrap(),
+            "is not a regular file",
+        ),
+    ];
+    for (tag, make, why) in cases {
+        let back = SettingsBack {
+            path: conf.clone(),
+            saved: conf.with_extension("saved"),
+        };
+        std::fs::rename(&back.path, &back.saved).unwrap();
+        make(&conf);
+        let mark = log_mark();
+        let name = format!("settings-{tag}");
+        let started = Instant::now();
+        let job = run_job(
+            &name,
+            "#!/bin/bash\n#SBATCH --gpu-track\nsrun echo step-ran\necho batch-ran\n",
+        );
+        assert_eq!(job.state, "COMPLETED", "{tag}: {}", job.output);
+        assert!(
+            job.output.contains("step-ran") && job.output.contains("batch-ran"),
+            "{tag}: {}",
+            job.output
+        );
+        assert!(started.elapsed() < Duration::from_secs(60), "{tag}");
+        assert_node_healthy();
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(records(job.id).is_empty(), "{tag}: untracked");
+        let lines = plugin_lines_since(mark);
+        assert!(
+            lines.iter().any(|l| l.contains(why)),
+            "{tag}: slurmd's log says why: {lines:#?}"
+        );
+        drop(back);
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
+    // Written lock: the other tests' jobs would blur the descriptor and thread counts.
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let slurmd = slurmd_pid();
+    // slurmd's counts at rest (its threads come and go with its RPCs: the fewest of a few looks).
+    let at_rest = || {
+        (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(200));
+                fds_and_threads(slurmd)
+            })
+            .min()
+            .unwrap()
+    };
+    let before = at_rest();
+    let name = "load";
+    let home = state_dir().join("jobs").join(USER);
+    let flag = |what: &str, id: u32| home.join(format!("load-{what}-{id}"));
+    // Marks when the batch step is at rest before and after the load, and waits for the test
+    // to count its slurmstepd's descriptors and threads.
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 -n 256 -O --mem=1G\n\
+         h={home}\n\
+         touch $h/load-start-$SLURM_JOB_ID; while [ ! -e $h/load-go-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
+         srun --gpu-track=0.2 -n1 --overlap {hog} --forks 5000\n\
+         srun --gpu-track=0.5 -n 256 -O --overlap sleep 1\n\
+         for i in $(seq 50); do srun --gpu-track=0.5 -n1 --overlap sleep 2 & done; wait\n\
+         touch $h/load-end-$SLURM_JOB_ID; while [ ! -e $h/load-done-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
+         echo load-done\n",
+        home = home.display(),
+        hog = h
+    );
+    let id = submit(name, &script);
+    let limit = Duration::from_secs(600);
+    wait_until("the batch step started", limit, || {
+        flag("start", id).exists()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let batch = stepd_pid(id, "batch").expect("the batch step's slurmstepd");
+    let stepd_before = fds_and_threads(batch);
+    std::fs::write(flag("go", id), "").unwrap();
+    wait_until("the load's end", limit, || flag("end", id).exists());
+    // The sampler closes what it kept of ended processes at its next sample (its interval may
+    // have lengthened under the load, up to 8 times): give it that long.
+    let settled = Instant::now();
+    let stepd_after = loop {
+        let now = fds_and_threads(batch);
+        if (now.0 <= stepd_before.0 && now.1 <= stepd_before.1)
+            || settled.elapsed() > Duration::from_secs(20)
+        {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let fd_list = fd_targets(batch);
+    std::fs::write(flag("done", id), "").unwrap();
+    let job = wait_job(USER, name, id);
+    assert_job_unharmed(&job, name, "load-done");
+    let mut steps: Vec<String> = (0..52).map(|i| i.to_string()).collect();
+    steps.push("batch".into());
+    let names: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let recs = final_records(id, &names);
+    // 5000 short processes: seen in part, each sample bounded (at most 500 processes' files).
+    let forks = &recs["0"];
+    assert!(forks.complete);
+    assert_eq!(forks.tasks.len(), 1);
+    assert_eq!(forks.tasks[0].exit_code, Some(0));
+    // Each child lives 10 ms: a sample sees the few alive at its moment (under emulation,
+    // forking is slower than their lives).
+    assert!(
+        forks.tasks[0].max_processes.unwrap_or(0) >= 2,
+        "the children were seen: {:?}",
+        forks.tasks[0]
+    );
+    // 256 tasks, every one with its exit status.
+    let wide = &recs["1"];
+    assert_eq!(wide.tasks.len(), 256);
+    assert!(wide.tasks.iter().all(|t| t.ended && t.exit_code == Some(0)));
+    // 50 steps at once, each complete with its task.
+    for i in 2..52 {
+        let r = &recs[&i.to_string()];
+        assert!(r.complete && r.tasks.len() == 1, "step {i}: {r:?}");
+    }
+    // No descriptor or thread left behind: not in the batch step's slurmstepd (which tracked
+    // it all and started the 52 steps), not in slurmd.
+    assert!(
+        stepd_after.0 <= stepd_before.0 && stepd_after.1 <= stepd_before.1,
+        "batch slurmstepd (descriptors, threads): {stepd_before:?} before, {stepd_after:?} \
+         after:\n{fd_list}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let after = at_rest();
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "slurmd (descriptors, threads): {before:?} before, {after:?} after"
+    );
+    for f in ["start", "go", "end", "done"] {
+        let _ = std::fs::remove_file(flag(f, id));
+    }
+    eprintln!(
+        "load: slurmd {before:?} -> {after:?}; batch slurmstepd {stepd_before:?} -> \
+         {stepd_after:?}; forks step: {} samples, mean {:.0} us, max {:.0} us, {} partial",
+        forks.sampler.samples,
+        forks.sampler.mean_sample_microseconds,
+        forks.sampler.max_sample_microseconds,
+        forks.sampler.partial_samples.unwrap_or(0)
+    );
+}
