@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{Acc, Inner, StepSetup, Work, procs};
-use crate::cgroup::CgroupReading;
+use crate::cgroup::{CgroupError, CgroupReading};
 use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
@@ -100,16 +100,17 @@ pub(super) fn sample(
     acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
-        // A step whose tasks all ended may have its cgroup removed: no fault then.
-        Some(Err(e)) if !tasks.is_empty() => {
-            acc.cgroup_misses += 1;
-            if acc.cgroup_first_miss.is_none() {
-                acc.cgroup_first_miss =
-                    Some(format!("{}: {e}", chrono::Local::now().format("%H:%M:%S")));
+        Some(Err(e)) => {
+            if let Some(e) = cgroup_fault(e, !tasks.is_empty()) {
+                acc.cgroup_misses += 1;
+                if acc.cgroup_first_miss.is_none() {
+                    acc.cgroup_first_miss =
+                        Some(format!("{}: {e}", chrono::Local::now().format("%H:%M:%S")));
+                }
             }
             None
         }
-        _ => None,
+        None => None,
     };
     if let Some(cg) = &step_cg {
         if let Ok(p) = cg.procs() {
@@ -226,6 +227,19 @@ fn observe(
         oom_kills: step.and_then(|r| r.oom_kills),
         limit_hits: step.and_then(|r| r.limit_hits),
     });
+}
+
+/// Whether a failed reading of the step's cgroup is a fault to count: `None` when it is not.
+/// A cgroup directory that still holds a process cannot be removed, so one that is gone held
+/// none: the step's tasks ended and Slurm removed it, a race with the step's last sample that
+/// every short step may lose. Nor is any failure once no task is left. Anything else (the
+/// directory there but its files missing or unreadable) is.
+fn cgroup_fault(e: CgroupError, tasks_left: bool) -> Option<CgroupError> {
+    match e {
+        CgroupError::Gone(_) => None,
+        e if tasks_left => Some(e),
+        _ => None,
+    }
 }
 
 /// Reads the step's GPUs once (narrowing the source to them at the first reading).
@@ -351,5 +365,30 @@ mod tests {
         assert_eq!(map_allocated(&[1, 5], &devs, None), vec![(1, 0)]);
         let no_minor = [gpu(0, None), gpu(1, Some(0))];
         assert_eq!(map_allocated(&[1], &no_minor, None), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn a_step_cgroup_removed_after_its_tasks_is_no_fault_but_one_without_its_files_is() {
+        use crate::cgroup::Cgroup;
+        use crate::cgroup::fixture::TempTree;
+        let t = TempTree::new("sample-cg");
+        let d = "system.slice/n1_slurmstepd.scope/job_7/step_batch";
+        t.write(&format!("{d}/memory.current"), "4096\n")
+            .write(&format!("{d}/cgroup.procs"), "");
+        let cg = Cgroup::from_proc_cgroup(t.path(), &format!("0::/{d}\n")).unwrap();
+        assert!(cg.read().is_ok());
+        // Its usage file gone from a directory still there (another filesystem over it):
+        // a fault while a task runs, none once no task is left.
+        std::fs::remove_file(t.path().join(d).join("memory.current")).unwrap();
+        let e = cg.read().unwrap_err();
+        assert!(matches!(e, CgroupError::Io(..)), "{e}");
+        assert!(cgroup_fault(e, true).is_some());
+        assert!(cgroup_fault(cg.read().unwrap_err(), false).is_none());
+        // The directory removed (Slurm does once the step's processes ended): never a fault,
+        // even when the sampler has not yet been told that the tasks ended.
+        std::fs::remove_dir_all(t.path().join(d)).unwrap();
+        let e = cg.read().unwrap_err();
+        assert!(matches!(e, CgroupError::Gone(_)), "{e}");
+        assert!(cgroup_fault(e, true).is_none());
     }
 }
