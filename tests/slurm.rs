@@ -712,8 +712,9 @@ fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
     let job = run_job("private", "#!/bin/bash\n#SBATCH --gpu-track\necho hi\n");
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let recs = final_records(job.id, &["batch"]);
+    // Nothing went wrong (notes may still say a slow guest's sample lengthened the interval).
     assert!(
-        recs["batch"].sampler.notes.is_empty(),
+        recs["batch"].sampler.faults.is_empty(),
         "{:?}",
         recs["batch"].sampler.notes
     );
