@@ -59,10 +59,14 @@ pub struct TaskFigures {
     pub hwm: u64,
     /// CPU seconds of its processes, with their reaped children's.
     pub cpu: f64,
-    /// Threads of its processes.
+    /// Threads of its processes that have a reading (`read` of them).
     pub threads: u64,
     /// Its processes (listed, not only read).
     pub processes: u64,
+    /// Its processes that have a reading, this sample's or an earlier one's: the memory,
+    /// CPU and thread figures are theirs. Fewer than `processes` while a large step is read in
+    /// turns; 0 for a task listed but not read yet, whose thread count is unknown, not 0.
+    pub read: u64,
 }
 
 /// What one sample found.
@@ -210,6 +214,7 @@ impl ProcReader {
             let t = &mut found.tasks[i];
             t.processes += 1;
             if let Some(r) = self.latest.get(&p) {
+                t.read += 1;
                 t.private += r.private;
                 t.shared = t.shared.max(r.shared);
                 t.hwm = t.hwm.max(r.hwm);
@@ -280,6 +285,37 @@ mod tests {
         assert!(second.tasks[0].private > first.tasks[0].private);
         assert_eq!(third.read, MIN_PROCESSES_PER_SAMPLE);
         assert_eq!(third.tasks[0].threads, n as u64 + 1);
+        assert_eq!(first.tasks[0].read, MAX_PROCESSES_PER_SAMPLE as u64);
+        assert_eq!(second.tasks[0].read, n as u64 + 1);
+    }
+
+    #[test]
+    fn tasks_listed_but_not_read_yet_say_so() {
+        // More one-process tasks than a sample with no time left reads: the rest are listed
+        // (a process each) with no reading, so no thread count (seen on a slow guest: a task
+        // of a 256-task step recorded with 0 threads).
+        let n = MIN_PROCESSES_PER_SAMPLE + 8;
+        let kids: Vec<Child> = (0..n)
+            .map(|_| Command::new("sleep").arg("20").spawn().unwrap())
+            .collect();
+        let tasks: Vec<(u32, Option<Cgroup>)> = kids.iter().map(|c| (c.id(), None)).collect();
+        let mut r = ProcReader::default();
+        let f = r.sample(&ProcFs::default(), &tasks, Duration::ZERO);
+        for mut c in kids {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_eq!(f.read, MIN_PROCESSES_PER_SAMPLE);
+        assert!(f.tasks.iter().all(|t| t.processes == 1));
+        let unread: Vec<&TaskFigures> = f.tasks.iter().filter(|t| t.read == 0).collect();
+        assert_eq!(unread.len(), n - MIN_PROCESSES_PER_SAMPLE);
+        assert!(unread.iter().all(|t| t.threads == 0));
+        assert!(
+            f.tasks
+                .iter()
+                .filter(|t| t.read == 1)
+                .all(|t| t.threads == 1)
+        );
     }
 
     #[test]

@@ -172,8 +172,9 @@ pub struct TaskRecord {
     pub cpu_seconds: f64,
     /// `cgroup` (exact, from the task's cgroup) or `sampled` (last reading of its processes).
     pub cpu_source: String,
-    /// Most threads at once, over the task's processes; `None` when no sample saw the task (it
-    /// ended between two samples). Version 1 wrote 0 for that.
+    /// Most threads at once, over the task's processes that a sample read; `None` when no
+    /// sample saw the task (it ended between two samples) or read one of its processes (a step
+    /// of many processes is read in turns, at most 500 a sample). Version 1 wrote 0 for that.
     pub max_threads: Option<u64>,
     /// Most processes at once; `None` like `max_threads`.
     pub max_processes: Option<u64>,

@@ -146,9 +146,13 @@ pub(super) fn sample(
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
                 // A task listed with no process (it ended between its exit and this sample, or
                 // its processes are not in its cgroup yet) was not seen: no count of nothing.
+                // Its threads are known only from processes read (a large step is read in
+                // turns, and a short task may end before its turn).
                 if f.processes > 0 {
-                    t.max_threads = Some(t.max_threads.unwrap_or(0).max(f.threads));
                     t.max_processes = Some(t.max_processes.unwrap_or(0).max(f.processes));
+                }
+                if f.read > 0 {
+                    t.max_threads = Some(t.max_threads.unwrap_or(0).max(f.threads));
                 }
                 acc.largest_hwm = acc.largest_hwm.max(f.hwm);
             }
