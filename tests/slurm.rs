@@ -671,8 +671,8 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
     );
     let path = job_spool_dir(id).join(format!("{}.batch.json", node()));
     let started = Instant::now();
-    // The first checkpoint comes right after the first sample; the next after 5 s, with the
-    // 50 MB in it.
+    // The first record is written before the task starts; the checkpoints every 5 s, with the
+    // 50 MB in them.
     let checkpoint = loop {
         if let Ok(text) = std::fs::read_to_string(&path) {
             let r = StepRecord::from_json(&text).unwrap();

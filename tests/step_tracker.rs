@@ -504,3 +504,36 @@ fn the_record_tells_when_tasks_ran_a_phase_began_and_the_gpu_was_lost() {
     let idle = r.gpus[0].idle.as_ref().unwrap();
     assert!(idle.ever_busy && idle.idle_seconds == 0.0, "{idle:?}");
 }
+
+#[test]
+fn a_step_has_a_record_before_its_first_task_so_one_that_ends_at_once_is_never_missed() {
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
+    // A long interval: the task below starts and ends before any sample is taken.
+    let mut f = Fixture::new("first-record", Some(1), 5_000, json!({}));
+    f.setup.step.alloc_gpus.clear();
+    let t = StepTracker::start(f.setup.clone()).unwrap();
+    let path = f
+        .setup
+        .spool
+        .job_dir(f.setup.job.id)
+        .unwrap()
+        .join(f.setup.record_name());
+    // Before any task: the record is there, marked incomplete, with nothing measured yet.
+    let first = StepRecord::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(!first.complete);
+    assert!(first.step.end.is_none());
+    assert_eq!(first.sampler.samples, 0);
+    assert!(first.sampler.faults.is_empty(), "{:?}", first.sampler);
+    let mut c = Command::new("true").spawn().unwrap();
+    t.task_started(Some(0), Some(0), c.id());
+    let st = c.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    t.task_ended(c.id(), Some(st.into_raw()));
+    let (r, written) = t.finish();
+    assert_eq!(written.unwrap(), path);
+    assert!(r.complete);
+    let last = StepRecord::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(last.complete);
+    assert_eq!(last.tasks.len(), 1);
+    assert_eq!(last.tasks[0].exit_code, Some(0), "{:?}", last.tasks[0]);
+}

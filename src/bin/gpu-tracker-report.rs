@@ -276,12 +276,12 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         Err(e) => return Err((FAILED, e.to_string())),
     };
     if records.records.is_empty() && records.problems.is_empty() {
-        // The plugin makes the directory when tracking starts and writes the first record after
-        // the first sample.
+        // The plugin makes the directory when tracking starts and writes the first record just
+        // after, before the step's tasks start.
         return Err((
             INCOMPLETE,
             format!(
-                "job {job_id}: tracking started but no record is written yet (the step is starting, or was killed before its first record)"
+                "job {job_id}: tracking started but no record is written yet (the step is starting, or was killed before writing it)"
             ),
         ));
     }

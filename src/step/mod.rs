@@ -3,8 +3,8 @@
 //! this module does the rest, so it is tested without Slurm.
 //!
 //! Lifecycle (see `../shared/DESIGN.md` section 2 for why):
-//! - [`StepTracker::start`] (from `init_post_opt`, root): checks the spool, starts the sampler
-//!   thread.
+//! - [`StepTracker::start`] (from `init_post_opt`, root): checks the spool, writes a first
+//!   (incomplete) record, starts the sampler thread.
 //! - [`StepTracker::task_started`] (from `task_post_fork`, root): records the task and its
 //!   cgroup. Cheap: one small file read and a lock. Once the step's last local task is started
 //!   (no task fork can race it then: see [`nvml_gate`]), the sampler thread opens NVML on a
@@ -313,7 +313,8 @@ pub struct StepTracker {
 }
 
 impl StepTracker {
-    /// Starts tracking: checks that the record can be written, then starts the sampler thread.
+    /// Starts tracking: checks that the record can be written, writes a first (incomplete)
+    /// record, then starts the sampler thread.
     pub fn start(setup: StepSetup) -> Result<StepTracker, String> {
         let mut shared = Shared::default();
         let claim = setup
@@ -356,12 +357,22 @@ impl StepTracker {
             wake: Condvar::new(),
             final_written: Mutex::new(false),
         });
+        // A first (incomplete) record before any task starts: whoever reads the job's records
+        // (the batch step's summary, srun's, the report) knows of every step from then on, even
+        // one whose tasks end before its first sample and whose final record is still being
+        // written when the batch script ends. A failure is the record's fault, not the step's.
+        let start_fault = write(
+            &inner,
+            &build(&inner, &Acc::new(inner.setup.interval), false),
+        )
+        .err()
+        .map(|e| format!("the step's first record was not written: {e}"));
         let thread_inner = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("gpu-tracker".into())
             .spawn(move || {
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run(&thread_inner, inbox)
+                    run(&thread_inner, inbox, start_fault)
                 }));
                 let mut sh = thread_inner.lock();
                 sh.sampler_done = true;
@@ -588,10 +599,13 @@ fn write_checkpoint(inner: &Inner, rec: &StepRecord) -> Result<(), String> {
 
 /// The sampler thread: opens NVML once no task fork can race it, samples at the pace the
 /// samples' cost allows, checkpoints, and publishes its figures after every sample.
-fn run(inner: &Inner, mut inbox: Option<Inbox>) {
+fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<String>) {
     let s = &inner.setup;
     let procfs = ProcFs::new(&s.proc_root);
     let mut acc = Acc::new(s.interval);
+    if let Some(f) = start_fault {
+        acc.fault(f);
+    }
     let mut work = Work::default();
     let mut gpu = LazyGpu::none();
     // The NVML library to open once every task is started.
@@ -607,7 +621,6 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
     let stepd_exe = nvml_gate::exe_of(&s.proc_root, "self").ok();
     let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
     let mut next_sample = Instant::now();
-    let mut announced = false;
     let mut tasks_seen = 0;
     let mut tasks_scheduled = 0;
     // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
@@ -713,21 +726,12 @@ fn run(inner: &Inner, mut inbox: Option<Inbox>) {
             }
             inner.publish(&acc);
         }
-        // A first (incomplete) record right after the first sample: the end-of-job summary
-        // then knows of every step, even one whose final record is still being written.
-        let first = acc.samples >= 1 && !announced;
-        announced |= first;
-        if let Some(c) = next_checkpoint
-            .filter(|c| now >= *c)
-            .or(first.then_some(now))
-        {
+        if let Some(c) = next_checkpoint.filter(|c| now >= *c) {
             let rec = build(inner, &acc, false);
             if let Err(e) = write_checkpoint(inner, &rec) {
                 acc.fault(format!("a checkpoint was not written: {e}"));
             }
-            if !first {
-                next_checkpoint = s.checkpoint_interval.map(|d| c + d);
-            }
+            next_checkpoint = s.checkpoint_interval.map(|d| c + d);
         }
     }
     let events: Vec<(f64, Event)> = inner.lock().events.drain(..).collect();
