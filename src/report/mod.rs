@@ -412,7 +412,17 @@ pub fn end_of_job_text(
             let text = text::render(&s, &j.problems, &text::TextOptions::default());
             return Some(crate::step::record::terminal_safe(&text).into_owned());
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        // A step's final record usually lands within milliseconds of its tasks' end: look
+        // often at first (every 10 ms for 1 s), then every 100 ms. Each look reads a few small
+        // files.
+        let waited =
+            wait.saturating_sub(deadline.saturating_duration_since(std::time::Instant::now()));
+        let pause = if waited < std::time::Duration::from_secs(1) {
+            10
+        } else {
+            100
+        };
+        std::thread::sleep(std::time::Duration::from_millis(pause));
     }
 }
 
