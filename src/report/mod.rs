@@ -374,7 +374,8 @@ pub fn end_of_job_text(
     step: Option<&str>,
     wait: std::time::Duration,
 ) -> Option<String> {
-    let deadline = std::time::Instant::now() + wait;
+    let begun = std::time::Instant::now();
+    let deadline = begun + wait;
     let job_id = instance.job_id;
     loop {
         let held = crate::step::spool::read_instance(&job_dir(root, job_id), None)
@@ -415,9 +416,7 @@ pub fn end_of_job_text(
         // A step's final record usually lands within milliseconds of its tasks' end: look
         // often at first (every 10 ms for 1 s), then every 100 ms. Each look reads a few small
         // files.
-        let waited =
-            wait.saturating_sub(deadline.saturating_duration_since(std::time::Instant::now()));
-        let pause = if waited < std::time::Duration::from_secs(1) {
+        let pause = if begun.elapsed() < std::time::Duration::from_secs(1) {
             10
         } else {
             100
