@@ -1116,23 +1116,58 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     let (code, _, err) = report_as(USER, &[&plain.id.to_string()]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("was not tracked"), "{err}");
+    // Pending (held): not started, which is not "not tracked".
+    let held = submit_as(
+        USER,
+        "held",
+        "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n",
+        &["-H"],
+    );
+    let (code, _, err) = report_as(USER, &[&held.to_string()]);
+    let cancelled = Command::new("runuser")
+        .args(["-u", USER, "--", "scancel", &held.to_string()])
+        .env("SLURM_CONF", slurm_conf())
+        .status()
+        .unwrap();
+    assert!(cancelled.success());
+    assert_eq!(code, 9, "{err}");
+    assert!(
+        err.contains(&format!(
+            "job {held} has not started yet (PENDING, JobHeldUser)"
+        )),
+        "{err}"
+    );
     // A running step: its checkpoint is shown, marked incomplete.
     let h = hog();
     let running = submit(
         "running",
         &format!("#!/bin/bash\n#SBATCH --gpu-track\n{h} --mb 30 --hold-ms 6000\n"),
     );
-    let started = Instant::now();
+    let submitted = Instant::now();
+    let mut began: Option<Instant> = None;
     let (code, text, _) = loop {
         let r = report_as(USER, &[&running.to_string()]);
-        // Before the first record: unknown or untracked until the step starts, then 5 with no
-        // record yet.
+        let state = job_field(running, "JobState").unwrap_or_default();
+        if began.is_none() && !matches!(state.as_str(), "PENDING" | "CONFIGURING" | "") {
+            began = Some(Instant::now());
+        }
+        // Before the first record: not started while the job waits for the node (other tests'
+        // jobs may hold it), briefly untracked until slurmstepd's plugin makes the job's
+        // directory, then 5 with no record yet.
         if r.0 == 5 && r.1.is_empty() {
             assert!(r.2.contains("no record is written yet"), "{r:?}");
-        } else if r.0 != 3 && r.0 != 4 {
+        } else if r.0 == 9 {
+            assert!(r.2.contains("has not started yet"), "{r:?}");
+        } else if r.0 != 4 {
             break r;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "{r:?}");
+        match began {
+            Some(b) => assert!(b.elapsed() < Duration::from_secs(30), "{state}: {r:?}"),
+            None => assert!(
+                submitted.elapsed() < Duration::from_secs(300),
+                "{state}: {r:?}"
+            ),
+        }
         std::thread::sleep(Duration::from_millis(300));
     };
     assert_eq!(code, 5, "{text}");

@@ -65,6 +65,8 @@ const CORRUPT: u8 = 6;
 const FUTURE_SCHEMA: u8 = 7;
 /// Exit status: the job's records exist but are not readable by the caller.
 const DENIED: u8 = 8;
+/// Exit status: Slurm has the job, but it has not started (pending), so nothing is recorded yet.
+const NOT_STARTED: u8 = 9;
 
 fn main() -> ExitCode {
     let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker-report") {
@@ -138,15 +140,49 @@ fn slurm_knows(id: &str) -> Option<bool> {
     (scontrol.is_some() || sacct.is_some()).then_some(false)
 }
 
+/// Why a job Slurm still holds has not started: `Some("PENDING, Resources")` while it is
+/// pending or its nodes are being configured, `None` otherwise or when `squeue` cannot say.
+/// `squeue` prints only the state and the reason, so nothing the job's owner wrote (its name,
+/// comment or paths) can pass for them.
+fn not_started(id: &str) -> Option<String> {
+    let out = Command::new("squeue")
+        .args(["-h", "-j", id, "-o", "%T %r"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.lines().next()?.split_whitespace();
+    let state = words.next()?;
+    if !matches!(state, "PENDING" | "CONFIGURING") {
+        return None;
+    }
+    Some(match words.next() {
+        Some(reason) if reason != "None" => format!("{state}, {reason}"),
+        _ => state.to_string(),
+    })
+}
+
 fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
     match slurm_knows(spec) {
-        Some(true) => (
-            NOT_TRACKED,
-            format!(
-                "job {spec} was not tracked (no records in {}); submit it with --gpu-track",
-                spool.display()
+        Some(true) => match not_started(spec) {
+            Some(why) => (
+                NOT_STARTED,
+                format!(
+                    "job {spec} has not started yet ({why}): its records are written once its steps start"
+                ),
             ),
-        ),
+            None => (
+                NOT_TRACKED,
+                format!(
+                    "job {spec} was not tracked (no records in {}); submit it with --gpu-track",
+                    spool.display()
+                ),
+            ),
+        },
         Some(false) => (
             UNKNOWN_JOB,
             format!(
