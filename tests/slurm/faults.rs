@@ -267,6 +267,7 @@ fn a_step_cgroup_that_vanishes_or_cannot_be_read_keeps_the_figures_it_had() {
             "#!/bin/bash\n#SBATCH --gpu-track=0.2\n{h} --mb 61 --hold-ms 9000\necho job-done\n"
         ),
     );
+    wait_started(id);
     let mut rec = None;
     wait_until(
         "a checkpoint with the 61 MB",
@@ -489,6 +490,7 @@ fn a_slurmstepd_killed_mid_step_leaves_its_last_checkpoint_and_the_report_says_s
              echo batch-goes-on\n"
         ),
     );
+    wait_started(id);
     wait_until(
         "a checkpoint of step 0 with the 33 MB",
         Duration::from_secs(60),
