@@ -116,22 +116,28 @@ fn run(args: &Args) -> Result<u8, Failure> {
     }
 }
 
+/// Runs one of Slurm's commands with no input and its errors discarded; `None` when it could
+/// not be run.
+fn ask(program: &str, args: &[&str]) -> Option<std::process::Output> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+}
+
 /// Whether Slurm knows `id` (a job id or `A_T`): asks `scontrol`, then `sacct`. `None` when
 /// neither could be run.
 fn slurm_knows(id: &str) -> Option<bool> {
-    let quiet = |mut c: Command| c.stdin(Stdio::null()).stderr(Stdio::null()).output().ok();
-    let mut sc = Command::new("scontrol");
-    sc.args(["-o", "show", "job", id]);
-    let scontrol = quiet(sc);
+    let scontrol = ask("scontrol", &["-o", "show", "job", id]);
     if scontrol
         .as_ref()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty())
     {
         return Some(true);
     }
-    let mut sa = Command::new("sacct");
-    sa.args(["-n", "-X", "-o", "JobID", "-j", id]);
-    let sacct = quiet(sa);
+    let sacct = ask("sacct", &["-n", "-X", "-o", "JobID", "-j", id]);
     if sacct.as_ref().is_some_and(|o| {
         o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty()
     }) {
@@ -145,12 +151,7 @@ fn slurm_knows(id: &str) -> Option<bool> {
 /// `squeue` prints only the state and the reason, so nothing the job's owner wrote (its name,
 /// comment or paths) can pass for them.
 fn not_started(id: &str) -> Option<String> {
-    let out = Command::new("squeue")
-        .args(["-h", "-j", id, "-o", "%T %r"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
+    let out = ask("squeue", &["-h", "-j", id, "-o", "%T %r"])?;
     if !out.status.success() {
         return None;
     }
