@@ -144,15 +144,16 @@ fn run_job(name: &str, script: &str) -> Job {
     wait_job(USER, name, id)
 }
 
-/// Waits (as long as [`wait_job`] would) for job `id` to leave the queue: other tests' jobs
-/// may hold the node's CPUs or memory. A test's bound on what the job does is counted from
-/// here, not from its submission.
-fn wait_started(id: u32) {
+/// Job states before the job has started ("" while `scontrol` does not show it yet).
+const QUEUED: [&str; 3] = ["PENDING", "CONFIGURING", ""];
+
+/// Waits (at most 300 s) while job `id` is in one of `states`; returns the state it reached.
+fn wait_while_in(id: u32, states: &[&str]) -> String {
     let started = Instant::now();
     loop {
         let st = job_field(id, "JobState").unwrap_or_default();
-        if !matches!(st.as_str(), "PENDING" | "CONFIGURING" | "") {
-            return;
+        if !states.contains(&st.as_str()) {
+            return st;
         }
         assert!(
             started.elapsed() < Duration::from_secs(300),
@@ -162,24 +163,17 @@ fn wait_started(id: u32) {
     }
 }
 
+/// Waits (as long as [`wait_job`] would) for job `id` to leave the queue: other tests' jobs
+/// may hold the node's CPUs or memory. A test's bound on what the job does is counted from
+/// here, not from its submission.
+fn wait_started(id: u32) {
+    wait_while_in(id, &QUEUED);
+}
+
 /// Waits for job `id` to end; returns its state and output.
 fn wait_job(user: &str, name: &str, id: u32) -> Job {
     let dir = state_dir().join("jobs").join(user);
-    let started = Instant::now();
-    let state = loop {
-        let st = job_field(id, "JobState").unwrap_or_default();
-        if !matches!(
-            st.as_str(),
-            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
-        ) {
-            break st;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "job {id} still {st}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let state = wait_while_in(id, &["PENDING", "CONFIGURING", "", "RUNNING", "COMPLETING"]);
     let output = std::fs::read_to_string(dir.join(format!("{name}-{id}.out"))).unwrap_or_default();
     Job { id, state, output }
 }
@@ -1168,7 +1162,7 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     let (code, text, _) = loop {
         let r = report_as(USER, &[&running.to_string()]);
         let state = job_field(running, "JobState").unwrap_or_default();
-        if began.is_none() && !matches!(state.as_str(), "PENDING" | "CONFIGURING" | "") {
+        if began.is_none() && !QUEUED.contains(&state.as_str()) {
             began = Some(Instant::now());
         }
         // Before the first record: not started while the job waits for the node (other tests'
