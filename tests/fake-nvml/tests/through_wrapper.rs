@@ -94,6 +94,22 @@ fn sleeper(seconds: u32) -> (Child, String) {
         .arg(&marker)
         .spawn()
         .expect("spawn sleep");
+    // spawn returns once the child has begun its exec, which can be before the kernel has set
+    // up its new arguments: until then /proc/PID/cmdline reads empty and no cmdline_contains
+    // entry can match it.
+    let cmdline = format!("/proc/{}/cmdline", child.id());
+    let started = std::time::Instant::now();
+    while !std::fs::read(&cmdline)
+        .unwrap_or_default()
+        .windows(marker.len())
+        .any(|w| w == marker.as_bytes())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "sleep {marker}: no cmdline"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     (child, marker)
 }
 
