@@ -7,7 +7,8 @@
 #   slurm/vm.sh up SUITE             image, plugin built for its Slurm, guest booted, cluster up
 #   slurm/vm.sh run SUITE -- CMD...  CMD as root in the guest, in the project tree, with the
 #                                    cluster's environment; stdin passed; CMD's exit status
-#   slurm/vm.sh test SUITE           the real-Slurm suite inside, without and with contain_spank
+#   slurm/vm.sh test SUITE [FILTER]  the real-Slurm suite inside, then again with contain_spank
+#                                    the tests it can change (CONTAIN_SPANK_TESTS)
 #   slurm/vm.sh down [SUITE]         power the guest(s) off
 #   slurm/vm.sh suites               the suites and the Slurm release each brings
 #
@@ -28,6 +29,8 @@ set -euo pipefail
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
 REPO=$(dirname "$(dirname "$SCRIPT")")
 GUEST=$REPO/slurm/vm
+# shellcheck source=../tests/times.sh
+source "$REPO/tests/times.sh"
 VMDIR=${GPU_TRACKER_VM_DIR:-/var/tmp/gpu-tracker-vm}
 MIRROR=${GPU_TRACKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 MEM=${GPU_TRACKER_VM_MEM:-4096}
@@ -54,7 +57,7 @@ suite_ok() {
 need_root() {
     ((EUID == 0)) && return 0
     command -v sudo >/dev/null || fail "must run as root (no sudo found)"
-    exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_VM_DIR,GPU_TRACKER_VM_MEM,GPU_TRACKER_VM_CPUS,GPU_TRACKER_DEBIAN_MIRROR \
+    exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_TIMES,GPU_TRACKER_VM_DIR,GPU_TRACKER_VM_MEM,GPU_TRACKER_VM_CPUS,GPU_TRACKER_DEBIAN_MIRROR \
         bash "$SCRIPT" "$@"
 }
 
@@ -264,18 +267,45 @@ cmd_run() {
     guest "$suite" $envs bash -c 'eval "$(slurm/local-cluster.sh env)"; exec "$@"' bash "$@"
 }
 
-# test SUITE: the whole real-Slurm suite in the guest, without and with contain_spank.
-# Arguments after SUITE go to the test binaries (a name filter, say).
+# The tests whose behaviour SlurmdParameters=contain_spank can change, run again with it (name
+# filters of the test binary). With it, slurmstepd runs user_init, task_post_fork and task_exit
+# in a clone(CLONE_VM) child, in the job container's namespace (private /tmp and /dev/shm): what
+# the plugin learns there is each task's pid, cgroup, exit status and final counters, the start
+# of NVML once the last task has forked, and a phase mark sent from inside the job. Every other
+# test (settings, spool, report, listing, database, permissions) runs the same code either way.
+CONTAIN_SPANK_TESTS=(
+    a_tracked_batch_job_records_every_task_of_every_step # tasks, exit statuses, final counters
+    a_step_killed_for_memory_records_the_oom_kill        # task_exit of a killed task
+    a_gpu_job_records_its_gpu_and_only_its_gpu           # NVML opened after the last fork
+    no_task_inherits_a_descriptor_of_nvml                # NVML's descriptors and the forks
+    a_batch_jobs_output_ends_with_its_summary            # the summary of every step's tasks
+    a_two_node_job_shows_each_node                       # tasks on two nodes
+    a_job_in_three_phases                                # marks sent from the job's namespace
+    thousands_of_processes_256_tasks                     # 256 task callbacks at once
+)
+
+# test SUITE [FILTER...]: the whole real-Slurm suite in the guest, then with contain_spank the
+# tests of CONTAIN_SPANK_TESTS (or, given FILTERs, the tests they name in both modes).
 cmd_test() {
-    local suite=$1 rc=0 t0=$SECONDS mode
+    local suite=$1 rc=0 t0=$SECONDS release
     shift
-    cmd_up "$suite"
-    for mode in 0 1; do
-        say "$suite: real-Slurm suite, contain_spank=$mode"
-        # shellcheck disable=SC2046
-        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=$mode \
-            slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "$@" || rc=1
-    done
+    install_host_tools
+    timed "$suite: image (cached when unchanged)" cmd_image "$suite"
+    release=$(cat "$VMDIR/images/$suite/slurm-version")
+    timed "$suite: build for Slurm $release" build_for "$suite"
+    timed "$suite: boot" boot "$suite"
+    local filters=("$@")
+    ((${#filters[@]})) || filters=("${CONTAIN_SPANK_TESTS[@]}")
+    say "$suite: real-Slurm suite"
+    # shellcheck disable=SC2046  # guest_env is a word list
+    timed "$suite: real-Slurm suite (Slurm $release, cgroup v2)" \
+        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=0 \
+        slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "$@" || rc=1
+    say "$suite: with contain_spank: ${filters[*]}"
+    # shellcheck disable=SC2046
+    timed "$suite: the same with contain_spank, ${#filters[@]} test filter(s)" \
+        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=1 \
+        slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "${filters[@]}" || rc=1
     say "$suite: suite done in $((SECONDS - t0)) s (exit $rc)"
     return "$rc"
 }
