@@ -7,6 +7,11 @@
 //! brings the cluster up and runs them with `--include-ignored`.
 
 mod common;
+// The helpers every test uses.
+#[path = "slurm/records.rs"]
+mod records;
+#[path = "slurm/support.rs"]
+mod support;
 // Faults, load and hostile input (issue 14): in tests/slurm/.
 #[path = "slurm/faults.rs"]
 mod faults;
@@ -16,370 +21,13 @@ mod hostile;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gpu_tracker::step::record::StepRecord;
 
-const USER: &str = "gtuser";
-
-/// Tests that rewrite the plugin's settings hold this for writing; the others for reading.
-static SETTINGS: RwLock<()> = RwLock::new(());
-
-fn state_dir() -> PathBuf {
-    PathBuf::from(
-        std::env::var("GPU_TRACKER_CLUSTER_DIR")
-            .unwrap_or_else(|_| "/var/tmp/gpu-tracker-cluster".into()),
-    )
-}
-
-fn slurm_conf() -> PathBuf {
-    state_dir().join("slurm.conf")
-}
-
-/// Checks once that the cluster answers and the plugin is installed; copies the test program
-/// where the test user can run it.
-fn cluster() -> &'static Path {
-    static READY: OnceLock<PathBuf> = OnceLock::new();
-    READY.get_or_init(|| {
-        let ping = Command::new("scontrol")
-            .arg("ping")
-            .env("SLURM_CONF", slurm_conf())
-            .output()
-            .expect("scontrol not found: run slurm/local-cluster.sh up");
-        assert!(
-            String::from_utf8_lossy(&ping.stdout).contains("UP"),
-            "slurmctld does not answer: run slurm/local-cluster.sh up"
-        );
-        let stack = std::fs::read_to_string(state_dir().join("plugstack.conf")).unwrap();
-        assert!(
-            stack.contains("gpu_tracker.so"),
-            "the plugin is not installed: {stack}"
-        );
-        let bin = state_dir().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let hog = bin.join("hog");
-        std::fs::copy(common::hog(), bin.join("hog.new")).unwrap();
-        std::fs::rename(bin.join("hog.new"), &hog).unwrap();
-        hog
-    })
-}
-
-fn hog() -> String {
-    cluster().display().to_string()
-}
-
-struct Job {
-    id: u32,
-    state: String,
-    output: String,
-}
-
-fn job_field(id: u32, key: &str) -> Option<String> {
-    let out = Command::new("scontrol")
-        .args(["show", "job", "-o", &id.to_string()])
-        .env("SLURM_CONF", slurm_conf())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
-}
-
-/// Submits `script` as the test user; returns the job id.
-fn submit(name: &str, script: &str) -> u32 {
-    submit_as(USER, name, script, &[])
-}
-
-/// Submits `script` as `user` with extra sbatch arguments; returns the job id. The output goes
-/// to `<state>/jobs/<user>/<name>-<jobid>.out` unless `extra` names another.
-fn submit_as(user: &str, name: &str, script: &str, extra: &[&str]) -> u32 {
-    submit_with_env(user, name, script, extra, &[])
-}
-
-/// [`submit_as`] with variables set in sbatch's environment (exported to the job, as a user
-/// would).
-fn submit_with_env(
-    user: &str,
-    name: &str,
-    script: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> u32 {
-    cluster();
-    let dir = state_dir().join("jobs").join(user);
-    let path = dir.join(format!("{name}.sh"));
-    std::fs::write(&path, script).unwrap();
-    let mut cmd = Command::new("runuser");
-    cmd.args(["-u", user, "--", "env"]);
-    cmd.args(env.iter().map(|(k, v)| format!("{k}={v}")));
-    cmd.args(["sbatch", "--parsable", "-J", name]);
-    if !extra.contains(&"-o") {
-        cmd.arg("-o").arg(dir.join(format!("{name}-%j.out")));
-    }
-    let out = cmd
-        .args(extra)
-        .arg(&path)
-        .env("SLURM_CONF", slurm_conf())
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sbatch failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .split(';')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// Submits `script` as the test user, waits for the job to end, returns its state and output.
-fn run_job(name: &str, script: &str) -> Job {
-    let id = submit(name, script);
-    wait_job(USER, name, id)
-}
-
-/// Job states before the job has started ("" while `scontrol` does not show it yet).
-const QUEUED: [&str; 3] = ["PENDING", "CONFIGURING", ""];
-
-/// Waits (at most 300 s) while job `id` is in one of `states`; returns the state it reached.
-fn wait_while_in(id: u32, states: &[&str]) -> String {
-    let started = Instant::now();
-    loop {
-        let st = job_field(id, "JobState").unwrap_or_default();
-        if !states.contains(&st.as_str()) {
-            return st;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "job {id} still {st}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Waits (as long as [`wait_job`] would) for job `id` to leave the queue: other tests' jobs
-/// may hold the node's CPUs or memory. A test's bound on what the job does is counted from
-/// here, not from its submission.
-fn wait_started(id: u32) {
-    wait_while_in(id, &QUEUED);
-}
-
-/// Waits for job `id` to end; returns its state and output.
-fn wait_job(user: &str, name: &str, id: u32) -> Job {
-    let dir = state_dir().join("jobs").join(user);
-    let state = wait_while_in(id, &["PENDING", "CONFIGURING", "", "RUNNING", "COMPLETING"]);
-    let output = std::fs::read_to_string(dir.join(format!("{name}-{id}.out"))).unwrap_or_default();
-    Job { id, state, output }
-}
-
-/// The job's records once the steps named are there and final (slurmstepd writes them in its
-/// `exit`, which can come just after the job is reported ended). Every final record of the job
-/// must pass [`assert_consistent`].
-fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRecord> {
-    let started = Instant::now();
-    loop {
-        let recs = records(id);
-        let done = steps
-            .iter()
-            .all(|s| recs.get(*s).is_some_and(|r| r.complete));
-        if done || started.elapsed() > Duration::from_secs(15) {
-            assert_consistent(id, &all_records(id));
-            return recs;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Every record of job `id` in the cluster's spool, from every node.
-fn all_records(id: u32) -> Vec<StepRecord> {
-    let Ok(rd) = std::fs::read_dir(job_spool_dir(id)) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.ends_with(".json") && n != "instance.json"
-        })
-        .filter_map(|e| StepRecord::from_json(&std::fs::read_to_string(e.path()).ok()?).ok())
-        .collect()
-}
-
-/// Slurm's account of job `id` (`sacct -P`, this job and its steps): step id (`batch`, `0`,
-/// ...; the job itself as ``) → (nodes, tasks). Empty without accounting; waits up to 20 s for
-/// the steps named to be there (slurmdbd hears of steps after they end).
-fn sacct_steps(id: u32, steps: &[&str]) -> BTreeMap<String, (u32, u32)> {
-    let conf = std::fs::read_to_string(slurm_conf()).unwrap_or_default();
-    if !conf.contains("accounting_storage/slurmdbd") {
-        return BTreeMap::new();
-    }
-    let started = Instant::now();
-    loop {
-        let out = Command::new("sacct")
-            .args([
-                "-n",
-                "-P",
-                "-j",
-                &id.to_string(),
-                "-o",
-                "JobID,NNodes,NTasks",
-            ])
-            .env("SLURM_CONF", slurm_conf())
-            .output()
-            .unwrap();
-        let got: BTreeMap<String, (u32, u32)> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split('|').collect();
-                let step = f.first()?.strip_prefix(&id.to_string())?;
-                let step = step.strip_prefix('.').unwrap_or(step).to_string();
-                Some((
-                    step,
-                    (f.get(1)?.parse().ok()?, f.get(2)?.parse().unwrap_or(0)),
-                ))
-            })
-            .collect();
-        if steps.iter().all(|s| got.contains_key(*s)) || started.elapsed() > Duration::from_secs(20)
-        {
-            return got;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// What every final record must obey: a task's memory above its step's peak is explained in
-/// the record; no task was seen with 0 threads; the counts are Slurm's (the job's nodes, node
-/// list and tasks as `scontrol` has them; each step's nodes and tasks as `sacct` has them,
-/// where the cluster keeps accounting; the batch step runs one task on one node).
-fn assert_consistent(id: u32, recs: &[StepRecord]) {
-    let job_nodes = job_field(id, "NumNodes").and_then(|n| n.parse::<u32>().ok());
-    let node_list = job_field(id, "NodeList");
-    let job_tasks = job_field(id, "NumTasks").and_then(|n| n.parse::<u32>().ok());
-    let steps: Vec<&str> = recs
-        .iter()
-        .filter(|r| r.complete)
-        .map(|r| r.step.id.as_str())
-        .collect();
-    let acct = sacct_steps(id, &steps);
-    for r in recs.iter().filter(|r| r.complete) {
-        let at = format!("job {id} step {} on {}", r.step.id, r.step.node);
-        assert_eq!(r.job.id, id, "{at}");
-        let m = &r.memory;
-        for t in &r.tasks {
-            assert!(
-                t.peak_memory_bytes <= m.peak_bytes || m.peak_note.is_some(),
-                "{at}: task {:?} peaks at {} above the step's {} with no word on why",
-                t.global_id,
-                t.peak_memory_bytes,
-                m.peak_bytes
-            );
-            assert_ne!(t.max_threads, Some(0), "{at}: a task seen with no thread");
-            assert_ne!(
-                t.max_processes,
-                Some(0),
-                "{at}: a task seen with no process"
-            );
-        }
-        assert!(
-            m.sampled_peak_rss_bytes <= m.peak_bytes || m.peak_note.is_some(),
-            "{at}: sampled {} above the peak {} with no word on why",
-            m.sampled_peak_rss_bytes,
-            m.peak_bytes
-        );
-        if let Some(job_peak) = m.job_peak_bytes {
-            assert!(
-                job_peak >= m.peak_bytes,
-                "{at}: job cgroup {job_peak} below the step's"
-            );
-        }
-        assert_eq!(
-            r.tasks.len() as u32,
-            r.step.local_tasks.unwrap_or(0),
-            "{at}: tasks recorded against Slurm's local task count"
-        );
-        if r.step.kind == "batch" {
-            assert_eq!(
-                (r.step.nodes, r.step.total_tasks),
-                (Some(1), Some(1)),
-                "{at}"
-            );
-            // (scontrol forgets a job MinJobAge after it ended, or when its id was reset.)
-            if job_nodes.is_some() {
-                assert_eq!(r.job.nodes, job_nodes, "{at}: the job's nodes");
-            }
-            if node_list.as_ref().is_some_and(|l| !l.is_empty()) {
-                assert_eq!(r.job.node_list, node_list, "{at}: the job's node list");
-            }
-            // Known where the job asked for a number of tasks (Slurm shows 1 per node else).
-            if r.job.tasks.is_some() && job_tasks.is_some() {
-                assert_eq!(r.job.tasks, job_tasks, "{at}: the job's tasks");
-            }
-        }
-        if let Some(&(nodes, tasks)) = acct.get(&r.step.id) {
-            assert_eq!(r.step.nodes, Some(nodes), "{at}: nodes, as sacct has them");
-            assert_eq!(
-                r.step.total_tasks,
-                Some(tasks),
-                "{at}: tasks, as sacct has them"
-            );
-        }
-    }
-}
-
-/// The spool of the test cluster (`ClusterName=gputrack`): `<spool_dir>/<cluster>`.
-fn cluster_spool() -> PathBuf {
-    state_dir().join("spool/gpu-tracker/gputrack")
-}
-
-/// The directory of job `id`'s records.
-fn job_spool_dir(id: u32) -> PathBuf {
-    cluster_spool().join(id.to_string())
-}
-
-fn records(id: u32) -> BTreeMap<String, StepRecord> {
-    let dir = job_spool_dir(id);
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        return BTreeMap::new();
-    };
-    rd.flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.ends_with(".json") && n != "instance.json"
-        })
-        .map(|e| {
-            let text = std::fs::read_to_string(e.path()).unwrap();
-            let rec = StepRecord::from_json(&text)
-                .unwrap_or_else(|err| panic!("{}: {err}\n{text}", e.path().display()));
-            (rec.step.id.clone(), rec)
-        })
-        .collect()
-}
-
-fn node() -> String {
-    let conf = std::fs::read_to_string(slurm_conf()).unwrap();
-    conf.lines()
-        .find_map(|l| l.strip_prefix("NodeName="))
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap()
-        .to_string()
-}
-
-/// The cgroup interface of this machine as Slurm uses it: `v2` where /sys/fs/cgroup is the
-/// unified hierarchy (the test guests of slurm/vm.sh), else `v1` (Debian 12's Slurm 22.05 here).
-fn cgroup_version() -> &'static str {
-    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-        && !Path::new("/sys/fs/cgroup/memory").is_dir()
-    {
-        "v2"
-    } else {
-        "v1"
-    }
-}
+use records::*;
+use support::*;
 
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
@@ -628,15 +276,6 @@ fn a_step_killed_for_memory_records_the_oom_kill() {
     );
 }
 
-/// Restores the cluster's settings file when dropped.
-struct Restore(PathBuf, String);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        std::fs::write(&self.0, &self.1).unwrap();
-    }
-}
-
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn a_broken_settings_file_leaves_jobs_running_untracked_and_says_why() {
@@ -708,16 +347,6 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
     assert!(recs["batch"].step.elapsed_seconds >= 9.0);
 }
 
-/// Runs `sh -c script` as `user`; returns whether it succeeded.
-fn as_user_ok(user: &str, script: &str) -> bool {
-    Command::new("runuser")
-        .args(["-u", user, "--", "sh", "-c", script])
-        .output()
-        .unwrap()
-        .status
-        .success()
-}
-
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
@@ -764,67 +393,7 @@ fn records_are_readable_by_their_user_only_and_writable_by_no_user() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The end-of-job summary and gpu-tracker-report.
-
-const RULE: &str = "==============================================================================";
-
-/// The job's output once its summary has been appended (the batch step writes it in its
-/// `exit`, which can come just after the job is reported ended).
-fn output_with_summary(user: &str, name: &str, id: u32) -> String {
-    let path = state_dir()
-        .join("jobs")
-        .join(user)
-        .join(format!("{name}-{id}.out"));
-    let started = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if text.trim_end().ends_with(RULE) || started.elapsed() > Duration::from_secs(15) {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The summary at the end of an output: from the rule that opens it.
-fn summary_of(output: &str) -> &str {
-    let open = output
-        .find(&format!("{RULE}\ngpu-tracker summary"))
-        .unwrap_or_else(|| panic!("no summary in the job's output:\n{output}"));
-    &output[open..]
-}
-
-/// `gpu-tracker-report ARGS` run as `user` with the cluster's settings: (exit code, stdout,
-/// stderr).
-fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
-    cluster();
-    static COPIED: OnceLock<PathBuf> = OnceLock::new();
-    let bin = COPIED.get_or_init(|| {
-        let dst = state_dir().join("bin/gpu-tracker-report");
-        std::fs::copy(
-            env!("CARGO_BIN_EXE_gpu-tracker-report"),
-            dst.with_extension("new"),
-        )
-        .unwrap();
-        std::fs::rename(dst.with_extension("new"), &dst).unwrap();
-        dst
-    });
-    let out = Command::new("runuser")
-        .args(["-u", user, "--", "env"])
-        .arg(format!("SLURM_CONF={}", slurm_conf().display()))
-        .arg(format!(
-            "GPU_TRACKER_CONFIG={}",
-            state_dir().join("gpu-tracker.toml").display()
-        ))
-        .arg(bin)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+// Security: nothing a job controls may steer what root records, shows or waits for.
 
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
@@ -1321,9 +890,6 @@ fn purge_removes_old_records_only_and_only_for_root() {
     assert!(!old.exists(), "{out}");
     assert!(spool.join(recent.id.to_string()).exists());
 }
-
-// ---------------------------------------------------------------------------------------------
-// Security: nothing a job controls may steer what root records, shows or waits for.
 
 /// The line of job `id` in root's listing of the last hour.
 fn root_listing_line(id: u32) -> String {
@@ -1837,65 +1403,6 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
         );
         std::fs::remove_file(fs.control.join(mode)).unwrap();
     }
-}
-
-/// The simulated GPUs' fake NVML in a directory of its own with `fake-nvml-scenario.json`
-/// beside it (the cluster's scenario plus `extra` keys, and `device_file` per device when
-/// `files`), named by the settings until drop. Returns the guard and the directory.
-struct NvmlCopy(#[allow(dead_code)] Restore, PathBuf);
-
-fn nvml_copy(tag: &str, extra: serde_json::Value, files: bool) -> NvmlCopy {
-    nvml_copy_edited(tag, files, |scenario| {
-        for (k, v) in extra.as_object().unwrap() {
-            scenario[k] = v.clone();
-        }
-    })
-}
-
-/// [`nvml_copy`] with the scenario changed by `edit`.
-fn nvml_copy_edited(tag: &str, files: bool, edit: impl FnOnce(&mut serde_json::Value)) -> NvmlCopy {
-    let dir = state_dir().join("lib").join(format!("nvml-{tag}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        state_dir().join("lib/simulated-nvml/libnvidia-ml.so.1"),
-        dir.join("libnvidia-ml.so.1"),
-    )
-    .unwrap();
-    let mut scenario: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(state_dir().join("simulated-gpus.json")).unwrap(),
-    )
-    .unwrap();
-    if files {
-        std::fs::write(dir.join("nvidiactl"), "").unwrap();
-        scenario["control_file"] = dir.join("nvidiactl").display().to_string().into();
-        for d in scenario["devices"].as_array_mut().unwrap() {
-            let f = dir.join(format!("nvidia{}", d["minor"]));
-            std::fs::write(&f, "").unwrap();
-            d["device_file"] = f.display().to_string().into();
-        }
-    }
-    edit(&mut scenario);
-    std::fs::write(
-        dir.join("fake-nvml-scenario.json"),
-        serde_json::to_string_pretty(&scenario).unwrap(),
-    )
-    .unwrap();
-    let conf = state_dir().join("gpu-tracker.toml");
-    let good = std::fs::read_to_string(&conf).unwrap();
-    let lib = dir.join("libnvidia-ml.so.1");
-    let text: Vec<String> = good
-        .lines()
-        .map(|l| {
-            if l.starts_with("nvml_library") {
-                format!("nvml_library = \"{}\"", lib.display())
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    std::fs::write(&conf, text.join("\n") + "\n").unwrap();
-    NvmlCopy(Restore(conf, good), dir)
 }
 
 #[test]

@@ -6,53 +6,6 @@
 
 use super::*;
 
-/// Where slurmd's log ends now: the plugin's lines after it are the test's.
-pub(crate) fn log_mark() -> u64 {
-    std::fs::metadata(state_dir().join("log/slurmd.log")).map_or(0, |m| m.len())
-}
-
-/// The plugin's lines in slurmd's log after `mark`.
-pub(crate) fn plugin_lines_since(mark: u64) -> Vec<String> {
-    let text = std::fs::read(state_dir().join("log/slurmd.log")).unwrap_or_default();
-    let from = (mark as usize).min(text.len());
-    String::from_utf8_lossy(&text[from..])
-        .lines()
-        .filter(|l| l.contains("gpu-tracker:"))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Waits until `ready` holds, at most `limit`; panics naming `what` past it.
-pub(crate) fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The record of `step` of job `id` as it is now (a checkpoint or the final one).
-fn record_now(id: u32, step: &str) -> Option<StepRecord> {
-    let text =
-        std::fs::read_to_string(job_spool_dir(id).join(format!("{}.{step}.json", node()))).ok()?;
-    StepRecord::from_json(&text).ok()
-}
-
-/// The pid of the slurmstepd of step `step` of job `id` (its process title is
-/// `slurmstepd: [ID.STEP]`).
-fn stepd_pid(id: u32, step: &str) -> Option<u32> {
-    let out = Command::new("pgrep")
-        .args(["-f", &format!("^slurmstepd: \\[{id}\\.{step}\\]")])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()
-}
-
 /// Open descriptors and threads of process `pid`.
 fn fds_and_threads(pid: u32) -> (usize, usize) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
@@ -75,56 +28,6 @@ fn fd_targets(pid: u32) -> String {
         }
     }
     out
-}
-
-/// The pid of the first node's slurmd.
-fn slurmd_pid() -> u32 {
-    std::fs::read_to_string(state_dir().join(format!("run/slurmd-{}.pid", node())))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The first node is up and not drained (a slurmstepd that crashed or could not end its step
-/// drains it).
-fn assert_node_healthy() {
-    let out = Command::new("scontrol")
-        .args(["show", "node", "-o", &node()])
-        .env("SLURM_CONF", slurm_conf())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let state = text
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix("State="))
-        .unwrap_or("?");
-    assert!(
-        !state.contains("DOWN") && !state.contains("DRAIN") && !state.contains("FAIL"),
-        "node {}: {text}",
-        node()
-    );
-}
-
-/// A tracked job that did its own work and ended as it would untracked: COMPLETED, its output
-/// whole, a summary at its end; the node is fine.
-fn assert_job_unharmed(job: &Job, name: &str, marker: &str) -> String {
-    assert_eq!(job.state, "COMPLETED", "{}", job.output);
-    let out = output_with_summary(USER, name, job.id);
-    assert!(
-        out.contains(marker),
-        "the job's own output is there:\n{out}"
-    );
-    assert_node_healthy();
-    out
-}
-
-/// The one line the plugin logs for a step recorded with faults, naming `what`.
-fn assert_fault_logged(lines: &[String], id: u32, step: &str, what: &str) {
-    let head = format!("job {id} step {step}: recorded with faults:");
-    let found: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
-    assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
-    assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! What a job chooses and the plugin reads or shows: its name, its commands, its environment,
 //! its paths. None of it may disturb tracking, reach a terminal raw, or fail the job.
 
-use super::faults::{log_mark, plugin_lines_since};
 use super::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
