@@ -1,10 +1,14 @@
 //! What a job chooses and the plugin reads or shows: its name, its commands, its environment,
 //! its paths. None of it may disturb tracking, reach a terminal raw, or fail the job.
 
-use super::faults::{log_mark, plugin_lines_since};
-use super::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::records::*;
+use crate::support::*;
 
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]

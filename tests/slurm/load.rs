@@ -1,0 +1,143 @@
+//! Load: one tracked job with 5000 short processes, 256 tasks and 50 steps at once leaves no
+//! descriptor or thread behind, in its slurmstepd or in slurmd.
+
+use std::time::{Duration, Instant};
+
+use crate::records::*;
+use crate::support::*;
+
+/// Open descriptors and threads of process `pid`.
+fn fds_and_threads(pid: u32) -> (usize, usize) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    (fds, threads)
+}
+
+/// What process `pid`'s descriptors point at, one a line.
+fn fd_targets(pid: u32) -> String {
+    let mut out = String::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            let t = std::fs::read_link(e.path()).unwrap_or_default();
+            out += &format!("{} -> {}\n", e.file_name().to_string_lossy(), t.display());
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
+    // Written lock: the other tests' jobs would blur the descriptor and thread counts.
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let slurmd = slurmd_pid();
+    // slurmd's counts at rest (its threads come and go with its RPCs: the fewest of a few looks).
+    let at_rest = || {
+        (0..5)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(200));
+                fds_and_threads(slurmd)
+            })
+            .min()
+            .unwrap()
+    };
+    let before = at_rest();
+    let name = "load";
+    let home = state_dir().join("jobs").join(USER);
+    let flag = |what: &str, id: u32| home.join(format!("load-{what}-{id}"));
+    // Marks when the batch step is at rest before and after the load, and waits for the test
+    // to count its slurmstepd's descriptors and threads.
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 -n 256 -O --mem=1G\n\
+         h={home}\n\
+         touch $h/load-start-$SLURM_JOB_ID; while [ ! -e $h/load-go-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
+         srun --gpu-track=0.2 -n1 --overlap {hog} --forks 5000\n\
+         srun --gpu-track=0.5 -n 256 -O --overlap sleep 1\n\
+         for i in $(seq 50); do srun --gpu-track=0.5 -n1 --overlap sleep 2 & done; wait\n\
+         touch $h/load-end-$SLURM_JOB_ID; while [ ! -e $h/load-done-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
+         echo load-done\n",
+        home = home.display(),
+        hog = h
+    );
+    let id = submit(name, &script);
+    let limit = Duration::from_secs(600);
+    wait_until("the batch step started", limit, || {
+        flag("start", id).exists()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let batch = stepd_pid(id, "batch").expect("the batch step's slurmstepd");
+    let stepd_before = fds_and_threads(batch);
+    std::fs::write(flag("go", id), "").unwrap();
+    wait_until("the load's end", limit, || flag("end", id).exists());
+    // The sampler closes what it kept of ended processes at its next sample (its interval may
+    // have lengthened under the load, up to 8 times): give it that long.
+    let settled = Instant::now();
+    let stepd_after = loop {
+        let now = fds_and_threads(batch);
+        if (now.0 <= stepd_before.0 && now.1 <= stepd_before.1)
+            || settled.elapsed() > Duration::from_secs(20)
+        {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let fd_list = fd_targets(batch);
+    std::fs::write(flag("done", id), "").unwrap();
+    let job = wait_job(USER, name, id);
+    assert_job_unharmed(&job, name, "load-done");
+    let mut steps: Vec<String> = (0..52).map(|i| i.to_string()).collect();
+    steps.push("batch".into());
+    let names: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let recs = final_records(id, &names);
+    // 5000 short processes: seen in part, each sample bounded (at most 500 processes' files).
+    let forks = &recs["0"];
+    assert!(forks.complete);
+    assert_eq!(forks.tasks.len(), 1);
+    assert_eq!(forks.tasks[0].exit_code, Some(0));
+    // Each child lives 10 ms: a sample sees the few alive at its moment (under emulation,
+    // forking is slower than their lives).
+    assert!(
+        forks.tasks[0].max_processes.unwrap_or(0) >= 2,
+        "the children were seen: {:?}",
+        forks.tasks[0]
+    );
+    // 256 tasks, every one with its exit status.
+    let wide = &recs["1"];
+    assert_eq!(wide.tasks.len(), 256);
+    assert!(wide.tasks.iter().all(|t| t.ended && t.exit_code == Some(0)));
+    // 50 steps at once, each complete with its task.
+    for i in 2..52 {
+        let r = &recs[&i.to_string()];
+        assert!(r.complete && r.tasks.len() == 1, "step {i}: {r:?}");
+    }
+    // No descriptor or thread left behind: not in the batch step's slurmstepd (which tracked
+    // it all and started the 52 steps), not in slurmd.
+    assert!(
+        stepd_after.0 <= stepd_before.0 && stepd_after.1 <= stepd_before.1,
+        "batch slurmstepd (descriptors, threads): {stepd_before:?} before, {stepd_after:?} \
+         after:\n{fd_list}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let after = at_rest();
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "slurmd (descriptors, threads): {before:?} before, {after:?} after"
+    );
+    for f in ["start", "go", "end", "done"] {
+        let _ = std::fs::remove_file(flag(f, id));
+    }
+    eprintln!(
+        "load: slurmd {before:?} -> {after:?}; batch slurmstepd {stepd_before:?} -> \
+         {stepd_after:?}; forks step: {} samples, mean {:.0} us, max {:.0} us, {} partial",
+        forks.sampler.samples,
+        forks.sampler.mean_sample_microseconds,
+        forks.sampler.max_sample_microseconds,
+        forks.sampler.partial_samples.unwrap_or(0)
+    );
+}

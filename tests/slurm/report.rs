@@ -1,0 +1,188 @@
+//! `gpu-tracker-report` beyond one job's summary: the admin listing, an exit code for each
+//! problem, and purge.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::records::*;
+use crate::support::*;
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn the_admin_listing_shows_every_users_jobs_to_root_and_only_their_own_to_a_user() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let script = "#!/bin/bash\n#SBATCH --gpu-track --mem=2G\nsleep 1\n";
+    let mine = submit_as(USER, "listing", script, &[]);
+    let theirs = submit_as("gtuser2", "listing", script, &[]);
+    wait_job(USER, "listing", mine);
+    wait_job("gtuser2", "listing", theirs);
+    final_records(mine, &["batch"]);
+    final_records(theirs, &["batch"]);
+    let line = |text: &str, id: u32| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+            .map(str::to_string)
+    };
+    let (code, all, err) = report_as("root", &["--all", "--since", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(all.starts_with("JOBID"), "{all}");
+    let l = line(&all, mine).unwrap_or_else(|| panic!("{all}"));
+    assert!(
+        l.contains(" gtuser ") && l.contains("/2.00G") && l.contains("memory-over-requested"),
+        "{l}"
+    );
+    assert!(line(&all, theirs).unwrap().contains(" gtuser2 "), "{all}");
+    let (_, by_user, _) = report_as("root", &["--user", "gtuser2", "--since", "1h"]);
+    assert!(
+        line(&by_user, theirs).is_some() && line(&by_user, mine).is_none(),
+        "{by_user}"
+    );
+    // A user lists only their own jobs, whatever they ask for.
+    let (code, own, _) = report_as(USER, &["--all", "--since", "1h"]);
+    assert_eq!(code, 0);
+    assert!(
+        line(&own, mine).is_some() && line(&own, theirs).is_none(),
+        "{own}"
+    );
+    let (_, other, _) = report_as(USER, &["--user", "gtuser2"]);
+    assert!(line(&other, theirs).is_none(), "{other}");
+    // --since in the future hides them.
+    let (_, none, _) = report_as("root", &["--all", "--since", "2999-01-01"]);
+    assert_eq!(none.lines().count(), 1, "{none}");
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // Unknown to Slurm and to the spool.
+    let (code, _, err) = report_as(USER, &["3999999"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("unknown job 3999999"), "{err}");
+    let (code, _, _) = report_as(USER, &["12x"]);
+    assert_eq!(code, 2);
+    // Known to Slurm, not tracked.
+    let plain = run_job("not-tracked", "#!/bin/bash\necho plain\n");
+    let (code, _, err) = report_as(USER, &[&plain.id.to_string()]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("was not tracked"), "{err}");
+    // Pending (held): not started, which is not "not tracked".
+    let held = submit_as(
+        USER,
+        "held",
+        "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n",
+        &["-H"],
+    );
+    let (code, _, err) = report_as(USER, &[&held.to_string()]);
+    let cancelled = Command::new("runuser")
+        .args(["-u", USER, "--", "scancel", &held.to_string()])
+        .env("SLURM_CONF", slurm_conf())
+        .status()
+        .unwrap();
+    assert!(cancelled.success());
+    assert_eq!(code, 9, "{err}");
+    assert!(
+        err.contains(&format!(
+            "job {held} has not started yet (PENDING, JobHeldUser)"
+        )),
+        "{err}"
+    );
+    // A running step: its checkpoint is shown, marked incomplete.
+    let h = hog();
+    let running = submit(
+        "running",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track\n{h} --mb 30 --hold-ms 6000\n"),
+    );
+    let submitted = Instant::now();
+    let mut began: Option<Instant> = None;
+    let (code, text, _) = loop {
+        let r = report_as(USER, &[&running.to_string()]);
+        let state = job_field(running, "JobState").unwrap_or_default();
+        if began.is_none() && !QUEUED.contains(&state.as_str()) {
+            began = Some(Instant::now());
+        }
+        // Before the first record: not started while the job waits for the node (other tests'
+        // jobs may hold it), briefly untracked until slurmstepd's plugin makes the job's
+        // directory, then 5 with no record yet.
+        if r.0 == 5 && r.1.is_empty() {
+            assert!(r.2.contains("no record is written yet"), "{r:?}");
+        } else if r.0 == 9 {
+            assert!(r.2.contains("has not started yet"), "{r:?}");
+        } else if r.0 != 4 {
+            break r;
+        }
+        match began {
+            Some(b) => assert!(b.elapsed() < Duration::from_secs(30), "{state}: {r:?}"),
+            None => assert!(
+                submitted.elapsed() < Duration::from_secs(300),
+                "{state}: {r:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(code, 5, "{text}");
+    assert!(
+        text.contains("INCOMPLETE: still running or killed before its final record: batch"),
+        "{text}"
+    );
+    wait_job(USER, "running", running);
+    final_records(running, &["batch"]);
+    assert_eq!(report_as(USER, &[&running.to_string()]).0, 0);
+    // A corrupt record and one from a newer gpu-tracker (put there by root): the good one is
+    // still shown; the exit code names the worse problem.
+    let dir = job_spool_dir(running);
+    let good = std::fs::read_to_string(dir.join(format!("{}.batch.json", node()))).unwrap();
+    std::fs::write(dir.join("othernode.batch.json"), &good[..good.len() / 2]).unwrap();
+    let (code, text, err) = report_as("root", &[&running.to_string()]);
+    assert_eq!(code, 6, "{err}");
+    assert!(
+        text.contains("gpu-tracker summary of job")
+            && text.contains("othernode.batch.json: corrupt record"),
+        "{text}"
+    );
+    let mut future: serde_json::Value = serde_json::from_str(&good).unwrap();
+    future["schema_version"] = 99.into();
+    std::fs::write(dir.join("future.batch.json"), future.to_string()).unwrap();
+    let (code, text, _) = report_as("root", &[&running.to_string(), "--format", "json"]);
+    assert_eq!(code, 7);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 1);
+    let kinds: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["future_version", "corrupt"]);
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn purge_removes_old_records_only_and_only_for_root() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let spool = cluster_spool();
+    let old = spool.join("3999998");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("vm.batch.json"), "{}").unwrap();
+    for p in [old.join("vm.batch.json"), old.clone()] {
+        assert!(
+            Command::new("touch")
+                .args(["-h", "-d", "2020-01-01"])
+                .arg(&p)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let recent = run_job("recent", "#!/bin/bash\n#SBATCH --gpu-track\ntrue\n");
+    final_records(recent.id, &["batch"]);
+    // A user cannot purge.
+    let (code, _, err) = report_as(USER, &["--purge", "--older-than", "30"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(old.exists());
+    let (code, out, err) = report_as("root", &["--purge", "--older-than", "30"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!old.exists(), "{out}");
+    assert!(spool.join(recent.id.to_string()).exists());
+}

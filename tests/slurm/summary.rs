@@ -1,0 +1,292 @@
+//! The end-of-job summary: at the end of a batch job's output (and the same from
+//! `gpu-tracker-report`, in text and JSON), its advice after an OOM kill or none, one for each
+//! task of an array, and on the terminal of an interactive `srun`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let dir = state_dir().join("jobs").join(USER);
+    // The holder runs from a script so that the marker is on the holder's command line only
+    // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it).
+    std::fs::write(
+        dir.join("hold-gpu0.sh"),
+        format!("#!/bin/bash\nexec {h} --mb 100 --hold-ms 1500 --marker SIMGPU0_HOLD\n"),
+    )
+    .unwrap();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G --gres=gpu:2\n\
+         srun -n1 bash {}\n\
+         srun -n1 bash -c 'exit 3'\n\
+         echo script-done\n",
+        dir.join("hold-gpu0.sh").display()
+    );
+    // A job name with a terminal escape in it: the summary must not pass it on.
+    let name = "summary\x1b[2Jjob";
+    let id = submit_as(USER, "summary", &script, &["-J", name]);
+    let job = wait_job(USER, "summary", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let output = output_with_summary(USER, "summary", id);
+    assert!(output.contains("script-done"));
+    let sum = summary_of(&output);
+    assert!(
+        sum.trim_end().ends_with(RULE),
+        "the output ends with it: {sum}"
+    );
+    assert!(!output.contains('\x1b'), "no control character: {sum}");
+    assert!(sum.contains("Job name:      summary?[2Jjob"), "{sum}");
+    assert!(sum.contains(&format!("gpu-tracker summary of job {id}\n")));
+    let uid = Command::new("id")
+        .args(["-u", USER])
+        .output()
+        .unwrap()
+        .stdout;
+    let uid = String::from_utf8_lossy(&uid).trim().to_string();
+    assert!(
+        sum.contains(&format!("User:          gtuser (uid {uid})")),
+        "{sum}"
+    );
+    assert!(sum.contains("3 step record(s), all final"), "{sum}");
+    assert!(
+        sum.contains("of 2.00 GiB requested (")
+            && sum.contains("[job cgroup, page cache included]"),
+        "the job's own peak, all steps together: {sum}"
+    );
+    // Both GPUs, with UUID and model; GPU 0 held 1 GiB by the job's holder, GPU 1 idle.
+    assert!(
+        sum.contains("SIMULATED GPU 0 (test fake) (GPU-00000000-5151-4d55-8000-000000000000)"),
+        "{sum}"
+    );
+    assert!(
+        sum.contains(
+            "memory: 1.00 GiB by the job's processes, 1.25 GiB in use on the device (of 16.00 GiB)"
+        ),
+        "{sum}"
+    );
+    assert!(sum.contains("utilization: mean 37%, max 37%"), "{sum}");
+    assert!(sum.contains("utilization: mean 0%, max 0%"), "{sum}");
+    // Per step: the failing task with its exit code.
+    let step1 = sum
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(step1.contains("task 0 exit code 3"), "{step1}");
+    // Advice: the idle GPU by UUID, a smaller --mem (the job peaked near 100 MB of 2 GiB).
+    assert!(
+        sum.contains("GPU 1 on ")
+            && sum.contains("(GPU-11111111-5151-4d55-8000-111111111111) was allocated but idle"),
+        "{sum}"
+    );
+    assert!(sum.contains("--gres=gpu:1 per node"), "{sum}");
+    assert!(sum.contains("for example --mem=256M"), "{sum}");
+
+    // The report, as the job's user: the same summary, exit 0.
+    let (code, text, err) = report_as(USER, &[&id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(text, sum, "the report prints what the job's output got");
+    // Units and per-task rows.
+    let (code, text, _) = report_as(
+        USER,
+        &[
+            &id.to_string(),
+            "--ru",
+            "megabytes",
+            "--tu",
+            "seconds",
+            "--tasks",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(text.contains(" MB of 2147.484 MB requested"), "{text}");
+    assert!(text.contains(" seconds"), "{text}");
+    assert!(text.contains("    task 0     pid "), "{text}");
+    // One step.
+    let (code, text, _) = report_as(USER, &[&format!("{id}.1")]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(&format!("summary of job {id}, step 1")),
+        "{text}"
+    );
+    assert!(text.contains("1 step record(s)"), "{text}");
+    assert!(
+        text.contains("[largest step"),
+        "the step's own peak, not the job's: {text}"
+    );
+    // JSON: one document with the summary and every record.
+    let (code, json, _) = report_as(USER, &[&id.to_string(), "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["schema"], "gpu-tracker/job");
+    assert_eq!(v["schema_version"], gpu_tracker::report::JOB_SCHEMA_VERSION);
+    assert_eq!(v["summary"]["job_id"], id);
+    assert_eq!(v["records"].as_array().unwrap().len(), 3);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    let codes: Vec<&str> = v["summary"]["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["code"].as_str().unwrap())
+        .collect();
+    assert!(
+        codes.contains(&"gpu-idle") && codes.contains(&"memory-over-requested"),
+        "{codes:?}"
+    );
+    assert_eq!(v["summary"]["gpus"][0]["job_peak_bytes"], 1u64 << 30);
+
+    // Another user sees nothing of it: a distinct exit code and no figures.
+    let (code, text, err) = report_as("gtuser2", &[&id.to_string()]);
+    assert_eq!(code, 8, "{text}{err}");
+    assert!(
+        text.is_empty() && err.contains("not readable by you"),
+        "{text}{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_oom_job_and_a_job_that_used_its_request_get_the_advice_they_should() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let id = submit(
+        "oom-summary",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track --mem=200M\nsrun {h} --mb 400 --hold-ms 500\n"),
+    );
+    wait_job(USER, "oom-summary", id);
+    let output = output_with_summary(USER, "oom-summary", id);
+    let sum = summary_of(&output);
+    let oom = sum
+        .lines()
+        .find(|l| l.starts_with("OOM kills:"))
+        .unwrap_or_else(|| panic!("{sum}"));
+    assert!(
+        oom.contains("step 0 on ") && oom.contains("(limit 200.0 MiB)"),
+        "{oom}"
+    );
+    assert!(
+        sum.contains("Step 0 on ") && sum.contains("was killed for memory"),
+        "{sum}"
+    );
+    assert!(sum.contains("of its 200 MiB limit"), "{sum}");
+    assert!(sum.contains("for example --mem=512M"), "{sum}");
+    assert!(
+        !sum.contains("Request less"),
+        "no smaller request after an OOM kill: {sum}"
+    );
+    assert!(sum.contains("task 0 killed by SIGKILL"), "{sum}");
+
+    // A job that used what it asked for: no advice.
+    let id = submit(
+        "fits",
+        &format!("#!/bin/bash\n#SBATCH --gpu-track --mem=300M\n{h} --mb 200 --hold-ms 300\n"),
+    );
+    wait_job(USER, "fits", id);
+    let output = output_with_summary(USER, "fits", id);
+    let sum = summary_of(&output);
+    assert!(
+        sum.contains("Advice:        none; the job used what it asked for."),
+        "{sum}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn array_tasks_have_their_own_summaries_and_are_found_by_array_id() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let first = submit_as(
+        USER,
+        "array",
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track --array=1-2\n{h} --mb $((SLURM_ARRAY_TASK_ID * 50)) --hold-ms 300\n"
+        ),
+        &[
+            "-o",
+            &state_dir()
+                .join("jobs")
+                .join(USER)
+                .join("array-%A_%a.out")
+                .display()
+                .to_string(),
+        ],
+    );
+    // The array's id is its first job's; each task has a job id of its own.
+    for task in [1u32, 2] {
+        let spec = format!("{first}_{task}");
+        let started = Instant::now();
+        let path = state_dir()
+            .join("jobs")
+            .join(USER)
+            .join(format!("array-{spec}.out"));
+        let output = loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.trim_end().ends_with(RULE) {
+                break text;
+            }
+            // From the submission: the task may wait for the node as long as wait_job allows.
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "{spec}: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let sum = summary_of(&output);
+        assert!(sum.contains(&format!("(array {spec})")), "{sum}");
+        let (code, text, err) = report_as(USER, &[&spec, "--format", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["summary"]["array_job_id"], first);
+        assert_eq!(v["summary"]["array_task_id"], task);
+        let peak = v["records"][0]["tasks"][0]["peak_memory_bytes"]
+            .as_u64()
+            .unwrap();
+        let want = 50_000_000 * u64::from(task);
+        assert!((want..want + 30_000_000).contains(&peak), "{spec}: {peak}");
+    }
+    let (code, _, err) = report_as(USER, &[&format!("{first}_7")]);
+    assert_eq!(code, 3, "no task 7: {err}");
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_interactive_srun_prints_its_summary_on_the_terminal() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    cluster();
+    let out = Command::new("runuser")
+        .args([
+            "-u",
+            USER,
+            "--",
+            "srun",
+            "--gpu-track",
+            "--mem=500M",
+            &h,
+            "--mb",
+            "80",
+            "--hold-ms",
+            "300",
+        ])
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(state_dir().join("jobs").join(USER))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let sum = summary_of(&err);
+    assert!(sum.contains(", step 0\n"), "{sum}");
+    assert!(sum.contains("1 step record(s), all final"), "{sum}");
+    assert!(sum.contains("of 500.0 MiB requested"), "{sum}");
+    // An untracked srun prints nothing of ours.
+    let out = Command::new("runuser")
+        .args(["-u", USER, "--", "srun", "true"])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("gpu-tracker"));
+}

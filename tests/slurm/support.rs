@@ -1,0 +1,428 @@
+//! What every test on the real Slurm uses: the cluster (and the lock on its settings), jobs
+//! submitted as a user and waited for, their output and summary, `gpu-tracker-report` run as a
+//! user, a copy of the simulated GPUs' NVML, and slurmd: its log, its pid, the node's health.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+/// The ordinary user the tests submit jobs as (`gtuser2` is the other user).
+pub(crate) const USER: &str = "gtuser";
+
+/// Tests that rewrite the plugin's settings hold this for writing; the others for reading.
+pub(crate) static SETTINGS: RwLock<()> = RwLock::new(());
+
+/// The test cluster's directory (`GPU_TRACKER_CLUSTER_DIR`, as slurm/local-cluster.sh uses it).
+pub(crate) fn state_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("GPU_TRACKER_CLUSTER_DIR")
+            .unwrap_or_else(|_| "/var/tmp/gpu-tracker-cluster".into()),
+    )
+}
+
+/// The test cluster's `slurm.conf`.
+pub(crate) fn slurm_conf() -> PathBuf {
+    state_dir().join("slurm.conf")
+}
+
+/// Checks once that the cluster answers and the plugin is installed; copies the test program
+/// where the test user can run it.
+pub(crate) fn cluster() -> &'static Path {
+    static READY: OnceLock<PathBuf> = OnceLock::new();
+    READY.get_or_init(|| {
+        let ping = Command::new("scontrol")
+            .arg("ping")
+            .env("SLURM_CONF", slurm_conf())
+            .output()
+            .expect("scontrol not found: run slurm/local-cluster.sh up");
+        assert!(
+            String::from_utf8_lossy(&ping.stdout).contains("UP"),
+            "slurmctld does not answer: run slurm/local-cluster.sh up"
+        );
+        let stack = std::fs::read_to_string(state_dir().join("plugstack.conf")).unwrap();
+        assert!(
+            stack.contains("gpu_tracker.so"),
+            "the plugin is not installed: {stack}"
+        );
+        let bin = state_dir().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let hog = bin.join("hog");
+        std::fs::copy(common::hog(), bin.join("hog.new")).unwrap();
+        std::fs::rename(bin.join("hog.new"), &hog).unwrap();
+        hog
+    })
+}
+
+/// The test program `tests/hog`, where the test user's jobs can run it.
+pub(crate) fn hog() -> String {
+    cluster().display().to_string()
+}
+
+/// The first node of the test cluster, where the tests' jobs run.
+pub(crate) fn node() -> String {
+    let conf = std::fs::read_to_string(slurm_conf()).unwrap();
+    conf.lines()
+        .find_map(|l| l.strip_prefix("NodeName="))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string()
+}
+
+/// The cgroup interface of this machine as Slurm uses it: `v2` where /sys/fs/cgroup is the
+/// unified hierarchy (the test guests of slurm/vm.sh), else `v1` (Debian 12's Slurm 22.05 here).
+pub(crate) fn cgroup_version() -> &'static str {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && !Path::new("/sys/fs/cgroup/memory").is_dir()
+    {
+        "v2"
+    } else {
+        "v1"
+    }
+}
+
+/// Restores the cluster's settings file when dropped.
+pub(crate) struct Restore(pub(crate) PathBuf, pub(crate) String);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        std::fs::write(&self.0, &self.1).unwrap();
+    }
+}
+
+/// Runs `sh -c script` as `user`; returns whether it succeeded.
+pub(crate) fn as_user_ok(user: &str, script: &str) -> bool {
+    Command::new("runuser")
+        .args(["-u", user, "--", "sh", "-c", script])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// A job that ended: its id, its final state and its output file's text.
+pub(crate) struct Job {
+    pub(crate) id: u32,
+    pub(crate) state: String,
+    pub(crate) output: String,
+}
+
+/// Field `key` of job `id` as `scontrol show job` has it (None once Slurm forgot the job).
+pub(crate) fn job_field(id: u32, key: &str) -> Option<String> {
+    let out = Command::new("scontrol")
+        .args(["show", "job", "-o", &id.to_string()])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
+}
+
+/// Submits `script` as the test user; returns the job id.
+pub(crate) fn submit(name: &str, script: &str) -> u32 {
+    submit_as(USER, name, script, &[])
+}
+
+/// Submits `script` as `user` with extra sbatch arguments; returns the job id. The output goes
+/// to `<state>/jobs/<user>/<name>-<jobid>.out` unless `extra` names another.
+pub(crate) fn submit_as(user: &str, name: &str, script: &str, extra: &[&str]) -> u32 {
+    submit_with_env(user, name, script, extra, &[])
+}
+
+/// [`submit_as`] with variables set in sbatch's environment (exported to the job, as a user
+/// would).
+pub(crate) fn submit_with_env(
+    user: &str,
+    name: &str,
+    script: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> u32 {
+    cluster();
+    let dir = state_dir().join("jobs").join(user);
+    let path = dir.join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", user, "--", "env"]);
+    cmd.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+    cmd.args(["sbatch", "--parsable", "-J", name]);
+    if !extra.contains(&"-o") {
+        cmd.arg("-o").arg(dir.join(format!("{name}-%j.out")));
+    }
+    let out = cmd
+        .args(extra)
+        .arg(&path)
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sbatch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Submits `script` as the test user, waits for the job to end, returns its state and output.
+pub(crate) fn run_job(name: &str, script: &str) -> Job {
+    let id = submit(name, script);
+    wait_job(USER, name, id)
+}
+
+/// Job states before the job has started ("" while `scontrol` does not show it yet).
+pub(crate) const QUEUED: [&str; 3] = ["PENDING", "CONFIGURING", ""];
+
+/// Waits (at most 300 s) while job `id` is in one of `states`; returns the state it reached.
+pub(crate) fn wait_while_in(id: u32, states: &[&str]) -> String {
+    let started = Instant::now();
+    loop {
+        let st = job_field(id, "JobState").unwrap_or_default();
+        if !states.contains(&st.as_str()) {
+            return st;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "job {id} still {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits (as long as [`wait_job`] would) for job `id` to leave the queue: other tests' jobs
+/// may hold the node's CPUs or memory. A test's bound on what the job does is counted from
+/// here, not from its submission.
+pub(crate) fn wait_started(id: u32) {
+    wait_while_in(id, &QUEUED);
+}
+
+/// Waits for job `id` to end; returns its state and output.
+pub(crate) fn wait_job(user: &str, name: &str, id: u32) -> Job {
+    let dir = state_dir().join("jobs").join(user);
+    let state = wait_while_in(id, &["PENDING", "CONFIGURING", "", "RUNNING", "COMPLETING"]);
+    let output = std::fs::read_to_string(dir.join(format!("{name}-{id}.out"))).unwrap_or_default();
+    Job { id, state, output }
+}
+
+/// Waits until `ready` holds, at most `limit`; panics naming `what` past it.
+pub(crate) fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub(crate) const RULE: &str =
+    "==============================================================================";
+
+/// The job's output once its summary has been appended (the batch step writes it in its
+/// `exit`, which can come just after the job is reported ended).
+pub(crate) fn output_with_summary(user: &str, name: &str, id: u32) -> String {
+    let path = state_dir()
+        .join("jobs")
+        .join(user)
+        .join(format!("{name}-{id}.out"));
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.trim_end().ends_with(RULE) || started.elapsed() > Duration::from_secs(15) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The summary at the end of an output: from the rule that opens it.
+pub(crate) fn summary_of(output: &str) -> &str {
+    let open = output
+        .find(&format!("{RULE}\ngpu-tracker summary"))
+        .unwrap_or_else(|| panic!("no summary in the job's output:\n{output}"));
+    &output[open..]
+}
+
+/// `gpu-tracker-report ARGS` run as `user` with the cluster's settings: (exit code, stdout,
+/// stderr).
+pub(crate) fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
+    cluster();
+    static COPIED: OnceLock<PathBuf> = OnceLock::new();
+    let bin = COPIED.get_or_init(|| {
+        let dst = state_dir().join("bin/gpu-tracker-report");
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_gpu-tracker-report"),
+            dst.with_extension("new"),
+        )
+        .unwrap();
+        std::fs::rename(dst.with_extension("new"), &dst).unwrap();
+        dst
+    });
+    let out = Command::new("runuser")
+        .args(["-u", user, "--", "env"])
+        .arg(format!("SLURM_CONF={}", slurm_conf().display()))
+        .arg(format!(
+            "GPU_TRACKER_CONFIG={}",
+            state_dir().join("gpu-tracker.toml").display()
+        ))
+        .arg(bin)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The simulated GPUs' fake NVML in a directory of its own with `fake-nvml-scenario.json`
+/// beside it (the cluster's scenario plus `extra` keys, and `device_file` per device when
+/// `files`), named by the settings until drop. Returns the guard and the directory.
+pub(crate) struct NvmlCopy(#[allow(dead_code)] Restore, pub(crate) PathBuf);
+
+pub(crate) fn nvml_copy(tag: &str, extra: serde_json::Value, files: bool) -> NvmlCopy {
+    nvml_copy_edited(tag, files, |scenario| {
+        for (k, v) in extra.as_object().unwrap() {
+            scenario[k] = v.clone();
+        }
+    })
+}
+
+/// [`nvml_copy`] with the scenario changed by `edit`.
+pub(crate) fn nvml_copy_edited(
+    tag: &str,
+    files: bool,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> NvmlCopy {
+    let dir = state_dir().join("lib").join(format!("nvml-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        state_dir().join("lib/simulated-nvml/libnvidia-ml.so.1"),
+        dir.join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    let mut scenario: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(state_dir().join("simulated-gpus.json")).unwrap(),
+    )
+    .unwrap();
+    if files {
+        std::fs::write(dir.join("nvidiactl"), "").unwrap();
+        scenario["control_file"] = dir.join("nvidiactl").display().to_string().into();
+        for d in scenario["devices"].as_array_mut().unwrap() {
+            let f = dir.join(format!("nvidia{}", d["minor"]));
+            std::fs::write(&f, "").unwrap();
+            d["device_file"] = f.display().to_string().into();
+        }
+    }
+    edit(&mut scenario);
+    std::fs::write(
+        dir.join("fake-nvml-scenario.json"),
+        serde_json::to_string_pretty(&scenario).unwrap(),
+    )
+    .unwrap();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let lib = dir.join("libnvidia-ml.so.1");
+    let text: Vec<String> = good
+        .lines()
+        .map(|l| {
+            if l.starts_with("nvml_library") {
+                format!("nvml_library = \"{}\"", lib.display())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&conf, text.join("\n") + "\n").unwrap();
+    NvmlCopy(Restore(conf, good), dir)
+}
+
+/// Where slurmd's log ends now: the plugin's lines after it are the test's.
+pub(crate) fn log_mark() -> u64 {
+    std::fs::metadata(state_dir().join("log/slurmd.log")).map_or(0, |m| m.len())
+}
+
+/// The plugin's lines in slurmd's log after `mark`.
+pub(crate) fn plugin_lines_since(mark: u64) -> Vec<String> {
+    let text = std::fs::read(state_dir().join("log/slurmd.log")).unwrap_or_default();
+    let from = (mark as usize).min(text.len());
+    String::from_utf8_lossy(&text[from..])
+        .lines()
+        .filter(|l| l.contains("gpu-tracker:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The pid of the first node's slurmd.
+pub(crate) fn slurmd_pid() -> u32 {
+    std::fs::read_to_string(state_dir().join(format!("run/slurmd-{}.pid", node())))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The pid of the slurmstepd of step `step` of job `id` (its process title is
+/// `slurmstepd: [ID.STEP]`).
+pub(crate) fn stepd_pid(id: u32, step: &str) -> Option<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", &format!("^slurmstepd: \\[{id}\\.{step}\\]")])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The first node is up and not drained (a slurmstepd that crashed or could not end its step
+/// drains it).
+pub(crate) fn assert_node_healthy() {
+    let out = Command::new("scontrol")
+        .args(["show", "node", "-o", &node()])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let state = text
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("State="))
+        .unwrap_or("?");
+    assert!(
+        !state.contains("DOWN") && !state.contains("DRAIN") && !state.contains("FAIL"),
+        "node {}: {text}",
+        node()
+    );
+}
+
+/// A tracked job that did its own work and ended as it would untracked: COMPLETED, its output
+/// whole, a summary at its end; the node is fine.
+pub(crate) fn assert_job_unharmed(job: &Job, name: &str, marker: &str) -> String {
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let out = output_with_summary(USER, name, job.id);
+    assert!(
+        out.contains(marker),
+        "the job's own output is there:\n{out}"
+    );
+    assert_node_healthy();
+    out
+}
+
+/// The one line the plugin logs for a step recorded with faults, naming `what`.
+pub(crate) fn assert_fault_logged(lines: &[String], id: u32, step: &str, what: &str) {
+    let head = format!("job {id} step {step}: recorded with faults:");
+    let found: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
+    assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
+    assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
+}
