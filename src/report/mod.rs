@@ -12,6 +12,7 @@
 
 pub mod advice;
 pub mod args;
+pub mod figures;
 pub mod listing;
 pub mod nodes;
 pub mod plot;
@@ -30,7 +31,7 @@ use serde::Serialize;
 
 use crate::step::record::{RecordError, StepRecord};
 use crate::step::safe_read;
-pub use summary::Summary;
+pub use figures::Summary;
 
 /// What went wrong with one record file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
