@@ -4,12 +4,13 @@
 //! It needs no privileges and is not setuid: it shows what the file permissions let the caller
 //! read (a user's own jobs; root: every job).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
-use gpu_tracker::config::{self, Config};
+use gpu_tracker::config::Config;
 use gpu_tracker::report::args::{Args, parse_spec};
 use gpu_tracker::report::listing::{self, Filter};
+use gpu_tracker::report::settings::{self, Places};
 use gpu_tracker::report::slurmdb;
 use gpu_tracker::report::stored::{Stored, StoredError};
 use gpu_tracker::report::story;
@@ -81,17 +82,25 @@ fn main() -> ExitCode {
 
 type Failure = (u8, String);
 
-fn settings(args: &Args) -> Result<Config, Failure> {
-    let path = args.config.clone().or_else(|| {
-        let p = PathBuf::from(config::DEFAULT_PATH);
-        p.exists().then_some(p)
-    });
-    let mut cfg = match path {
-        Some(p) => Config::load(&p).map_err(|e| (FAILED, e.to_string()))?,
-        None => Config::default(),
-    };
+/// The settings, and where the spool they name came from (for people).
+struct Site {
+    cfg: Config,
+    spool_origin: String,
+}
+
+/// Finds the settings as Slurm hands them to the plugin ([`settings::find`]); each thing that
+/// could not be used on the way is noted on stderr.
+fn settings(args: &Args) -> Result<Site, Failure> {
+    let found = settings::find(&Places::from_env(args.config.clone()))
+        .map_err(|e| (FAILED, e.to_string()))?;
+    for n in &found.notes {
+        warnln!("gpu-tracker-report: note: {n}");
+    }
+    let mut spool_origin = found.spool_origin();
+    let mut cfg = found.config;
     if let Some(s) = &args.spool {
         cfg.spool_dir = s.clone();
+        spool_origin = "given with --spool or GPU_TRACKER_SPOOL".into();
     }
     // Each cluster has its own directory in the spool: from here on spool_dir is this one's.
     let cluster = match &args.cluster {
@@ -99,20 +108,20 @@ fn settings(args: &Args) -> Result<Config, Failure> {
         None => slurmconf::this_cluster_dir(),
     };
     cfg.spool_dir = cfg.spool_dir.join(cluster);
-    Ok(cfg)
+    Ok(Site { cfg, spool_origin })
 }
 
 fn run(args: &Args) -> Result<u8, Failure> {
-    let cfg = settings(args)?;
+    let site = settings(args)?;
     if args.purge {
-        return purge(&cfg, args.older_than);
+        return purge(&site.cfg, args.older_than);
     }
     if let Some(id) = args.store_admin_comment {
-        return store_in_database(&cfg, id);
+        return store_in_database(&site.cfg, id);
     }
     match &args.job {
-        Some(spec) => show_job(&cfg, args, spec),
-        None => list(&cfg, args),
+        Some(spec) => show_job(&site, args, spec),
+        None => list(&site.cfg, args),
     }
 }
 
@@ -167,7 +176,10 @@ fn not_started(id: &str) -> Option<String> {
     })
 }
 
-fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
+/// The failure for a job with no records in the spool: it names the spool and how the
+/// settings that name it were found.
+fn not_found(spec: &str, spool: &Path, spool_origin: &str) -> Failure {
+    let looked = format!("{} ({spool_origin})", spool.display());
     match slurm_knows(spec) {
         Some(true) => match not_started(spec) {
             Some(why) => (
@@ -179,23 +191,18 @@ fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
             None => (
                 NOT_TRACKED,
                 format!(
-                    "job {spec} was not tracked (no records in {}); submit it with --gpu-track",
-                    spool.display()
+                    "job {spec} was not tracked (no records in {looked}); submit it with --gpu-track"
                 ),
             ),
         },
         Some(false) => (
             UNKNOWN_JOB,
-            format!(
-                "unknown job {spec}: Slurm does not know it and {} has no records of it",
-                spool.display()
-            ),
+            format!("unknown job {spec}: Slurm does not know it and {looked} has no records of it"),
         ),
         None => (
             UNKNOWN_JOB,
             format!(
-                "no records of job {spec} in {} (Slurm could not be asked whether it ran)",
-                spool.display()
+                "no records of job {spec} in {looked} (Slurm could not be asked whether it ran)"
             ),
         ),
     }
@@ -282,9 +289,9 @@ fn show_stored(args: &Args, job: &str) -> Result<Option<u8>, Failure> {
     Ok(Some(if summary.complete { OK } else { INCOMPLETE }))
 }
 
-fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
+fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
     let spec = parse_spec(spec_text).map_err(|m| (USAGE, m))?;
-    let root = &cfg.spool_dir;
+    let root = &site.cfg.spool_dir;
     // Not in the spool: the summary kept in Slurm's database, where there is one.
     let elsewhere = |job: &str| -> Result<u8, Failure> {
         if spec.step.is_none() {
@@ -292,7 +299,7 @@ fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
                 return Ok(code);
             }
         }
-        Err(not_found(job, root))
+        Err(not_found(job, root, &site.spool_origin))
     };
     let job_id = match (spec.job, spec.array) {
         (Some(j), _) => j,

@@ -16,6 +16,7 @@ pub mod figures;
 pub mod listing;
 pub mod nodes;
 pub mod plot;
+pub mod settings;
 pub mod slurmdb;
 pub mod stored;
 pub mod story;
