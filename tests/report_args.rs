@@ -545,3 +545,62 @@ fn the_settings_are_found_through_slurm_conf_and_plugstack_as_the_plugin_gets_th
     let out = site.report(&["--all", "--format", "json"], &[]);
     assert_eq!(common::json(&out)["jobs"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_job_without_records_is_told_where_they_were_looked_for_not_to_resubmit() {
+    let site = SlurmSite::new("not-found");
+    std::fs::create_dir_all(site.dir.join("spool/t")).unwrap();
+    let d = site.dir.path().display().to_string();
+    let where_looked = [
+        format!("{d}/spool/t ("),
+        format!("spool_dir of {d}/etc/gpu-tracker.toml"),
+        format!("config= at {d}/etc/plugstack.conf.d/20-gpu-tracker.conf:1"),
+        format!("{d}/etc/slurm.conf (SLURM_CONF)"),
+    ];
+    let one_line = |out: &Output, code: i32| -> String {
+        let err = common::stderr(out);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for w in &where_looked {
+            assert!(err.contains(w.as_str()), "{w:?} not in {err}");
+        }
+        assert!(!err.contains("submit it with"), "{err}");
+        err
+    };
+    // Slurm knows the job; its database has no summary of it: exit 4, as before.
+    let err = one_line(
+        &site.report(&["6"], &[("FAKE_KNOWN", "1"), ("FAKE_SACCT", "job")]),
+        4,
+    );
+    for part in [
+        "job 6: no gpu-tracker records of it in ",
+        "Slurm's database has no gpu-tracker summary of it",
+        "Check that it was submitted with --gpu-track",
+        "ask your administrator",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    // The database cannot be asked: why.
+    let err = one_line(
+        &site.report(&["6"], &[("FAKE_KNOWN", "1"), ("FAKE_SACCT", "fail")]),
+        4,
+    );
+    assert!(
+        err.contains("Slurm's database could not be asked (sacct failed")
+            && err.contains("Problem talking to the database"),
+        "{err}"
+    );
+    // Slurm shows no such job (sacct answers, with nothing): exit 3.
+    let err = one_line(&site.report(&["6"], &[]), 3);
+    assert!(
+        err.contains("unknown job 6: Slurm does not show it to you"),
+        "{err}"
+    );
+    // Nothing answers: not "unknown", but that Slurm could not be asked, and why.
+    let err = one_line(&site.report(&["6"], &[("FAKE_SACCT", "fail")]), 3);
+    assert!(
+        err.contains("no records of job 6 in ")
+            && err.contains("Slurm could not be asked whether it ran (sacct failed"),
+        "{err}"
+    );
+}

@@ -23,9 +23,9 @@ use crate::units::{FIRST_SINCE_YEAR, LAST_SINCE_YEAR, MAX_AGE_DAYS, MemUnit, Tim
 /// the plugstack.conf beside it, and the files that includes), else
 /// /etc/slurm/gpu-tracker.toml, else the built-in defaults.
 ///
-/// Exit status: 0 shown; 1 error; 2 usage; 3 unknown job; 4 job not tracked; 5 incomplete
-/// records; 6 corrupt record; 7 record from a newer gpu-tracker; 8 not readable by you; 9 not
-/// started yet. When several apply the highest is returned, and the readable records
+/// Exit status: 0 shown; 1 error; 2 usage; 3 unknown job; 4 no records of a job Slurm knows; 5
+/// incomplete records; 6 corrupt record; 7 record from a newer gpu-tracker; 8 not readable by
+/// you; 9 not started yet. When several apply the highest is returned, and the readable records
 /// are still shown.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-tracker-report", version)]
