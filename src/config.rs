@@ -139,34 +139,46 @@ pub enum ConfigError {
 /// Largest settings file read (a real one is a few hundred bytes).
 pub const MAX_SETTINGS_BYTES: u64 = 1 << 20;
 
+/// Reads a small text file that only a regular file of at most `max` bytes may be (a symbolic
+/// link to one is followed): a FIFO, device or directory in its place is refused without being
+/// opened or waited on (`stat` before, and `fstat` after a non-blocking open), and a larger file
+/// is refused as not `what` (e.g. "a settings file"). Errors keep the system's kind (`NotFound`
+/// for a missing file).
+pub fn read_small_file(path: &Path, max: u64, what: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    let too_large = || refuse(format!("larger than {} MiB: not {what}", max >> 20));
+    // Looked at before opening, so that no device is opened (opening some has effects), and
+    // again on what was opened, in case the path changed in between.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if m.len() > max {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    f.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(text)
+}
+
 impl Config {
     /// Reads and checks the settings file at `path`. Only a regular file of at most
-    /// [`MAX_SETTINGS_BYTES`] is read: a FIFO or device in its place is refused without waiting
-    /// for a writer (opened non-blocking, checked with `fstat`).
+    /// [`MAX_SETTINGS_BYTES`] is read ([`read_small_file`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        let io = |e| ConfigError::Io(path.to_path_buf(), e);
-        let refuse = |why: &str| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io)?;
-        let m = f.metadata().map_err(io)?;
-        if !m.is_file() {
-            return Err(refuse("not a regular file"));
-        }
-        if m.len() > MAX_SETTINGS_BYTES {
-            return Err(refuse("larger than 1 MiB: not a settings file"));
-        }
-        let mut text = String::new();
-        f.take(MAX_SETTINGS_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(io)?;
-        if text.len() as u64 > MAX_SETTINGS_BYTES {
-            return Err(refuse("larger than 1 MiB: not a settings file"));
-        }
+        let text = read_small_file(path, MAX_SETTINGS_BYTES, "a settings file")
+            .map_err(|e| ConfigError::Io(path.to_path_buf(), e))?;
         Config::parse(&text, path)
     }
 
@@ -305,6 +317,17 @@ impl Config {
             Some(TrackOption::Every(s)) => Ok(Tracking::On { interval: s }),
         }
     }
+}
+
+/// The settings file that the plugin's arguments in plugstack.conf name, as the plugin reads
+/// them: the last `config=PATH`; `None` without one (the plugin then reads [`DEFAULT_PATH`]).
+pub fn config_argument<S: AsRef<str>>(args: &[S]) -> Option<PathBuf> {
+    args.iter()
+        .filter_map(|a| match a.as_ref().split_once('=') {
+            Some(("config", p)) => Some(PathBuf::from(p)),
+            _ => None,
+        })
+        .next_back()
 }
 
 /// Whether a job is tracked, and how often it is sampled.
@@ -556,6 +579,16 @@ interval = 86400",
                 .decide(Some("fast\n"))
                 .unwrap_err()
                 .starts_with("--gpu-track=fast?: ")
+        );
+    }
+
+    #[test]
+    fn the_last_config_argument_names_the_settings() {
+        assert_eq!(config_argument::<&str>(&[]), None);
+        assert_eq!(config_argument(&["debug", "configx=/a"]), None);
+        assert_eq!(
+            config_argument(&["config=/a.toml", "x=1", "config=/b=c.toml"]),
+            Some(PathBuf::from("/b=c.toml"))
         );
     }
 

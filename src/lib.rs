@@ -29,6 +29,7 @@ pub mod fuzzing;
 pub mod gpu;
 pub mod gres;
 pub mod history;
+pub mod plugstack;
 pub mod proc;
 pub mod report;
 pub mod sampler;

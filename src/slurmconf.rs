@@ -1,7 +1,8 @@
 //! The two facts the plugin takes from slurm.conf: the cluster's name (records of two clusters
 //! sharing one spool never mix) and whether Slurm's `gpu` GRES plugin runs on this node (only
 //! then does slurmstepd write or clear `SLURM_JOB_GPUS`/`SLURM_STEP_GPUS` before the plugin
-//! reads them; without it they are whatever the user exported).
+//! reads them; without it they are whatever the user exported). And, for `gpu-tracker-report`,
+//! which plugstack.conf Slurm reads (where the plugin's settings file is named).
 //!
 //! The file is slurmstepd's own `SLURM_CONF` (slurmd sets it for itself and its children,
 //! configless too), never the job's environment.
@@ -18,6 +19,8 @@ pub struct SlurmConf {
     pub cluster_name: Option<String>,
     /// The `GresTypes` list, lower-cased.
     pub gres_types: Vec<String>,
+    /// `PlugStackConfig`, as written; `None` when not set (or empty).
+    pub plug_stack_config: Option<String>,
 }
 
 impl SlurmConf {
@@ -35,6 +38,8 @@ impl SlurmConf {
                 let v = v.trim_matches('"');
                 if k.eq_ignore_ascii_case("ClusterName") && !v.is_empty() {
                     out.cluster_name = Some(v.to_ascii_lowercase());
+                } else if k.eq_ignore_ascii_case("PlugStackConfig") {
+                    out.plug_stack_config = (!v.is_empty()).then(|| v.to_string());
                 } else if k.eq_ignore_ascii_case("GresTypes") {
                     out.gres_types = v
                         .split(',')
@@ -50,6 +55,18 @@ impl SlurmConf {
     /// Reads and parses the file at `path`.
     pub fn read(path: &Path) -> std::io::Result<SlurmConf> {
         std::fs::read_to_string(path).map(|t| SlurmConf::parse(&t))
+    }
+
+    /// The plugstack.conf Slurm reads with this slurm.conf (at `slurm_conf`): `PlugStackConfig`,
+    /// else `plugstack.conf` in slurm.conf's directory (Slurm's `get_extra_conf_path`).
+    pub fn plugstack_path(&self, slurm_conf: &Path) -> PathBuf {
+        match &self.plug_stack_config {
+            Some(p) => PathBuf::from(p),
+            None => slurm_conf
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join("plugstack.conf"),
+        }
     }
 
     /// Whether Slurm loads its `gpu` GRES plugin (which sets or clears the GPU variables of
@@ -112,6 +129,24 @@ mod tests {
         let c = SlurmConf::parse("ClusterName=x\nGresTypes=shard # gpu\n");
         assert!(!c.has_gpu_gres());
         assert_eq!(SlurmConf::parse("").cluster_name, None);
+    }
+
+    #[test]
+    fn plugstack_is_plugstackconfig_else_beside_slurm_conf() {
+        let conf = Path::new("/tmp/x/slurm.conf");
+        let c = SlurmConf::parse("PlugStackConfig=/srv/Stack.conf # comment\n");
+        assert_eq!(c.plug_stack_config.as_deref(), Some("/srv/Stack.conf"));
+        assert_eq!(c.plugstack_path(conf), Path::new("/srv/Stack.conf"));
+        let c = SlurmConf::parse("plugstackconfig=\"/a\"\nClusterName=c\n");
+        assert_eq!(c.plug_stack_config.as_deref(), Some("/a"));
+        for text in ["", "PlugStackConfig=\n", "# PlugStackConfig=/x\n"] {
+            let c = SlurmConf::parse(text);
+            assert_eq!(
+                c.plugstack_path(conf),
+                Path::new("/tmp/x/plugstack.conf"),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

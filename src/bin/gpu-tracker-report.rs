@@ -4,12 +4,13 @@
 //! It needs no privileges and is not setuid: it shows what the file permissions let the caller
 //! read (a user's own jobs; root: every job).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
-use gpu_tracker::config::{self, Config};
+use gpu_tracker::config::Config;
 use gpu_tracker::report::args::{Args, parse_spec};
 use gpu_tracker::report::listing::{self, Filter};
+use gpu_tracker::report::settings::{self, Places};
 use gpu_tracker::report::slurmdb;
 use gpu_tracker::report::stored::{Stored, StoredError};
 use gpu_tracker::report::story;
@@ -54,7 +55,7 @@ const FAILED: u8 = 1;
 const USAGE: u8 = 2;
 /// Exit status: no such job (neither in the spool nor known to Slurm).
 const UNKNOWN_JOB: u8 = 3;
-/// Exit status: Slurm knows the job, but it was not tracked.
+/// Exit status: Slurm knows the job, but neither the spool nor Slurm's database has its records.
 const NOT_TRACKED: u8 = 4;
 /// Exit status: some record is incomplete (the step runs, or was killed before its final
 /// record); what there is was shown.
@@ -81,17 +82,25 @@ fn main() -> ExitCode {
 
 type Failure = (u8, String);
 
-fn settings(args: &Args) -> Result<Config, Failure> {
-    let path = args.config.clone().or_else(|| {
-        let p = PathBuf::from(config::DEFAULT_PATH);
-        p.exists().then_some(p)
-    });
-    let mut cfg = match path {
-        Some(p) => Config::load(&p).map_err(|e| (FAILED, e.to_string()))?,
-        None => Config::default(),
-    };
+/// The settings, and where the spool they name came from (for people).
+struct Site {
+    cfg: Config,
+    spool_origin: String,
+}
+
+/// Finds the settings as Slurm hands them to the plugin ([`settings::find`]); each thing that
+/// could not be used on the way is noted on stderr.
+fn settings(args: &Args) -> Result<Site, Failure> {
+    let found = settings::find(&Places::from_env(args.config.clone()))
+        .map_err(|e| (FAILED, e.to_string()))?;
+    for n in &found.notes {
+        warnln!("gpu-tracker-report: note: {n}");
+    }
+    let mut spool_origin = found.spool_origin();
+    let mut cfg = found.config;
     if let Some(s) = &args.spool {
         cfg.spool_dir = s.clone();
+        spool_origin = "given with --spool or GPU_TRACKER_SPOOL".into();
     }
     // Each cluster has its own directory in the spool: from here on spool_dir is this one's.
     let cluster = match &args.cluster {
@@ -99,20 +108,20 @@ fn settings(args: &Args) -> Result<Config, Failure> {
         None => slurmconf::this_cluster_dir(),
     };
     cfg.spool_dir = cfg.spool_dir.join(cluster);
-    Ok(cfg)
+    Ok(Site { cfg, spool_origin })
 }
 
 fn run(args: &Args) -> Result<u8, Failure> {
-    let cfg = settings(args)?;
+    let site = settings(args)?;
     if args.purge {
-        return purge(&cfg, args.older_than);
+        return purge(&site.cfg, args.older_than);
     }
     if let Some(id) = args.store_admin_comment {
-        return store_in_database(&cfg, id);
+        return store_in_database(&site.cfg, id);
     }
     match &args.job {
-        Some(spec) => show_job(&cfg, args, spec),
-        None => list(&cfg, args),
+        Some(spec) => show_job(&site, args, spec),
+        None => list(&site.cfg, args),
     }
 }
 
@@ -127,23 +136,22 @@ fn ask(program: &str, args: &[&str]) -> Option<std::process::Output> {
         .ok()
 }
 
-/// Whether Slurm knows `id` (a job id or `A_T`): asks `scontrol`, then `sacct`. `None` when
-/// neither could be run.
-fn slurm_knows(id: &str) -> Option<bool> {
+/// Whether Slurm knows `id` (a job id or `A_T`): asks `scontrol` (the jobs the controller still
+/// holds), then `sacct`. `Err(why)` when neither shows it and `sacct` gave no answer (it could
+/// not be run, or failed): then nobody can say that the job does not exist.
+fn slurm_knows(id: &str) -> Result<bool, String> {
     let scontrol = ask("scontrol", &["-o", "show", "job", id]);
     if scontrol
         .as_ref()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty())
     {
-        return Some(true);
+        return Ok(true);
     }
-    let sacct = ask("sacct", &["-n", "-X", "-o", "JobID", "-j", id]);
-    if sacct.as_ref().is_some_and(|o| {
-        o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty()
-    }) {
-        return Some(true);
-    }
-    (scontrol.is_some() || sacct.is_some()).then_some(false)
+    let sacct = slurmdb::run(
+        Command::new("sacct").args(["-n", "-X", "-o", "JobID", "-j", id]),
+        slurmdb::COMMAND_DEADLINE,
+    )?;
+    Ok(!sacct.trim().is_empty())
 }
 
 /// Why a job Slurm still holds has not started: `Some("PENDING, Resources")` while it is
@@ -167,9 +175,14 @@ fn not_started(id: &str) -> Option<String> {
     })
 }
 
-fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
+/// The failure for a job with no records in the spool and no summary in Slurm's database:
+/// where it was looked for (the spool and how its settings were found), what the database
+/// said (`db`), and what the user can do. A job that has records elsewhere (another spool, a
+/// user Slurm hides jobs from) must not be told it was not tracked.
+fn not_found(spec: &str, spool: &Path, spool_origin: &str, db: &str) -> Failure {
+    let looked = format!("{} ({spool_origin})", spool.display());
     match slurm_knows(spec) {
-        Some(true) => match not_started(spec) {
+        Ok(true) => match not_started(spec) {
             Some(why) => (
                 NOT_STARTED,
                 format!(
@@ -179,23 +192,24 @@ fn not_found(spec: &str, spool: &std::path::Path) -> Failure {
             None => (
                 NOT_TRACKED,
                 format!(
-                    "job {spec} was not tracked (no records in {}); submit it with --gpu-track",
-                    spool.display()
+                    "job {spec}: no gpu-tracker records of it in {looked}, and {db}. Check that it \
+                     was submitted with --gpu-track (or that this site tracks every job); if it \
+                     was, ask your administrator where its records are kept"
                 ),
             ),
         },
-        Some(false) => (
+        Ok(false) => (
             UNKNOWN_JOB,
             format!(
-                "unknown job {spec}: Slurm does not know it and {} has no records of it",
-                spool.display()
+                "unknown job {spec}: Slurm does not show it to you (scontrol, sacct) and there \
+                 are no records of it in {looked}. If it is your job, ask your administrator"
             ),
         ),
-        None => (
+        Err(why) => (
             UNKNOWN_JOB,
             format!(
-                "no records of job {spec} in {} (Slurm could not be asked whether it ran)",
-                spool.display()
+                "no records of job {spec} in {looked}, and Slurm could not be asked whether it \
+                 ran ({why})"
             ),
         ),
     }
@@ -248,14 +262,23 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
 }
 
 /// A job whose records are not in the spool, from the summary stored in Slurm's database.
-/// `Ok(None)` when the database has none (or `sacct` cannot be run).
-fn show_stored(args: &Args, job: &str) -> Result<Option<u8>, Failure> {
-    let Ok(Some(db)) = slurmdb::fetch(job) else {
-        return Ok(None);
+/// `Ok(Err(why))` when the database has none, or could not be asked: `why` says which, for
+/// people.
+fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
+    let db = match slurmdb::fetch(job) {
+        Ok(Some(db)) => db,
+        Ok(None) => return Ok(Err(format!("sacct shows no job {job} to you"))),
+        Err(e) => {
+            return Ok(Err(format!("Slurm's database could not be asked ({e})")));
+        }
     };
     let stored = match Stored::decode(&db.admin_comment) {
         Ok(s) => s,
-        Err(StoredError::Absent) => return Ok(None),
+        Err(StoredError::Absent) => {
+            return Ok(Err(
+                "Slurm's database has no gpu-tracker summary of it".to_string()
+            ));
+        }
         Err(e) => return Err((CORRUPT, format!("job {job}: Slurm's database holds {e}"))),
     };
     let summary = stored.to_summary(&db.user, db.uid, Some(&db.name));
@@ -279,20 +302,23 @@ fn show_stored(args: &Args, job: &str) -> Result<Option<u8>, Failure> {
         };
         say!("{}", render(&summary, &[], &o));
     }
-    Ok(Some(if summary.complete { OK } else { INCOMPLETE }))
+    Ok(Ok(if summary.complete { OK } else { INCOMPLETE }))
 }
 
-fn show_job(cfg: &Config, args: &Args, spec_text: &str) -> Result<u8, Failure> {
+fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
     let spec = parse_spec(spec_text).map_err(|m| (USAGE, m))?;
-    let root = &cfg.spool_dir;
+    let root = &site.cfg.spool_dir;
     // Not in the spool: the summary kept in Slurm's database, where there is one.
     let elsewhere = |job: &str| -> Result<u8, Failure> {
-        if spec.step.is_none() {
-            if let Some(code) = show_stored(args, job)? {
-                return Ok(code);
-            }
-        }
-        Err(not_found(job, root))
+        let db = match spec.step {
+            Some(_) => "Slurm's database was not asked (it keeps a job's summary, not a step's)"
+                .to_string(),
+            None => match show_stored(args, job)? {
+                Ok(code) => return Ok(code),
+                Err(why) => why,
+            },
+        };
+        Err(not_found(job, root, &site.spool_origin, &db))
     };
     let job_id = match (spec.job, spec.array) {
         (Some(j), _) => j,

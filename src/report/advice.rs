@@ -1,7 +1,7 @@
 //! Advice from a job's figures: what the user could change next time. Given only where the
 //! figures show it; a job that used what it asked for gets none.
 
-use super::summary::{Advice, GpuSummary, Summary};
+use super::figures::{Advice, GpuSummary, Summary};
 
 /// Memory requests are compared with peaks only above this much waste.
 const MEMORY_SLACK_BYTES: u64 = 1 << 30;

@@ -17,9 +17,16 @@ use crate::units::{FIRST_SINCE_YEAR, LAST_SINCE_YEAR, MAX_AGE_DAYS, MemUnit, Tim
 /// records gpu-tracker's Slurm plugin wrote. With no JOB, lists your jobs (or --user's, or
 /// --all) one line each.
 ///
-/// Exit status: 0 shown; 1 error; 2 usage; 3 unknown job; 4 job not tracked; 5 incomplete
-/// records; 6 corrupt record; 7 record from a newer gpu-tracker; 8 not readable by you. When
-/// several apply the highest is returned, and the readable records are still shown.
+/// The spool is the one the plugin's settings name, found as Slurm hands them to the plugin:
+/// --config, else GPU_TRACKER_CONFIG, else the config= of the plugstack.conf line that loads
+/// the plugin (slurm.conf from SLURM_CONF or /etc/slurm/slurm.conf; its PlugStackConfig, else
+/// the plugstack.conf beside it, and the files that includes), else
+/// /etc/slurm/gpu-tracker.toml, else the built-in defaults.
+///
+/// Exit status: 0 shown; 1 error; 2 usage; 3 unknown job; 4 no records of a job Slurm knows; 5
+/// incomplete records; 6 corrupt record; 7 record from a newer gpu-tracker; 8 not readable by
+/// you; 9 not started yet. When several apply the highest is returned, and the readable records
+/// are still shown.
 #[derive(Debug, Parser)]
 #[command(name = "gpu-tracker-report", version)]
 pub struct Args {
@@ -80,8 +87,9 @@ pub struct Args {
     /// With --purge: age in days, from 0 to 36525 (100 years).
     #[arg(long = "older-than", value_name = "DAYS", requires = "purge", value_parser = parse_days)]
     pub older_than: Option<f64>,
-    /// Settings file of the plugin [env: GPU_TRACKER_CONFIG; default /etc/slurm/gpu-tracker.toml].
-    #[arg(long = "config", value_name = "PATH", env = "GPU_TRACKER_CONFIG")]
+    /// Settings file of the plugin (default: GPU_TRACKER_CONFIG, else the one Slurm's
+    /// plugstack.conf names: see --help).
+    #[arg(long = "config", value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Spool directory (overrides the settings file's spool_dir).
     #[arg(long = "spool", value_name = "DIR", env = "GPU_TRACKER_SPOOL")]

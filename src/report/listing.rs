@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, FixedOffset};
 
-use super::summary::Summary;
+use super::figures::Summary;
 use super::{JobRecords, job_entries, job_ids, load_job};
 use crate::step::safe_read::{JobDir, Refusal};
 

@@ -12,9 +12,11 @@
 
 pub mod advice;
 pub mod args;
+pub mod figures;
 pub mod listing;
 pub mod nodes;
 pub mod plot;
+pub mod settings;
 pub mod slurmdb;
 pub mod stored;
 pub mod story;
@@ -30,7 +32,7 @@ use serde::Serialize;
 
 use crate::step::record::{RecordError, StepRecord};
 use crate::step::safe_read;
-pub use summary::Summary;
+pub use figures::Summary;
 
 /// What went wrong with one record file.
 #[derive(Debug, Clone, PartialEq, Serialize)]

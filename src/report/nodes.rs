@@ -5,9 +5,9 @@
 //! enough for the comparison to mean something: [`MIN_BUSY_PERCENT`] for nodes' CPU efficiency
 //! and GPUs' mean utilization, [`MIN_TASK_CPU_SECONDS`] for tasks of one step.
 
-use serde::Serialize;
-
-use super::summary::Summary;
+// The types stay reachable where they were first defined.
+use super::figures::Summary;
+pub use super::figures::{Imbalance, Totals};
 use crate::step::record::StepRecord;
 use crate::units::saturating_sum;
 
@@ -19,41 +19,6 @@ pub const MIN_BUSY_PERCENT: f64 = 10.0;
 pub const MIN_TASK_CPU_SECONDS: f64 = 1.0;
 /// At most this many imbalance lines of each kind; the rest are counted.
 pub const MAX_FLAGS_PER_KIND: usize = 5;
-
-/// Sums over the job's nodes (those with records).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Totals {
-    /// Nodes' peak memory added up, bytes. An upper bound of the job's memory at one time: the
-    /// nodes may have peaked at different times.
-    pub memory_peak_bytes: u64,
-    /// Memory allocated on those nodes, added up, bytes (`None` when a node had no limit).
-    pub memory_requested_bytes: Option<u64>,
-    /// GPUs with records.
-    pub gpus: usize,
-    /// Peak GPU memory of the job's processes, added up over the GPUs, bytes.
-    pub gpu_memory_peak_bytes: u64,
-    /// Mean of the GPUs' mean utilization, percent.
-    pub gpu_mean_utilization_percent: Option<f64>,
-    /// Tasks over the steps' records.
-    pub tasks: usize,
-}
-
-/// One node, task or GPU far below the others.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Imbalance {
-    /// `node`, `task` or `gpu`.
-    pub kind: &'static str,
-    /// Which: `vm-2`, `step 0 task 3 on vm-2`, `GPU 1 on vm-2`.
-    pub what: String,
-    /// Its figure (CPU efficiency or utilization percent, or CPU seconds for tasks).
-    pub value: f64,
-    /// The busiest one's figure.
-    pub busiest_value: f64,
-    /// Which the busiest is.
-    pub busiest: String,
-    /// For people.
-    pub message: String,
-}
 
 /// Fills in `s.totals`, `s.missing_nodes` and `s.imbalance` from `records` (those
 /// [`Summary::from_records`] merged into `s`).

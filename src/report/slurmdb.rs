@@ -63,13 +63,19 @@ pub fn run(cmd: &mut Command, deadline: Duration) -> Result<String, String> {
     if status.success() {
         Ok(stdout)
     } else {
-        let said = stderr.trim();
+        // One line: the command's lines joined.
+        let lines: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let said = lines.join("; ");
         Err(format!(
             "{name} failed ({status}){}",
             if said.is_empty() {
                 String::new()
             } else {
-                format!(": {}", crate::step::record::clean_text(said, 300))
+                format!(": {}", crate::step::record::clean_text(&said, 300))
             }
         ))
     }
@@ -181,6 +187,11 @@ mod tests {
             COMMAND_DEADLINE,
         );
         assert!(r.unwrap_err().ends_with(": no"));
+        let r = run(
+            Command::new("sh").args(["-c", "printf 'a: error: x\\n\\nb: fatal: y\\n' >&2; exit 1"]),
+            COMMAND_DEADLINE,
+        );
+        assert!(r.unwrap_err().ends_with(": a: error: x; b: fatal: y"));
         assert_eq!(
             run(&mut Command::new("true"), COMMAND_DEADLINE),
             Ok(String::new())

@@ -16,7 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::summary::{GpuSummary, NodeSummary, Summary, cpu_efficiency};
+use super::figures::{GpuSummary, NodeSummary, Summary};
+use super::summary::cpu_efficiency;
 use crate::units::saturating_sum;
 
 /// What opens a stored summary; the number is the format's version.

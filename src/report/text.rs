@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::Problem;
-use super::summary::{Summary, TaskFailure};
+use super::figures::{Summary, TaskFailure};
 use crate::step::record::clean_text;
 use crate::units::{MemUnit, TimeUnit};
 

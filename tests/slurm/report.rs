@@ -65,7 +65,13 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     let plain = run_job("not-tracked", "#!/bin/bash\necho plain\n");
     let (code, _, err) = report_as(USER, &[&plain.id.to_string()]);
     assert_eq!(code, 4, "{err}");
-    assert!(err.contains("was not tracked"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "job {}: no gpu-tracker records of it in ",
+            plain.id
+        )) && err.contains("Check that it was submitted with --gpu-track"),
+        "{err}"
+    );
     // Pending (held): not started, which is not "not tracked".
     let held = submit_as(
         USER,

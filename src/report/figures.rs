@@ -1,0 +1,270 @@
+//! The figures of a job's summary, as plain data: the job as a whole, each node, GPU and step,
+//! totals, imbalance and advice. Filled in by [`super::summary`] (from records), by
+//! [`super::stored`] (from Slurm's database), and by [`super::nodes`] and [`super::advice`],
+//! which read what is already there; the renderings read them. Nothing here computes, so every
+//! room of the report can use these types without using each other.
+//!
+//! Every figure keeps its unit fixed (bytes, seconds, percent, joules); renderings convert.
+
+use serde::Serialize;
+
+use crate::step::record::TaskRecord;
+
+/// Most events a summary lists.
+pub const MAX_SUMMARY_EVENTS: usize = 12;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The merged figures of a job (or of the steps chosen from it).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Slurm job id.
+    pub job_id: u32,
+    /// Array job id, for array tasks.
+    pub array_job_id: Option<u32>,
+    /// Array task id, for array tasks.
+    pub array_task_id: Option<u32>,
+    /// Job name (control characters removed).
+    pub name: Option<String>,
+    /// The one step summarised, when not the whole job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_step: Option<String>,
+    /// User name.
+    pub user: String,
+    /// User id.
+    pub uid: u32,
+    /// Nodes that wrote records.
+    pub nodes: Vec<String>,
+    /// Nodes in the job, as Slurm counts them (more than `nodes`: the other nodes' records are
+    /// in their own spool).
+    pub job_nodes: Option<u32>,
+    /// The job's nodes as Slurm lists them (hostlist format), when a record says.
+    pub job_node_list: Option<String>,
+    /// Nodes of the job with no record here: no tracked step ran there, or they keep their
+    /// records in a spool of their own.
+    pub missing_nodes: Vec<String>,
+    /// Tasks of the job (`--ntasks`), as the batch step knows it.
+    pub job_tasks: Option<u32>,
+    /// Whether every record is final.
+    pub complete: bool,
+    /// Earliest step start.
+    pub start: Option<String>,
+    /// Latest step end.
+    pub end: Option<String>,
+    /// Wall-clock time of the job: the batch step's, else from the first step's start to the
+    /// last step's end.
+    pub elapsed_seconds: f64,
+    /// CPU over the job.
+    pub cpu: CpuSummary,
+    /// Each node that wrote records: memory and CPU.
+    pub per_node: Vec<NodeSummary>,
+    /// Sums over the nodes.
+    pub totals: Totals,
+    /// Nodes, tasks and GPUs far below the others.
+    pub imbalance: Vec<Imbalance>,
+    /// Each GPU, per node.
+    pub gpus: Vec<GpuSummary>,
+    /// Each step on each node.
+    pub steps: Vec<StepSummary>,
+    /// Steps where the kernel killed processes for memory.
+    pub oom: Vec<OomEvent>,
+    /// What the user could change.
+    pub advice: Vec<Advice>,
+    /// Phases between `gpu-tracker mark` marks, with their figures.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<super::story::Phase>,
+    /// Each allocated GPU's idle time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_idle: Vec<super::story::IdleGpu>,
+    /// The events that matter (alerts, OOM kills, limit hits, lost GPUs, failed tasks), at
+    /// most [`MAX_SUMMARY_EVENTS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<super::story::JobEvent>,
+    /// Events that matter beyond those shown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub events_more: u64,
+    /// Where the figures were read, when not from the spool's records (`None`): a summary kept
+    /// in Slurm's database has no steps or tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// What went wrong while recording (the records' `sampler.faults`), as
+    /// `step STEP on NODE: FAULT`, at most [`MAX_SUMMARY_FAULTS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
+}
+
+/// Most recording faults a summary lists.
+pub const MAX_SUMMARY_FAULTS: usize = 10;
+
+/// CPU of the job.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CpuSummary {
+    /// CPU seconds used by every step together.
+    pub seconds: f64,
+    /// CPUs allocated, over all nodes that wrote records.
+    pub alloc_cpus: u32,
+    /// `seconds` / (`elapsed_seconds` × `alloc_cpus`), percent.
+    pub efficiency_percent: Option<f64>,
+    /// Most cores one step kept busy over one sampling interval.
+    pub max_cores: f64,
+}
+
+/// The job on one node.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NodeSummary {
+    /// Node name.
+    pub node: String,
+    /// CPU seconds of every step on the node.
+    pub cpu_seconds: f64,
+    /// CPUs allocated to the job on the node.
+    pub alloc_cpus: u32,
+    /// `cpu_seconds` / (job's `elapsed_seconds` × `alloc_cpus`), percent.
+    pub cpu_efficiency_percent: Option<f64>,
+    /// Steps with a record from the node.
+    pub steps: usize,
+    /// Peak memory, bytes.
+    pub peak_bytes: u64,
+    /// `job cgroup` (every step together, exact) or `largest step`.
+    pub source: String,
+    /// Whether the peak counts page cache (cgroup counters do).
+    pub includes_page_cache: bool,
+    /// Memory allocated to the job on this node (`--mem`), bytes.
+    pub requested_bytes: Option<u64>,
+    /// `peak_bytes` / `requested_bytes`, percent.
+    pub percent_of_request: Option<f64>,
+}
+
+/// One GPU of the job.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuSummary {
+    /// Node name.
+    pub node: String,
+    /// Slurm's index of the GPU.
+    pub slurm_index: Option<u32>,
+    /// UUID.
+    pub uuid: String,
+    /// Model.
+    pub name: String,
+    /// Memory size, bytes.
+    pub memory_total_bytes: u64,
+    /// Peak memory of the job's processes on it (largest over steps), bytes.
+    pub job_peak_bytes: u64,
+    /// Peak memory in use on the device by anyone, bytes.
+    pub device_peak_bytes: u64,
+    /// Mean utilization over the longest step that had it (the batch step sees the whole job).
+    pub mean_utilization_percent: Option<f64>,
+    /// Highest utilization seen.
+    pub max_utilization_percent: Option<f64>,
+    /// Energy over the longest step that had it, joules.
+    pub energy_joules: Option<f64>,
+}
+
+/// One step on one node.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepSummary {
+    /// Step id (`batch`, `0`, ...).
+    pub id: String,
+    /// Node name.
+    pub node: String,
+    /// Command line (control characters removed).
+    pub command: Option<String>,
+    /// Whether the record is final.
+    pub complete: bool,
+    /// Seconds.
+    pub elapsed_seconds: f64,
+    /// CPU seconds.
+    pub cpu_seconds: f64,
+    /// CPU use against the job's CPUs on the node, percent.
+    pub cpu_efficiency_percent: f64,
+    /// Peak memory, bytes.
+    pub peak_memory_bytes: u64,
+    /// Memory limit, bytes.
+    pub limit_bytes: Option<u64>,
+    /// Tasks on this node.
+    pub tasks: usize,
+    /// Tasks that exited non-zero or were killed.
+    pub failed: Vec<TaskFailure>,
+    /// Every task, as recorded (for `--tasks`).
+    pub task_records: Vec<TaskRecord>,
+    /// Why a task's memory is above the step's peak, when it is (the record's `peak_note`).
+    pub peak_note: Option<String>,
+}
+
+/// A task that did not exit 0.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TaskFailure {
+    /// Task id over the step.
+    pub global_id: Option<u32>,
+    /// Exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal, when one killed it.
+    pub signal: Option<i32>,
+}
+
+/// Processes killed by the kernel for memory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OomEvent {
+    /// Step id.
+    pub step: String,
+    /// Node name.
+    pub node: String,
+    /// Processes killed.
+    pub kills: u64,
+    /// Peak memory the step reached, bytes.
+    pub peak_bytes: u64,
+    /// The limit, bytes.
+    pub limit_bytes: Option<u64>,
+}
+
+/// One piece of advice.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Advice {
+    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `cpu-idle` or `oom`.
+    pub code: &'static str,
+    /// What to do, for people.
+    pub message: String,
+}
+
+/// Sums over the job's nodes (those with records).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Nodes' peak memory added up, bytes. An upper bound of the job's memory at one time: the
+    /// nodes may have peaked at different times.
+    pub memory_peak_bytes: u64,
+    /// Memory allocated on those nodes, added up, bytes (`None` when a node had no limit).
+    pub memory_requested_bytes: Option<u64>,
+    /// GPUs with records.
+    pub gpus: usize,
+    /// Peak GPU memory of the job's processes, added up over the GPUs, bytes.
+    pub gpu_memory_peak_bytes: u64,
+    /// Mean of the GPUs' mean utilization, percent.
+    pub gpu_mean_utilization_percent: Option<f64>,
+    /// Tasks over the steps' records.
+    pub tasks: usize,
+}
+
+/// One node, task or GPU far below the others.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Imbalance {
+    /// `node`, `task` or `gpu`.
+    pub kind: &'static str,
+    /// Which: `vm-2`, `step 0 task 3 on vm-2`, `GPU 1 on vm-2`.
+    pub what: String,
+    /// Its figure (CPU efficiency or utilization percent, or CPU seconds for tasks).
+    pub value: f64,
+    /// The busiest one's figure.
+    pub busiest_value: f64,
+    /// Which the busiest is.
+    pub busiest: String,
+    /// For people.
+    pub message: String,
+}
+
+impl Summary {
+    /// Whether any task failed.
+    pub fn any_failed(&self) -> bool {
+        self.steps.iter().any(|st| !st.failed.is_empty())
+    }
+}

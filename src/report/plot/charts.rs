@@ -1,0 +1,214 @@
+//! Each panel (chart) of the plot as series in its own units: GiB, cores, percent, on a time
+//! axis in seconds, minutes or hours picked from the span.
+
+use plotters::style::RGBColor;
+
+use super::data::{PlotData, PlotGpu};
+use super::style::{GIB, series_color};
+
+/// The unit of the time axis, picked from the span.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TimeUnit {
+    pub(super) seconds: f64,
+    pub(super) name: &'static str,
+}
+
+impl TimeUnit {
+    pub(super) fn for_span(span_s: f64) -> TimeUnit {
+        if span_s <= 300.0 {
+            TimeUnit {
+                seconds: 1.0,
+                name: "s",
+            }
+        } else if span_s <= 5.0 * 3600.0 {
+            TimeUnit {
+                seconds: 60.0,
+                name: "min",
+            }
+        } else {
+            TimeUnit {
+                seconds: 3600.0,
+                name: "h",
+            }
+        }
+    }
+}
+
+/// One series of a panel, in the panel's units.
+pub(super) struct Series {
+    pub(super) label: String,
+    pub(super) color: RGBColor,
+    pub(super) points: Vec<(f64, f64)>,
+    pub(super) dashed: bool,
+}
+
+/// One panel: a title, a y description, its series.
+pub(super) struct Panel {
+    pub(super) title: &'static str,
+    pub(super) y_desc: &'static str,
+    pub(super) series: Vec<Series>,
+    /// A fixed top of the y range (utilization); else it follows the data.
+    pub(super) y_fixed: Option<f64>,
+}
+
+impl Panel {
+    pub(super) fn has_samples(&self) -> bool {
+        self.series
+            .iter()
+            .any(|s| !s.dashed && !s.points.is_empty())
+    }
+
+    pub(super) fn y_max(&self, headroom: f64) -> f64 {
+        if let Some(top) = self.y_fixed {
+            return top;
+        }
+        let max = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max);
+        if max > 0.0 { max * headroom } else { 1.0 }
+    }
+}
+
+pub(super) fn clean(points: &[(f64, f64)], unit: TimeUnit, scale: f64) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = points
+        .iter()
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .map(|&(t, v)| (t / unit.seconds, (v / scale).max(0.0)))
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+pub(super) fn horizontal(
+    value: Option<f64>,
+    scale: f64,
+    x_range: (f64, f64),
+    label: String,
+    color: RGBColor,
+) -> Option<Series> {
+    let v = value.filter(|v| v.is_finite() && *v > 0.0)? / scale;
+    Some(Series {
+        label,
+        color,
+        points: vec![(x_range.0, v), (x_range.1, v)],
+        dashed: true,
+    })
+}
+
+pub(super) fn panels(data: &PlotData, unit: TimeUnit, x_range: (f64, f64)) -> Vec<Panel> {
+    let mut memory = Vec::new();
+    let mut cpu = Vec::new();
+    for (i, line) in data.lines.iter().enumerate() {
+        let color = series_color(i);
+        memory.push(Series {
+            label: line.label.clone(),
+            color,
+            points: clean(&line.memory, unit, GIB),
+            dashed: false,
+        });
+        memory.extend(horizontal(
+            line.memory_limit,
+            GIB,
+            x_range,
+            format!("{} limit", line.label),
+            color,
+        ));
+        cpu.push(Series {
+            label: line.label.clone(),
+            color,
+            points: clean(&line.cpu, unit, 1.0),
+            dashed: false,
+        });
+    }
+    let mut panels = vec![
+        Panel {
+            title: "Memory (GiB)",
+            y_desc: "GiB",
+            series: memory,
+            y_fixed: None,
+        },
+        Panel {
+            title: "CPU (cores busy)",
+            y_desc: "cores",
+            series: cpu,
+            y_fixed: None,
+        },
+    ];
+
+    let gpus: Vec<&PlotGpu> = data.lines.iter().flat_map(|l| &l.gpus).collect();
+    if !gpus.is_empty() {
+        let mut gpu_memory = Vec::new();
+        let mut utilization = Vec::new();
+        for (i, gpu) in gpus.iter().enumerate() {
+            // GPU colours continue after the nodes' so a GPU is never mistaken for a node.
+            let color = series_color(data.lines.len() + i);
+            gpu_memory.push(Series {
+                label: gpu.label.clone(),
+                color,
+                points: clean(&gpu.memory, unit, GIB),
+                dashed: false,
+            });
+            gpu_memory.extend(horizontal(
+                gpu.memory_total,
+                GIB,
+                x_range,
+                format!("{} total", gpu.label),
+                color,
+            ));
+            utilization.push(Series {
+                label: gpu.label.clone(),
+                color,
+                points: clean(&gpu.utilization, unit, 1.0),
+                dashed: false,
+            });
+        }
+        panels.push(Panel {
+            title: "GPU memory (GiB)",
+            y_desc: "GiB",
+            series: gpu_memory,
+            y_fixed: None,
+        });
+        panels.push(Panel {
+            title: "GPU utilization (%)",
+            y_desc: "%",
+            series: utilization,
+            y_fixed: Some(100.0),
+        });
+    }
+    panels
+}
+
+/// A tick label: at most three decimals, no trailing zeros (`0`, `2.5`, `0.125`).
+pub(super) fn tick_label(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::super::tests_support::{draw_svg, font_available, sample_data, svg_texts};
+    use super::*;
+
+    #[test]
+    fn time_unit_follows_the_span() {
+        assert_eq!(TimeUnit::for_span(300.0).name, "s");
+        assert_eq!(TimeUnit::for_span(301.0).name, "min");
+        assert_eq!(TimeUnit::for_span(5.0 * 3600.0).name, "min");
+        assert_eq!(TimeUnit::for_span(5.0 * 3600.0 + 1.0).name, "h");
+        if !font_available() {
+            return;
+        }
+        let mut data = sample_data();
+        for line in &mut data.lines {
+            line.cpu.push((2.0 * 3600.0, 1.0));
+        }
+        let texts = svg_texts(&draw_svg(&data, "long.svg"));
+        assert!(texts.iter().any(|t| t == "time since start (min)"));
+    }
+}

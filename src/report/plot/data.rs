@@ -1,0 +1,78 @@
+//! What a plot shows, as plain data: made by `report::story` from records, drawn by the rest of
+//! [`super`].
+
+/// What a plot shows: times are seconds since `t0` (the job's or command's start).
+#[derive(Debug, Clone, Default)]
+pub struct PlotData {
+    /// The title at the top of the image.
+    pub title: String,
+    /// One line per node (or one for a command run by `gpu-tracker -e`).
+    pub lines: Vec<PlotLine>,
+    /// Phases marked with `gpu-tracker mark`: name, start, end (seconds).
+    pub phases: Vec<PlotPhase>,
+    /// Events to mark on every panel: time, short label, kind.
+    pub events: Vec<PlotEvent>,
+}
+
+/// One node's (or one command's) series.
+#[derive(Debug, Clone, Default)]
+pub struct PlotLine {
+    /// The legend label, e.g. the node name `vm-2`.
+    pub label: String,
+    /// Memory in use: (t, bytes).
+    pub memory: Vec<(f64, f64)>,
+    /// The memory limit in bytes; drawn as a dashed horizontal line.
+    pub memory_limit: Option<f64>,
+    /// CPU use: (t, cores busy).
+    pub cpu: Vec<(f64, f64)>,
+    /// The GPUs of this node the job used.
+    pub gpus: Vec<PlotGpu>,
+}
+
+/// One GPU's series.
+#[derive(Debug, Clone, Default)]
+pub struct PlotGpu {
+    /// The legend label, e.g. `vm GPU 0`.
+    pub label: String,
+    /// GPU memory in use: (t, bytes).
+    pub memory: Vec<(f64, f64)>,
+    /// The GPU's memory in bytes; drawn as a dashed horizontal line.
+    pub memory_total: Option<f64>,
+    /// Utilization: (t, percent 0..100).
+    pub utilization: Vec<(f64, f64)>,
+}
+
+/// A phase marked with `gpu-tracker mark`.
+#[derive(Debug, Clone)]
+pub struct PlotPhase {
+    /// The phase's name, written at the top of its band.
+    pub name: String,
+    /// Start, seconds since `t0`.
+    pub start: f64,
+    /// End, seconds since `t0`.
+    pub end: f64,
+}
+
+/// What an event is; it picks the colour of its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// An alert (memory near its limit, an idle GPU): orange.
+    Alert,
+    /// A failure (OOM kill, a task that failed): red.
+    Failure,
+    /// A mark set with `gpu-tracker mark`: grey.
+    Mark,
+    /// Anything else: light blue.
+    Other,
+}
+
+/// An event marked on every panel.
+#[derive(Debug, Clone)]
+pub struct PlotEvent {
+    /// When, seconds since `t0`.
+    pub t: f64,
+    /// A short label, written above the first panel.
+    pub label: String,
+    /// What it is; picks the colour.
+    pub kind: EventKind,
+}

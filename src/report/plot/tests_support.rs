@@ -1,0 +1,115 @@
+//! A sample plot and helpers to draw it, for the tests of [`super`].
+
+use std::fs;
+use std::path::PathBuf;
+
+use super::data::*;
+use super::error::FONT_ENV;
+use super::font::{find_font, font_candidates};
+use super::output::draw;
+use super::style::GIB;
+
+/// A two-node job over four minutes: one GPU on `vm`, three phases, two alerts.
+pub fn sample_data() -> PlotData {
+    let ts: Vec<f64> = (0..=48).map(|i| f64::from(i) * 5.0).collect();
+    let ramp = |t: f64, peak: f64| peak * (1.0 - (-t / 60.0).exp());
+    let node = |label: &str, peak_gib: f64, cores: f64, gpus: Vec<PlotGpu>| PlotLine {
+        label: label.to_string(),
+        memory: ts.iter().map(|&t| (t, ramp(t, peak_gib) * GIB)).collect(),
+        memory_limit: Some(4.0 * GIB),
+        cpu: ts
+            .iter()
+            .map(|&t| (t, cores * (0.6 + 0.4 * (t / 20.0).sin().abs())))
+            .collect(),
+        gpus,
+    };
+    let gpu = PlotGpu {
+        label: "vm GPU 0".to_string(),
+        memory: ts.iter().map(|&t| (t, ramp(t, 10.0) * GIB)).collect(),
+        memory_total: Some(16.0 * GIB),
+        utilization: ts
+            .iter()
+            .map(|&t| {
+                (
+                    t,
+                    if (60.0..180.0).contains(&t) {
+                        95.0
+                    } else {
+                        5.0
+                    },
+                )
+            })
+            .collect(),
+    };
+    PlotData {
+        title: "Job 4242 (train) on vm, vm-2".to_string(),
+        lines: vec![
+            node("vm", 3.7, 3.0, vec![gpu]),
+            node("vm-2", 2.5, 1.5, vec![]),
+        ],
+        phases: vec![
+            PlotPhase {
+                name: "load".to_string(),
+                start: 0.0,
+                end: 55.0,
+            },
+            PlotPhase {
+                name: "train".to_string(),
+                start: 55.0,
+                end: 190.0,
+            },
+            PlotPhase {
+                name: "save".to_string(),
+                start: 190.0,
+                end: 240.0,
+            },
+        ],
+        events: vec![
+            PlotEvent {
+                t: 150.0,
+                label: "memory 92% of limit".to_string(),
+                kind: EventKind::Alert,
+            },
+            PlotEvent {
+                t: 160.0,
+                label: "GPU 0 idle 20 s".to_string(),
+                kind: EventKind::Alert,
+            },
+        ],
+    }
+}
+
+pub fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gpu-tracker-plot-{}-{name}", std::process::id()))
+}
+
+/// Drawing needs a system font: the tests need one too (`.ci/run` installs
+/// fonts-dejavu-core), and fail without it rather than pass without drawing.
+pub fn font_available() -> bool {
+    let found = find_font(&font_candidates(
+        std::env::var_os(FONT_ENV).map(PathBuf::from),
+    ));
+    if let Err(e) = &found {
+        panic!("the plot tests need a TrueType font: {e}");
+    }
+    true
+}
+
+pub fn draw_svg(data: &PlotData, name: &str) -> String {
+    let path = temp_path(name);
+    draw(data, &path).unwrap();
+    let svg = fs::read_to_string(&path).unwrap();
+    fs::remove_file(&path).unwrap();
+    svg
+}
+
+/// The texts of the SVG's `<text>` elements.
+pub fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = &t[t.find('>')? + 1..];
+            Some(body[..body.find("</text>")?].trim().to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,60 @@
+//! A command run by `gpu-tracker -e`, as a step record: so that the exports and plots of jobs
+//! serve commands too.
+
+use crate::step::record::StepRecord;
+
+/// A record of a command run by `gpu-tracker -e`, from its [`crate::history::Story`]: so that the
+/// exports and plots of jobs serve commands too. `gpus` are the GPUs read (UUID, NVML index).
+pub fn command_record(
+    story: &crate::history::Story,
+    command: &str,
+    elapsed_seconds: f64,
+    gpus: &[(String, u32)],
+) -> StepRecord {
+    use crate::step::record::*;
+    let host = crate::sys::hostname();
+    StepRecord {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        complete: true,
+        written_at: chrono::Local::now().to_rfc3339(),
+        tracker_version: env!("CARGO_PKG_VERSION").into(),
+        job: JobInfo {
+            user: crate::sys::user_name(crate::sys::uid()).unwrap_or_default(),
+            uid: crate::sys::uid(),
+            name: Some(clean_text(command, 100)),
+            ..JobInfo::default()
+        },
+        step: StepInfo {
+            id: "command".into(),
+            kind: "command".into(),
+            node: host.clone(),
+            hostname: host,
+            elapsed_seconds,
+            command: Some(clean_text(command, 200)),
+            ..StepInfo::default()
+        },
+        tasks: Vec::new(),
+        memory: StepMemory::default(),
+        cpu: StepCpu::default(),
+        gpus: story
+            .timeline
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, uuid)| StepGpu {
+                uuid: uuid.clone(),
+                nvml_index: gpus
+                    .iter()
+                    .find(|(u, _)| u == uuid)
+                    .map_or(i as u32, |(_, n)| *n),
+                idle: story.idle.get(i).cloned().flatten(),
+                ..StepGpu::default()
+            })
+            .collect(),
+        sampler: SamplerStats::default(),
+        timeline: Some(story.timeline.clone()),
+        events: story.events.clone(),
+        events_dropped: story.events_dropped,
+    }
+}

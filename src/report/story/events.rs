@@ -1,0 +1,74 @@
+//! The job's time zero and its events in time order, each with its node and step: the floor
+//! the phases, exports and plot of [`super`] stand on.
+
+use serde::Serialize;
+
+use crate::history::Event;
+use crate::step::record::StepRecord;
+
+/// The job's time zero: the earliest timeline start of its records (Unix seconds).
+pub fn job_start(records: &[StepRecord]) -> Option<f64> {
+    records
+        .iter()
+        .filter_map(|r| r.timeline.as_ref().map(|t| t.start_unix))
+        .reduce(f64::min)
+}
+
+/// Where a record's timeline ends (Unix seconds).
+pub(super) fn record_end(r: &StepRecord) -> Option<f64> {
+    let t = r.timeline.as_ref()?;
+    Some(t.start_unix + r.step.elapsed_seconds)
+}
+
+/// An event of the job, with where it happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobEvent {
+    /// Seconds since the job's start.
+    pub t: f64,
+    /// Node.
+    pub node: String,
+    /// Step.
+    pub step: String,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// Every event of the job, in time order. The same mark seen by several steps of a node (each
+/// step listening gets it) is kept once.
+pub fn events(records: &[StepRecord]) -> Vec<JobEvent> {
+    let Some(t0) = job_start(records) else {
+        return Vec::new();
+    };
+    let mut out: Vec<JobEvent> = Vec::new();
+    for r in records {
+        let Some(tl) = &r.timeline else { continue };
+        for e in &r.events {
+            let t = tl.start_unix + e.t - t0;
+            let dup = e.kind == "mark"
+                && out.iter().any(|o| {
+                    o.event.kind == "mark"
+                        && o.node == r.step.node
+                        && o.event.name == e.name
+                        && (o.t - t).abs() < 0.01
+                });
+            if !dup {
+                let mut event = e.clone();
+                event.t = round3(t);
+                out.push(JobEvent {
+                    t: round3(t),
+                    node: r.step.node.clone(),
+                    step: r.step.id.clone(),
+                    event,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.t.total_cmp(&b.t));
+    out
+}
+
+/// `v` rounded to thousandths (milliseconds, for times).
+pub(super) fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}

@@ -1,0 +1,294 @@
+//! Phases between `gpu-tracker mark` marks, with their peaks and means from the timeline's
+//! buckets, and each allocated GPU's idle time.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::events::{events, job_start, record_end, round3};
+use crate::history::{Bucket, GpuIdle, Stat};
+use crate::step::record::StepRecord;
+
+/// One phase: from its mark to the next (or the job's end).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Phase {
+    /// Its name; `(before the first mark)` for the time before any.
+    pub name: String,
+    /// Start, seconds since the job's start.
+    pub start: f64,
+    /// End, seconds since the job's start.
+    pub end: f64,
+    /// Peak memory over the nodes (each node's steps added), bytes.
+    pub memory_peak_bytes: u64,
+    /// Mean cores busy over the nodes.
+    pub cpu_mean_cores: Option<f64>,
+    /// Most cores busy in one interval (nodes added).
+    pub cpu_max_cores: Option<f64>,
+    /// Each GPU in the phase.
+    pub gpus: Vec<PhaseGpu>,
+    /// Buckets the figures come from (0: no sample fell in the phase).
+    pub buckets: u32,
+}
+
+/// One GPU in a phase.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseGpu {
+    /// Node.
+    pub node: String,
+    /// UUID.
+    pub uuid: String,
+    /// Slurm's index, else NVML's.
+    pub index: u32,
+    /// Peak device memory, bytes.
+    pub memory_peak_bytes: Option<u64>,
+    /// Mean utilization, percent.
+    pub utilization_mean_percent: Option<f64>,
+}
+
+/// Overlap, in seconds, of a bucket `[b, b + w)` with `[s, e)` (its weight in the phase's
+/// means).
+fn overlap(b: f64, w: f64, s: f64, e: f64) -> f64 {
+    ((b + w).min(e) - b.max(s)).max(0.0)
+}
+
+/// Time-weighted accumulation of bucket means.
+#[derive(Default, Clone, Copy)]
+struct Mean {
+    sum: f64,
+    weight: f64,
+    max: f64,
+}
+
+impl Mean {
+    fn add(&mut self, s: &Stat, w: f64) {
+        self.sum += s.mean * w;
+        self.weight += w;
+        self.max = self.max.max(s.max);
+    }
+    fn mean(&self) -> Option<f64> {
+        (self.weight > 0.0).then(|| self.sum / self.weight)
+    }
+}
+
+/// The buckets of a record whose middle lies in `[s, e)` (job seconds), with their overlap with
+/// it as weight. `t0` is the job's start.
+fn buckets_in<'a>(
+    r: &'a StepRecord,
+    t0: f64,
+    s: f64,
+    e: f64,
+) -> impl Iterator<Item = (&'a Bucket, f64)> + 'a {
+    let tl = r.timeline.as_ref();
+    let off = tl.map_or(0.0, |t| t.start_unix - t0);
+    let w = tl.map_or(1.0, |t| t.bucket_seconds);
+    let end = record_end(r).map_or(f64::INFINITY, |x| x - t0);
+    tl.into_iter().flat_map(move |t| {
+        t.buckets.iter().filter_map(move |b| {
+            let bs = off + b.t;
+            // A step's last bucket ends with the step.
+            let be = (bs + w).min(end.max(bs + 1e-3));
+            // Each bucket belongs to the phase its middle lies in: a phase's figures are as
+            // precise as half a bucket, and a neighbour's peak never leaks in.
+            let mid = (bs + be) / 2.0;
+            let o = overlap(bs, be - bs, s, e);
+            (mid >= s && mid < e).then_some((b, o.max(1e-3)))
+        })
+    })
+}
+
+/// The job's phases with their figures. Empty when no step recorded a mark.
+pub fn phases(records: &[StepRecord]) -> Vec<Phase> {
+    let Some(t0) = job_start(records) else {
+        return Vec::new();
+    };
+    let marks: Vec<(f64, String)> = events(records)
+        .into_iter()
+        .filter(|e| e.event.kind == "mark")
+        .map(|e| (e.t, e.event.name.clone().unwrap_or_default()))
+        .collect();
+    if marks.is_empty() {
+        return Vec::new();
+    }
+    let job_end = records.iter().filter_map(record_end).fold(t0, f64::max) - t0;
+    let mut spans: Vec<(String, f64, f64)> = Vec::new();
+    if marks[0].0 > 1.0 {
+        spans.push(("(before the first mark)".into(), 0.0, marks[0].0));
+    }
+    for (i, (t, name)) in marks.iter().enumerate() {
+        let end = marks.get(i + 1).map_or(job_end.max(*t), |m| m.0);
+        spans.push((name.clone(), *t, end));
+    }
+    spans
+        .into_iter()
+        .map(|(name, s, e)| phase(records, t0, name, s, e))
+        .collect()
+}
+
+fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase {
+    // Per node: memory peaks of its steps added; CPU means added.
+    let mut mem: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut cpu_mean: BTreeMap<&str, Option<f64>> = BTreeMap::new();
+    let mut cpu_max: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut gpus: BTreeMap<(String, String), (u32, Option<f64>, Mean)> = BTreeMap::new();
+    let mut count = 0;
+    for r in records {
+        let node = r.step.node.as_str();
+        let mut peak: f64 = 0.0;
+        let mut cpu = Mean::default();
+        for (b, w) in buckets_in(r, t0, s, e) {
+            count += 1;
+            peak = peak.max(b.memory_bytes.max);
+            if let Some(c) = &b.cpu_cores {
+                cpu.add(c, w);
+            }
+            let uuids = r.timeline.as_ref().map_or(&[][..], |t| &t.gpus[..]);
+            for (g, uuid) in b.gpus.iter().zip(uuids) {
+                let index = r
+                    .gpus
+                    .iter()
+                    .find(|x| x.uuid == *uuid)
+                    .map_or(0, |x| x.slurm_index.unwrap_or(x.nvml_index));
+                let entry = gpus.entry((node.to_string(), uuid.clone())).or_insert((
+                    index,
+                    None,
+                    Mean::default(),
+                ));
+                if let Some(m) = &g.memory_bytes {
+                    entry.1 = Some(entry.1.unwrap_or(0.0).max(m.max));
+                }
+                if let Some(u) = &g.utilization_percent {
+                    entry.2.add(u, w);
+                }
+            }
+        }
+        *mem.entry(node).or_default() += peak;
+        if let Some(m) = cpu.mean() {
+            let slot = cpu_mean.entry(node).or_default();
+            *slot = Some(slot.unwrap_or(0.0) + m);
+            *cpu_max.entry(node).or_default() += cpu.max;
+        }
+    }
+    let means: Vec<f64> = cpu_mean.values().flatten().copied().collect();
+    Phase {
+        name,
+        start: round3(s),
+        end: round3(e),
+        memory_peak_bytes: mem.values().sum::<f64>() as u64,
+        cpu_mean_cores: (!means.is_empty()).then(|| round3(means.iter().sum())),
+        cpu_max_cores: (!means.is_empty()).then(|| round3(cpu_max.values().sum())),
+        gpus: gpus
+            .into_iter()
+            .map(|((node, uuid), (index, m, u))| PhaseGpu {
+                node,
+                uuid,
+                index,
+                memory_peak_bytes: m.map(|b| b as u64),
+                utilization_mean_percent: u.mean().map(|v| (v * 10.0).round() / 10.0),
+            })
+            .collect(),
+        buckets: count,
+    }
+}
+
+/// One allocated GPU's idle time on one node (the step that held it longest says).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IdleGpu {
+    /// Node.
+    pub node: String,
+    /// Slurm's index, else NVML's.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// The figures.
+    #[serde(flatten)]
+    pub idle: GpuIdle,
+    /// Idle share, percent.
+    pub share_percent: f64,
+}
+
+/// Each GPU's idle time, per node. A GPU several steps held (the batch step and an srun step
+/// inside it) is taken from the step that observed it longest.
+pub fn idle_gpus(records: &[StepRecord]) -> Vec<IdleGpu> {
+    let mut by: BTreeMap<(String, String), IdleGpu> = BTreeMap::new();
+    for r in records {
+        for g in &r.gpus {
+            let Some(idle) = &g.idle else { continue };
+            let key = (r.step.node.clone(), g.uuid.clone());
+            let longer = by
+                .get(&key)
+                .is_none_or(|o| idle.observed_seconds > o.idle.observed_seconds);
+            if longer {
+                by.insert(
+                    key,
+                    IdleGpu {
+                        node: r.step.node.clone(),
+                        index: g.slurm_index.unwrap_or(g.nvml_index),
+                        uuid: g.uuid.clone(),
+                        share_percent: (idle.share_percent() * 10.0).round() / 10.0,
+                        idle: idle.clone(),
+                    },
+                );
+            }
+        }
+    }
+    by.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests_support::rec;
+    use super::*;
+
+    #[test]
+    fn phases_take_their_figures_from_the_buckets_inside_them() {
+        // Node vm: load 0..10 (100 MB), train 10..20 (900 MB, GPU busy), save 20..30 (200 MB).
+        let mem = |i: u32| match i {
+            0..10 => 100,
+            10..20 => 900,
+            _ => 200,
+        };
+        let marks = [(0.0, "load"), (10.0, "train"), (20.0, "save")];
+        let a = rec(
+            "vm",
+            "batch",
+            1000.0,
+            30,
+            mem,
+            |i| (10..20).contains(&i),
+            &marks,
+        );
+        // The same marks reach an srun step of vm that started 2 s later: kept once.
+        let b = rec("vm", "0", 1002.0, 20, |_| 50, |_| false, &[(8.0, "train")]);
+        let p = phases(&[a.clone(), b]);
+        let names: Vec<&str> = p.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["load", "train", "save"]);
+        assert_eq!((p[1].start, p[1].end), (10.0, 20.0));
+        assert_eq!(p[2].end, 30.0);
+        // vm's steps add up: 900 + 50.
+        assert_eq!(p[1].memory_peak_bytes, 950);
+        assert_eq!(p[0].memory_peak_bytes, 150);
+        assert!((p[1].cpu_mean_cores.unwrap() - 1.0).abs() < 1e-9, "{p:?}");
+        let g = p[1].gpus.iter().find(|g| g.uuid == "GPU-vm-batch").unwrap();
+        assert_eq!((g.node.as_str(), g.index), ("vm", 0));
+        assert_eq!(g.utilization_mean_percent, Some(90.0));
+        assert_eq!(p[0].gpus[1].utilization_mean_percent, Some(0.0));
+        // Without marks: no phases; a late first mark gives a leading phase.
+        assert!(phases(&[a.clone()][..0]).is_empty());
+        let late = rec("vm", "batch", 0.0, 10, |_| 1, |_| true, &[(4.0, "x")]);
+        let p = phases(&[late]);
+        assert_eq!(p[0].name, "(before the first mark)");
+        assert_eq!((p[0].start, p[0].end, p[1].start), (0.0, 4.0, 4.0));
+    }
+
+    #[test]
+    fn idle_gpus_come_from_the_step_that_watched_longest() {
+        let a = rec("vm", "batch", 0.0, 30, |_| 1, |i| i > 20, &[]);
+        let mut b = rec("vm", "0", 5.0, 10, |_| 1, |_| true, &[]);
+        b.gpus[0].uuid = "GPU-vm-batch".into();
+        let idle = idle_gpus(&[b, a]);
+        assert_eq!(idle.len(), 1);
+        assert_eq!(idle[0].idle.observed_seconds, 30.0);
+        assert_eq!(idle[0].idle.at_start_seconds, 20.0);
+        assert_eq!(idle[0].share_percent, 66.7);
+    }
+}

@@ -1,0 +1,188 @@
+//! What `--plot` draws, from the records: per node and per GPU over time, with the phases and
+//! the events that matter.
+
+use std::collections::BTreeMap;
+
+use super::events::{events, job_start};
+use super::phases::phases;
+use crate::report::plot::{EventKind, PlotData, PlotEvent, PlotGpu, PlotLine, PlotPhase};
+use crate::step::record::StepRecord;
+
+/// A GPU's index, memory size and (memory, utilization) per time key, while a plot is made.
+type GpuPoints = (u32, Option<f64>, BTreeMap<i64, (f64, f64)>);
+
+/// What `--plot` draws: per node, each step's buckets added (memory: each bucket's highest
+/// reading; CPU: its mean), each GPU (memory: highest; utilization: mean), the phases, and the
+/// events that matter. Points sit at bucket middles, in seconds since the job's start.
+pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
+    let Some(t0) = job_start(records) else {
+        return PlotData {
+            title: title.into(),
+            ..PlotData::default()
+        };
+    };
+    let mut by_node: BTreeMap<&str, Vec<&StepRecord>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.timeline.is_some()) {
+        by_node.entry(r.step.node.as_str()).or_default().push(r);
+    }
+    let several = by_node.len() > 1;
+    let key = |t: f64| (t * 1000.0).round() as i64;
+    let mut lines = Vec::new();
+    for (node, recs) in &by_node {
+        // Every bucket start of the node's steps, and each step's reading there.
+        let mut times: Vec<i64> = Vec::new();
+        let spans: Vec<(f64, f64, f64, &crate::history::Timeline)> = recs
+            .iter()
+            .filter_map(|r| {
+                let tl = r.timeline.as_ref()?;
+                let off = tl.start_unix - t0;
+                Some((off, off + r.step.elapsed_seconds, tl.bucket_seconds, tl))
+            })
+            .collect();
+        // Each bucket is drawn at its middle (the last one's ends with its step).
+        for (off, end, w, tl) in &spans {
+            times.extend(
+                tl.buckets
+                    .iter()
+                    .map(|b| key(off + b.t + ((end - off - b.t).min(*w) / 2.0).max(0.0))),
+            );
+        }
+        times.sort_unstable();
+        times.dedup();
+        let at = |t: f64, off: f64, end: f64, w: f64, tl: &'_ crate::history::Timeline| {
+            if t < off - 1e-6 || t > end + 1e-6 {
+                return None;
+            }
+            tl.buckets
+                .iter()
+                .rev()
+                .find(|b| off + b.t <= t + 1e-6 && t < off + b.t + w)
+                .cloned()
+        };
+        let mut memory = Vec::new();
+        let mut cpu = Vec::new();
+        let mut gpu_points: BTreeMap<String, GpuPoints> = BTreeMap::new();
+        for &k in &times {
+            let t = k as f64 / 1000.0;
+            let (mut m, mut c, mut any_c) = (0.0, 0.0, false);
+            for (off, end, w, tl) in &spans {
+                let Some(b) = at(t, *off, *end, *w, tl) else {
+                    continue;
+                };
+                m += b.memory_bytes.max;
+                if let Some(cc) = b.cpu_cores {
+                    c += cc.mean;
+                    any_c = true;
+                }
+                for (g, uuid) in b.gpus.iter().zip(&tl.gpus) {
+                    let rec = recs
+                        .iter()
+                        .find(|r| r.timeline.as_ref().is_some_and(|x| std::ptr::eq(x, *tl)));
+                    let info = rec.and_then(|r| r.gpus.iter().find(|x| x.uuid == *uuid));
+                    let entry = gpu_points.entry(uuid.clone()).or_insert((
+                        info.map_or(0, |x| x.slurm_index.unwrap_or(x.nvml_index)),
+                        info.map(|x| x.memory_total_bytes as f64)
+                            .filter(|v| *v > 0.0),
+                        BTreeMap::new(),
+                    ));
+                    let p = entry.2.entry(k).or_insert((f64::NAN, f64::NAN));
+                    if let Some(v) = g.memory_bytes {
+                        p.0 = if p.0.is_nan() { v.max } else { p.0.max(v.max) };
+                    }
+                    if let Some(v) = g.utilization_percent {
+                        p.1 = if p.1.is_nan() {
+                            v.mean
+                        } else {
+                            p.1.max(v.mean)
+                        };
+                    }
+                }
+            }
+            memory.push((t, m));
+            if any_c {
+                cpu.push((t, c));
+            }
+        }
+        let gpus = gpu_points
+            .into_values()
+            .map(|(index, total, pts)| PlotGpu {
+                label: if several {
+                    format!("{node} GPU {index}")
+                } else {
+                    format!("GPU {index}")
+                },
+                memory: pts
+                    .iter()
+                    .filter(|(_, v)| !v.0.is_nan())
+                    .map(|(k, v)| (*k as f64 / 1000.0, v.0))
+                    .collect(),
+                memory_total: total,
+                utilization: pts
+                    .iter()
+                    .filter(|(_, v)| !v.1.is_nan())
+                    .map(|(k, v)| (*k as f64 / 1000.0, v.1))
+                    .collect(),
+            })
+            .collect();
+        lines.push(PlotLine {
+            label: (*node).to_string(),
+            memory,
+            memory_limit: spans
+                .iter()
+                .filter_map(|s| s.3.memory_limit_bytes)
+                .max()
+                .map(|l| l as f64),
+            cpu,
+            gpus,
+        });
+    }
+    let phases = phases(records)
+        .into_iter()
+        .map(|p| PlotPhase {
+            name: p.name,
+            start: p.start,
+            end: p.end,
+        })
+        .collect();
+    let events = events(records)
+        .into_iter()
+        .filter(|e| e.event.important())
+        .map(|e| {
+            let ev = &e.event;
+            let gpu = ev.gpu.map_or_else(String::new, |g| g.to_string());
+            let (label, kind) = match ev.kind.as_str() {
+                "alert_memory" => (
+                    format!("memory {:.0}%", ev.value.unwrap_or(0.0)),
+                    EventKind::Alert,
+                ),
+                "alert_gpu_idle" => (format!("GPU {gpu} idle"), EventKind::Alert),
+                "oom_kill" => ("OOM kill".to_string(), EventKind::Failure),
+                "memory_limit_hit" => ("memory limit".to_string(), EventKind::Failure),
+                "gpu_lost" => (format!("GPU {gpu} lost"), EventKind::Failure),
+                "task_exit" => (
+                    format!(
+                        "task {} failed",
+                        ev.task.map_or("?".into(), |t| t.to_string())
+                    ),
+                    EventKind::Failure,
+                ),
+                other => (other.replace('_', " "), EventKind::Other),
+            };
+            PlotEvent {
+                t: e.t,
+                label: if several {
+                    format!("{}: {label}", e.node)
+                } else {
+                    label
+                },
+                kind,
+            }
+        })
+        .collect();
+    PlotData {
+        title: title.into(),
+        lines,
+        phases,
+        events,
+    }
+}

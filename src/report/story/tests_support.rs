@@ -1,0 +1,56 @@
+//! Records with timelines, for the tests of [`super`].
+
+use crate::history::{AlertRules, GpuObservation, Observation, Recorder};
+use crate::step::record::{StepGpu, StepRecord, tests_support as test_support};
+
+/// A record on `node` whose step starts at `start` and samples each second for `secs`,
+/// memory `mem(t)`, half a core, one GPU busy when `busy(t)`.
+pub fn rec(
+    node: &str,
+    step: &str,
+    start: f64,
+    secs: u32,
+    mem: impl Fn(u32) -> u64,
+    busy: impl Fn(u32) -> bool,
+    marks: &[(f64, &str)],
+) -> StepRecord {
+    let mut r = test_support::record(node, step);
+    let mut h = Recorder::new(start, 1.0, AlertRules::default());
+    h.set_gpus(vec![format!("GPU-{node}-{step}")], vec![0]);
+    for i in 0..=secs {
+        h.observe(&Observation {
+            unix: start + f64::from(i),
+            memory_bytes: mem(i),
+            alert_memory_bytes: None,
+            cpu_seconds: Some(f64::from(i) * 0.5),
+            gpus: vec![GpuObservation {
+                memory_bytes: Some(u64::from(i) * 10),
+                utilization_percent: Some(if busy(i) { 90.0 } else { 0.0 }),
+                energy_mj: None,
+                lost: false,
+            }],
+            oom_kills: None,
+            limit_hits: None,
+        });
+    }
+    for (t, n) in marks {
+        h.mark(start + t, n);
+    }
+    let crate::history::Story {
+        timeline: tl,
+        events,
+        events_dropped: dropped,
+        idle,
+    } = h.finish(start + f64::from(secs));
+    r.step.elapsed_seconds = f64::from(secs);
+    r.gpus = vec![StepGpu {
+        uuid: format!("GPU-{node}-{step}"),
+        slurm_index: Some(0),
+        idle: idle[0].clone(),
+        ..StepGpu::default()
+    }];
+    r.timeline = Some(tl);
+    r.events = events;
+    r.events_dropped = dropped;
+    r
+}
