@@ -7,8 +7,11 @@
 #   slurm/vm.sh up SUITE             image, plugin built for its Slurm, guest booted, cluster up
 #   slurm/vm.sh run SUITE -- CMD...  CMD as root in the guest, in the project tree, with the
 #                                    cluster's environment; stdin passed; CMD's exit status
-#   slurm/vm.sh test SUITE [FILTER]  the real-Slurm suite inside, then again with contain_spank
-#                                    the tests it can change (CONTAIN_SPANK_TESTS)
+#   slurm/vm.sh build SUITE          image, and what the guest runs built here (plugin, tests)
+#   slurm/vm.sh test SUITE [--no-build] [FILTER...]
+#                                    build (unless --no-build: slurm/vm.sh build ran), boot, the
+#                                    real-Slurm suite inside, then again with contain_spank the
+#                                    tests it can change (CONTAIN_SPANK_TESTS)
 #   slurm/vm.sh down [SUITE]         power the guest(s) off
 #   slurm/vm.sh suites               the suites and the Slurm release each brings
 #
@@ -206,9 +209,12 @@ guest() {
     return "$rc"
 }
 
-# Builds, on this host, what the guest runs: the plugin against the guest's Slurm headers (its
-# own target directory, so the host's plugin stays built for the host's Slurm), and the release
-# and test binaries, which do not depend on Slurm's version.
+# Builds, on this host, what the guest runs: the plugin against the guest's Slurm headers, copied
+# out to target/vm/SUITE, and the release and test binaries, which do not depend on Slurm's
+# version. It shares cargo's target directory with the host's builds (a second one would build
+# every dependency again): target/release/libgpu_tracker.so is then this guest's until the next
+# build for the host (slurm/local-cluster.sh up builds it again; SLURM_INCLUDE_DIR is part of
+# what cargo compares), so never copy that file by hand after a guest build.
 build_for() {
     local suite=$1 out cargo
     out=$REPO/target/vm/$suite
@@ -217,9 +223,10 @@ build_for() {
     mkdir -p "$out"
     say "building the plugin for $suite's Slurm $(cat "$VMDIR/images/$suite/slurm-version") (log: $out/build.log) ..."
     (cd "$REPO" &&
-        SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include CARGO_TARGET_DIR=$REPO/target/vm/build \
+        export CARGO_TARGET_DIR=$REPO/target &&
+        SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include \
             "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
-        cp target/vm/build/release/libgpu_tracker.so "$out/libgpu_tracker.so.new" &&
+        cp target/release/libgpu_tracker.so "$out/libgpu_tracker.so.new" &&
         mv -f "$out/libgpu_tracker.so.new" "$out/libgpu_tracker.so" &&
         "$cargo" build --release --locked --bin gpu-tracker --bin gpu-tracker-report -p gpu-tracker &&
         "$cargo" build --release --locked -p fake-nvml &&
@@ -237,6 +244,14 @@ guest_env() {
     printf '%s ' env "GPU_TRACKER_PLUGIN=$REPO/target/vm/$suite/libgpu_tracker.so" \
         "GPU_TRACKER_TEST_SUPPORT=$REPO/target/test-support/debug" \
         "PATH=$REPO/target/release:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+}
+
+# build SUITE: the image (when missing or stale) and what the guest runs, built here.
+cmd_build() {
+    local suite=$1
+    install_host_tools
+    timed "$suite: image (cached when unchanged)" cmd_image "$suite"
+    timed "$suite: build for Slurm $(cat "$VMDIR/images/$suite/slurm-version")" build_for "$suite"
 }
 
 cmd_boot() {
@@ -289,10 +304,13 @@ CONTAIN_SPANK_TESTS=(
 cmd_test() {
     local suite=$1 rc=0 t0=$SECONDS release
     shift
-    install_host_tools
-    timed "$suite: image (cached when unchanged)" cmd_image "$suite"
+    if [[ ${1:-} == --no-build ]]; then
+        shift
+        [[ -s $REPO/target/vm/$suite/tests.list ]] || fail "nothing built for $suite: slurm/vm.sh build $suite"
+    else
+        cmd_build "$suite"
+    fi
     release=$(cat "$VMDIR/images/$suite/slurm-version")
-    timed "$suite: build for Slurm $release" build_for "$suite"
     timed "$suite: boot" boot "$suite"
     local filters=("$@")
     ((${#filters[@]})) || filters=("${CONTAIN_SPANK_TESTS[@]}")
@@ -333,10 +351,10 @@ cmd_suites() {
 cmd=${1:-}
 shift || true
 case $cmd in
-image | boot | up) suite_ok "${1:-}"; need_root "$cmd" "$@"; "cmd_$cmd" "$1" ;;
+image | build | boot | up) suite_ok "${1:-}"; need_root "$cmd" "$@"; "cmd_$cmd" "$1" ;;
 test) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_test "$@" ;;
 run) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_run "$@" ;;
 down) need_root "$cmd" "$@"; cmd_down "${1:-}" ;;
 suites) cmd_suites ;;
-*) echo "usage: $0 image|up|test SUITE | run SUITE -- CMD... | down [SUITE] | suites" >&2; exit 2 ;;
+*) echo "usage: $0 image|build|boot|up SUITE | test SUITE [--no-build] [FILTER...] | run SUITE -- CMD... | down [SUITE] | suites" >&2; exit 2 ;;
 esac

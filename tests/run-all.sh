@@ -9,6 +9,8 @@
 #     Debian's packages by slurm/vm.sh: the whole suite once, then again with
 #     SlurmdParameters=contain_spank the tests whose behaviour it can change (slurm/vm.sh says
 #     which).
+# The non-Slurm tests run first, alone (some time CPU use); then the real-Slurm suite runs here
+# and in both guests at once, each with a log of its own (target/test-logs/), printed at the end.
 # Each part's time is printed at the end (and appended to $GPU_TRACKER_TIMES when set, for
 # .ci/run's table).
 # Arguments are passed to the test binaries (a name filter, say). GPU_TRACKER_VM_SUITES picks
@@ -25,23 +27,67 @@ started=$SECONDS
 # The parts of this run alone, whatever the caller collects.
 [[ -n ${GPU_TRACKER_TIMES:-} ]] || { GPU_TRACKER_TIMES=$(mktemp); trap 'rm -f "$GPU_TRACKER_TIMES"' EXIT; }
 export GPU_TRACKER_TIMES
-suites=${GPU_TRACKER_VM_SUITES-trixie forky}
+read -r -a suites <<<"${GPU_TRACKER_VM_SUITES-trixie forky}"
+logs=target/test-logs
+mkdir -p "$logs"
 timed "host: Slurm cluster up (install, build, 3 nodes, accounting)" \
     slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting
-# The end-to-end tests are #[ignore]d in a plain `cargo test` (they need this cluster).
-echo "run-all: every test, the end-to-end ones on this machine's Slurm $(dpkg-query -W -f='${Version}' slurmd) (cgroup v1)"
+release=$(dpkg-query -W -f='${Version}' slurmd | sed 's/-.*//')
 status=0 results=()
-if timed "host: cargo test, all (real Slurm $(dpkg-query -W -f='${Version}' slurmd | sed 's/-.*//'))" \
-    cargo test --workspace --locked --features spank -- --include-ignored "$@"; then
-    results+=("host (Slurm 22.05, cgroup v1): passed")
+# 1. Every test but the real-Slurm ones, alone on the machine: some of them time CPU use.
+echo "run-all: every test but the real-Slurm ones"
+if timed "host: cargo test, all but the real-Slurm tests" \
+    cargo test --workspace --locked --features spank -- --include-ignored --skip real_slurm:: "$@"; then
+    results+=("unit, CLI and GPU tests: passed")
 else
-    results+=("host (Slurm 22.05, cgroup v1): FAILED")
+    results+=("unit, CLI and GPU tests: FAILED")
     status=1
 fi
-for suite in $suites; do
-    echo "run-all: the real-Slurm suite in the $suite guest"
-    if slurm/vm.sh test "$suite" "$@"; then results+=("$suite: passed"); else results+=("$suite: FAILED"); status=1; fi
-    slurm/vm.sh down "$suite" || true
+# 2. What the guests run, built here one suite after the other (they share cargo's target).
+for suite in "${suites[@]}"; do
+    slurm/vm.sh build "$suite"
+done
+# 3. The real-Slurm suite on this machine's Slurm and in each guest at once: the guests' emulated
+# CPUs wait on their jobs most of the time, and each part has a cluster of its own.
+declare -A pid
+echo "run-all: the real-Slurm suite on Slurm $release here and in ${suites[*]:-no guest}, at once (logs: $logs/)"
+timed "host: real-Slurm suite (Slurm $release, cgroup v1)" \
+    cargo test --locked --features spank --test slurm -- --include-ignored "$@" >"$logs/host.log" 2>&1 &
+pid[host]=$!
+for suite in "${suites[@]}"; do
+    (
+        rc=0
+        slurm/vm.sh test "$suite" --no-build "$@" || rc=$?
+        slurm/vm.sh down "$suite" || true
+        exit "$rc"
+    ) >"$logs/$suite.log" 2>&1 &
+    pid[$suite]=$!
+done
+# A line a minute: how many tests each part has passed so far.
+progress() {
+    local p line=""
+    for p in host "${suites[@]}"; do
+        kill -0 "${pid[$p]}" 2>/dev/null || continue
+        line+="  $p: $(grep -c '^test .* \.\.\. ok' "$logs/$p.log" || true) ok"
+    done
+    [[ -z $line ]] || echo "run-all: $((SECONDS - started)) s:$line"
+}
+any_running() {
+    local p
+    for p in host "${suites[@]}"; do kill -0 "${pid[$p]}" 2>/dev/null && return 0; done
+    return 1
+}
+ticks=0
+while any_running; do
+    sleep 5
+    if ((++ticks % 12 == 0)); then progress; fi
+done
+for p in host "${suites[@]}"; do
+    rc=0
+    wait "${pid[$p]}" || rc=$?
+    echo "================ run-all: the real-Slurm suite, $p (exit $rc): $logs/$p.log"
+    cat "$logs/$p.log"
+    if ((rc == 0)); then results+=("$p: passed"); else results+=("$p: FAILED"); status=1; fi
 done
 summary=""
 for r in "${results[@]}"; do summary+="${summary:+; }$r"; done

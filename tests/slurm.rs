@@ -8,7 +8,9 @@
 //!
 //! The helpers every test uses are in `slurm/support.rs` (the cluster, its jobs, their output,
 //! the report, slurmd) and `slurm/records.rs` (the records in the spool, and the check every
-//! final record passes); the tests are in `slurm/`, one module a subject.
+//! final record passes); the tests are in `slurm/`, one module a subject, all under
+//! `real_slurm::` (`slurm/mod.rs`): `tests/run-all.sh` runs every other test first with
+//! `--skip real_slurm::`, then these on each Slurm release.
 
 mod common;
 #[path = "slurm/records.rs"]
@@ -16,25 +18,5 @@ mod records;
 #[path = "slurm/support.rs"]
 mod support;
 
-#[path = "slurm/faults.rs"]
-mod faults;
-#[path = "slurm/hostile.rs"]
-mod hostile;
-#[path = "slurm/load.rs"]
-mod load;
-#[path = "slurm/nodes.rs"]
-mod nodes;
-#[path = "slurm/nvml.rs"]
-mod nvml;
-#[path = "slurm/report.rs"]
-mod report;
-#[path = "slurm/security.rs"]
-mod security;
-#[path = "slurm/settings.rs"]
-mod settings;
-#[path = "slurm/story.rs"]
-mod story;
-#[path = "slurm/summary.rs"]
-mod summary;
-#[path = "slurm/tracking.rs"]
-mod tracking;
+#[path = "slurm/mod.rs"]
+mod real_slurm;

@@ -1,0 +1,14 @@
+//! The real-Slurm tests, one module a subject. Their common prefix `real_slurm::` is how
+//! `tests/run-all.sh` tells them from every other test of the workspace.
+
+mod faults;
+mod hostile;
+mod load;
+mod nodes;
+mod nvml;
+mod report;
+mod security;
+mod settings;
+mod story;
+mod summary;
+mod tracking;
