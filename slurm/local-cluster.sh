@@ -961,9 +961,10 @@ cmd_restart_slurmd() {
 }
 
 # env: prints the exports for using the cluster by hand: eval "$(slurm/local-cluster.sh env)".
+# No GPU_TRACKER_CONFIG: as on a site's login node, gpu-tracker-report finds the settings
+# through SLURM_CONF (its PlugStackConfig, the plugin's line there and its config=).
 cmd_env() {
     printf 'export SLURM_CONF=%q\n' "$CONF"
-    printf 'export GPU_TRACKER_CONFIG=%q\n' "$TRACKER_CONF"
     printf 'export GPU_TRACKER_CLUSTER_DIR=%q\n' "$STATE"
 }
 
@@ -983,12 +984,11 @@ cmd_demo() {
     if [[ -x $STATE/bin/gpu-tracker-report ]]; then
         echo
         echo "the job's user reads it again later: gpu-tracker-report $LAST_JOB --tasks"
-        as_user "$u" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
-            "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --tasks || true
+        # As a user on a login node: SLURM_CONF only (as_user), the settings found from there.
+        as_user "$u" "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --tasks || true
         echo
         echo "and draws it: gpu-tracker-report $LAST_JOB --plot $STATE/jobs/$u/demo-$LAST_JOB.png"
-        as_user "$u" env GPU_TRACKER_CONFIG="$TRACKER_CONF" \
-            "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --plot "$STATE/jobs/$u/demo-$LAST_JOB.png" ||
+        as_user "$u" "$STATE/bin/gpu-tracker-report" "$LAST_JOB" --plot "$STATE/jobs/$u/demo-$LAST_JOB.png" ||
             true
     fi
     echo

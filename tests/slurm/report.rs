@@ -72,6 +72,18 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
         )) && err.contains("Check that it was submitted with --gpu-track"),
         "{err}"
     );
+    // The user set no GPU_TRACKER_CONFIG (report_as passes SLURM_CONF only): the message says
+    // which spool was read and that its settings were found through slurm.conf and the
+    // plugin's line in plugstack.conf, as the plugin got them.
+    let settings = state_dir().join("gpu-tracker.toml");
+    let stack = state_dir().join("plugstack.conf");
+    for part in [
+        format!("spool_dir of {}", settings.display()),
+        format!("named by config= at {}:", stack.display()),
+        format!("found through {} (SLURM_CONF)", slurm_conf().display()),
+    ] {
+        assert!(err.contains(&part), "{part:?} not in {err}");
+    }
     // Pending (held): not started, which is not "not tracked".
     let held = submit_as(
         USER,

@@ -250,8 +250,8 @@ pub(crate) fn summary_of(output: &str) -> &str {
     &output[open..]
 }
 
-/// `gpu-tracker-report ARGS` run as `user` with the cluster's settings: (exit code, stdout,
-/// stderr).
+/// `gpu-tracker-report ARGS` run as `user` with the cluster's `SLURM_CONF` and nothing else of
+/// its settings: (exit code, stdout, stderr).
 pub(crate) fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
     cluster();
     static COPIED: OnceLock<PathBuf> = OnceLock::new();
@@ -267,11 +267,9 @@ pub(crate) fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
     });
     let out = Command::new("runuser")
         .args(["-u", user, "--", "env"])
+        // SLURM_CONF only, as on a login node: the report finds the settings through slurm.conf's
+        // PlugStackConfig and the plugin's config= there.
         .arg(format!("SLURM_CONF={}", slurm_conf().display()))
-        .arg(format!(
-            "GPU_TRACKER_CONFIG={}",
-            state_dir().join("gpu-tracker.toml").display()
-        ))
         .arg(bin)
         .args(args)
         .output()
