@@ -91,6 +91,31 @@ pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// Grows this process's descriptor table to hold descriptor number `fd`, opening nothing
+/// there for long. Once threads share the table, growing it makes the kernel wait for an RCU
+/// grace period (`expand_fdtable` in fs/file.c), ten milliseconds or more on a busy machine;
+/// while the process has one thread it costs microseconds, and the table never shrinks. The
+/// soft open-file limit is raised for the moment when `fd` is above it (up to the hard limit),
+/// then set back, so that processes started later get the limit they would have had.
+pub fn grow_fd_table(fd: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(need) = u64::try_from(fd).map(|f| f + 1) else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    let (soft, hard) = super::nofile_limit();
+    if need > hard {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    }
+    if need > soft {
+        super::process::set_nofile_limit(need, hard)?;
+    }
+    let grown = std::fs::File::open("/dev/null").and_then(|f| dup_cloexec_from(f.as_raw_fd(), fd));
+    if need > soft {
+        let _ = super::process::set_nofile_limit(soft, hard);
+    }
+    grown.map(drop)
+}
+
 /// Moves `fd` to the lowest free descriptor number at or above `min` (close-on-exec), so that
 /// descriptors kept for long leave the low numbers to the code around them.
 pub fn move_fd_at_least(
@@ -177,5 +202,30 @@ mod tests {
         assert!(cloexec());
         assert!(!set_cloexec(fd).unwrap());
         assert!(set_cloexec(-1).is_err());
+    }
+
+    #[test]
+    fn the_table_grows_and_the_limit_stays() {
+        use std::os::fd::AsRawFd;
+        let before = crate::sys::nofile_limit();
+        let at = i32::try_from(before.1.min(4096)).unwrap() - 1;
+        grow_fd_table(at).unwrap();
+        assert_eq!(crate::sys::nofile_limit(), before);
+        // The kernel's table (its size is in /proc/self/status as FDSize) now holds `at`.
+        let size = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("FDSize:")
+                    .map(|v| v.trim().parse::<i32>().unwrap())
+            })
+            .unwrap();
+        assert!(size > at, "FDSize {size}");
+        // Nothing is left open up there.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert!(f.as_raw_fd() < at);
+        assert!(!std::path::Path::new(&format!("/proc/self/fd/{at}")).exists());
+        let too_far = i32::try_from(before.1.min(i32::MAX as u64)).unwrap();
+        assert!(grow_fd_table(too_far).is_err());
     }
 }

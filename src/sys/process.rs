@@ -132,17 +132,24 @@ pub fn nofile_limit() -> (u64, u64) {
 /// Processes started before the call keep the limit they had.
 pub fn raise_nofile_limit() -> u64 {
     let (soft, hard) = nofile_limit();
-    if hard > soft {
-        let lim = libc::rlimit {
-            rlim_cur: hard,
-            rlim_max: hard,
-        };
-        // SAFETY: setrlimit reads one rlimit we own; raising soft up to hard needs no privilege.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
-            return hard;
-        }
+    if hard > soft && set_nofile_limit(hard, hard).is_ok() {
+        return hard;
     }
     soft
+}
+
+/// Sets this process's open-file limit to (`soft`, `hard`).
+pub(super) fn set_nofile_limit(soft: u64, hard: u64) -> std::io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads one rlimit we own; a soft limit up to hard needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The size of a memory page, in bytes.
