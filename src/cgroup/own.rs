@@ -71,7 +71,7 @@ impl OwnCgroup {
     }
 
     /// The open `cgroup.procs` of the new cgroup: a child writes its own pid to it between fork
-    /// and exec ([`join_self`]), so nothing it does escapes the accounting.
+    /// and exec ([`crate::sys::join_cgroup`]), so nothing it does escapes the accounting.
     pub fn procs_fd(&self) -> RawFd {
         self.procs.as_raw_fd()
     }
@@ -92,31 +92,5 @@ impl OwnCgroup {
         drop(self.procs);
         std::fs::remove_dir(&self.cgroup.memory_dir)
             .map_err(|e| format!("rmdir {}: {e}", self.cgroup.memory_dir.display()))
-    }
-}
-
-/// Writes the calling process's pid to `fd` (an open `cgroup.procs`). Async-signal-safe: meant
-/// for the child between fork and exec, so it allocates nothing.
-pub fn join_self(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
-    let mut buf = [0u8; 10];
-    let mut n = pid;
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let digits = &buf[i..];
-    // SAFETY: `digits` is a valid readable slice for its length; write does not keep the pointer.
-    let w = unsafe { libc::write(fd, digits.as_ptr().cast(), digits.len()) };
-    if w == digits.len() as isize {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }

@@ -162,6 +162,32 @@ pub fn set_interactive_signals(disposition: libc::sighandler_t) -> std::io::Resu
     Ok(())
 }
 
+/// Writes the calling process's pid to `fd` (an open `cgroup.procs`). Async-signal-safe: meant
+/// for the child between fork and exec, so it allocates nothing.
+pub fn join_cgroup(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    let pid = unsafe { libc::getpid() } as u32;
+    let mut buf = [0u8; 10];
+    let mut n = pid;
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &buf[i..];
+    // SAFETY: `digits` is a valid readable slice for its length; write does not keep the pointer.
+    let w = unsafe { libc::write(fd, digits.as_ptr().cast(), digits.len()) };
+    if w == digits.len() as isize {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Spawns `sh -c <command>` (see [`crate::shell`]), the child first joining the cgroup whose `cgroup.procs` is open as
 /// `cgroup_procs` (so nothing it starts escapes the accounting) and restoring SIGINT/SIGQUIT.
 pub fn spawn_shell(
@@ -177,7 +203,7 @@ pub fn spawn_shell(
     }
     let hook = move || {
         if let Some(fd) = cgroup_procs {
-            crate::cgroup::own::join_self(fd)?;
+            join_cgroup(fd)?;
         }
         set_interactive_signals(libc::SIG_DFL)
     };

@@ -11,8 +11,8 @@ mod socket;
 mod users;
 
 pub use children::{
-    ExitStatus, forward_signals_to, set_child_subreaper, set_interactive_signals, signal_name,
-    spawn_shell, wait_any_ended, wait4,
+    ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper, set_interactive_signals,
+    signal_name, spawn_shell, wait_any_ended, wait4,
 };
 pub use fd::{
     fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_noreplace,
@@ -20,8 +20,8 @@ pub use fd::{
 };
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
-    Rusage, Who, euid, gettid, hostname, nofile_limit, page_size, pin_this_object,
-    raise_nofile_limit, rusage, thread_cpu_seconds, uid,
+    Rusage, Who, clock_ticks, euid, gettid, hostname, nofile_limit, online_cpus, page_size,
+    pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
 };
 pub use socket::{pass_credentials, recv_with_sender};
 pub use users::{grant_user_read, user_name};

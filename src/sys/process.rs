@@ -152,11 +152,26 @@ pub(super) fn set_nofile_limit(soft: u64, hard: u64) -> std::io::Result<()> {
     }
 }
 
+/// `sysconf(name)`, or `default` where the system has no positive answer.
+fn sysconf_or(name: libc::c_int, default: u64) -> u64 {
+    // SAFETY: sysconf has no preconditions and only reads a value of the system's.
+    let v = unsafe { libc::sysconf(name) };
+    if v > 0 { v as u64 } else { default }
+}
+
 /// The size of a memory page, in bytes.
 pub fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions and only reads a constant.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as u64 } else { 4096 }
+    sysconf_or(libc::_SC_PAGESIZE, 4096)
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of CPU times in `/proc`.
+pub fn clock_ticks() -> u64 {
+    sysconf_or(libc::_SC_CLK_TCK, 100)
+}
+
+/// Number of CPUs online (`sysconf(_SC_NPROCESSORS_ONLN)`), at least 1.
+pub fn online_cpus() -> u32 {
+    u32::try_from(sysconf_or(libc::_SC_NPROCESSORS_ONLN, 1)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
