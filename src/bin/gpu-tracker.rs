@@ -327,7 +327,7 @@ fn run(args: Args) -> Result<u8, Fail> {
         Vec::new()
     };
     let started_unix = gpu_tracker::step::unix_now();
-    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.procs_fd()), &env)
+    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.join()), &env)
         .context("starting /bin/sh")?;
     let pid = child.id();
     let _ = sys::forward_signals_to(pid);

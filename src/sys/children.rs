@@ -162,11 +162,28 @@ pub fn set_interactive_signals(disposition: libc::sighandler_t) -> std::io::Resu
     Ok(())
 }
 
-/// Writes the calling process's pid to `fd` (an open `cgroup.procs`). Async-signal-safe: meant
-/// for the child between fork and exec, so it allocates nothing.
-pub fn join_cgroup(fd: std::os::fd::RawFd) -> std::io::Result<()> {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
+/// How a spawned child joins a cgroup of its own between fork and exec (see [`spawn_shell`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupJoin {
+    /// Writes the child's pid to this open `cgroup.procs` (cgroup v2).
+    Procs(std::os::fd::RawFd),
+    /// Writes `0`, the writing thread, to this open cgroup v1 `tasks` file. Just after fork
+    /// the child has one thread, so that moves the whole process. The kernel moves the calling
+    /// thread alone without taking its global lock on thread groups (`cgroup_procs_write_start`,
+    /// seen on Linux 6.18), while moving a process takes it, and taking it waits for an RCU
+    /// grace period when no other move came just before: 5 to 15 ms here, before the command
+    /// started. A kernel that takes the lock all the same is only as slow as before.
+    Tasks(std::os::fd::RawFd),
+}
+
+/// Moves the calling process into the cgroup of `join`. Async-signal-safe: meant for the child
+/// between fork and exec, so it allocates nothing.
+pub fn join_cgroup(join: CgroupJoin) -> std::io::Result<()> {
+    let (fd, pid) = match join {
+        // SAFETY: getpid has no preconditions and cannot fail.
+        CgroupJoin::Procs(fd) => (fd, unsafe { libc::getpid() } as u32),
+        CgroupJoin::Tasks(fd) => (fd, 0),
+    };
     let mut buf = [0u8; 10];
     let mut n = pid;
     let mut i = buf.len();
@@ -188,11 +205,11 @@ pub fn join_cgroup(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     }
 }
 
-/// Spawns `sh -c <command>` (see [`crate::shell`]), the child first joining the cgroup whose `cgroup.procs` is open as
-/// `cgroup_procs` (so nothing it starts escapes the accounting) and restoring SIGINT/SIGQUIT.
+/// Spawns `sh -c <command>` (see [`crate::shell`]), the child first joining the cgroup of
+/// `cgroup` (so nothing it starts escapes the accounting) and restoring SIGINT/SIGQUIT.
 pub fn spawn_shell(
     command: &str,
-    cgroup_procs: Option<std::os::fd::RawFd>,
+    cgroup: Option<CgroupJoin>,
     env: &[(&str, &std::ffi::OsStr)],
 ) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
@@ -202,8 +219,8 @@ pub fn spawn_shell(
         cmd.env(k, v);
     }
     let hook = move || {
-        if let Some(fd) = cgroup_procs {
-            join_cgroup(fd)?;
+        if let Some(join) = cgroup {
+            join_cgroup(join)?;
         }
         set_interactive_signals(libc::SIG_DFL)
     };

@@ -11,8 +11,8 @@ mod socket;
 mod users;
 
 pub use children::{
-    ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper, set_interactive_signals,
-    signal_name, spawn_shell, wait_any_ended, wait4,
+    CgroupJoin, ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper,
+    set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
 };
 pub use fd::{
     fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_noreplace,
