@@ -186,6 +186,41 @@ fn cpu_of_children_that_end_between_samples_counts() {
     );
 }
 
+/// A command that ends before its second sample is due: the reading taken after it ended
+/// (its peak from `wait4` and the cgroup, its CPU time) is in the figures, and the tracker
+/// does not wait out the interval.
+#[test]
+fn a_command_shorter_than_the_interval_keeps_its_final_reading() {
+    for extra in [&[][..], &["--no-cgroup"][..]] {
+        let cmd = hog_cmd("--mb 150 --spin-ms 300");
+        let mut args = vec![
+            "-e",
+            &cmd,
+            "--st",
+            "30",
+            "--ru",
+            "megabytes",
+            "--tu",
+            "seconds",
+            "-f",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let t0 = std::time::Instant::now();
+        let out = run(&args);
+        let took = t0.elapsed();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(took.as_secs() < 15, "waited {took:?} ({extra:?})");
+        let v = json(&out);
+        let main = f(&v, "/max_ram/main/total_rss");
+        assert!(main >= 150.0, "main peak {main} MB ({extra:?})");
+        assert!(f(&v, "/max_ram/combined/total_rss") >= 150.0);
+        assert!(f(&v, "/max_ram/largest_process_rss") >= 150.0);
+        let cpu = f(&v, "/compute_time/cpu_time");
+        assert!(cpu >= 0.25, "cpu {cpu} s ({extra:?})");
+    }
+}
+
 #[test]
 fn exit_status_is_the_commands() {
     let out = run(&["-e", "exit 3", "--disable-logs"]);

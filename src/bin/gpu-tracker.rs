@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{ArgAction, Parser};
 use gpu_tracker::cgroup::own::OwnCgroup;
 use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, nvml::NvmlSource};
+use gpu_tracker::proc::files::FdLimit;
 use gpu_tracker::sampler::{EndInfo, MemoryDetail, Target};
 use gpu_tracker::sys::{self, ExitStatus};
 use gpu_tracker::units::{
@@ -185,6 +186,13 @@ fn mark(args: &[std::ffi::OsString]) -> ExitCode {
 }
 
 fn run(args: Args) -> Result<u8, Fail> {
+    // The sampler keeps /proc files open at descriptor numbers from `min_fd` up (the same for
+    // any share of the limit it keeps; see `proc::files`). Growing the descriptor table that
+    // far once this process has threads makes the kernel wait for an RCU grace period, 10 ms
+    // and more, which fell on the last milliseconds of a short command (its first sample comes
+    // after it ended): grow it now, while there is one thread.
+    let hard = sys::nofile_limit().1;
+    let _ = sys::grow_fd_table(FdLimit::for_soft_limit(hard).min_fd);
     let command = args
         .execute
         .as_deref()
@@ -319,7 +327,7 @@ fn run(args: Args) -> Result<u8, Fail> {
         Vec::new()
     };
     let started_unix = gpu_tracker::step::unix_now();
-    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.procs_fd()), &env)
+    let child = sys::spawn_shell(&command, own_cg.as_ref().map(|c| c.join()), &env)
         .context("starting /bin/sh")?;
     let pid = child.id();
     let _ = sys::forward_signals_to(pid);

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::{Cgroup, Version};
@@ -18,7 +18,8 @@ use super::{Cgroup, Version};
 pub struct OwnCgroup {
     cgroup: Cgroup,
     parent_procs: PathBuf,
-    procs: File,
+    /// What a child writes to, to join: v1's `tasks`, v2's `cgroup.procs`.
+    join: File,
 }
 
 impl OwnCgroup {
@@ -50,10 +51,16 @@ impl OwnCgroup {
         if !dir.join(peak_file).exists() {
             return Err(cleanup(format!("{} has no {peak_file}", dir.display())));
         }
-        let procs = std::fs::OpenOptions::new()
+        // v1 moves a single thread without the kernel's global lock (see sys::CgroupJoin);
+        // v2 moves threads alone only inside threaded subtrees.
+        let join_file = match own.version {
+            Version::V1 => "tasks",
+            Version::V2 => "cgroup.procs",
+        };
+        let join = std::fs::OpenOptions::new()
             .write(true)
-            .open(dir.join("cgroup.procs"))
-            .map_err(|e| cleanup(format!("open {}/cgroup.procs: {e}", dir.display())))?;
+            .open(dir.join(join_file))
+            .map_err(|e| cleanup(format!("open {}/{join_file}: {e}", dir.display())))?;
         Ok(OwnCgroup {
             cgroup: Cgroup {
                 version: own.version,
@@ -61,7 +68,7 @@ impl OwnCgroup {
                 memory_dir: dir,
             },
             parent_procs: own.memory_dir.join("cgroup.procs"),
-            procs,
+            join,
         })
     }
 
@@ -70,10 +77,14 @@ impl OwnCgroup {
         &self.cgroup
     }
 
-    /// The open `cgroup.procs` of the new cgroup: a child writes its own pid to it between fork
-    /// and exec ([`join_self`]), so nothing it does escapes the accounting.
-    pub fn procs_fd(&self) -> RawFd {
-        self.procs.as_raw_fd()
+    /// How a child joins the new cgroup between fork and exec ([`crate::sys::join_cgroup`]), so
+    /// that nothing it does escapes the accounting.
+    pub fn join(&self) -> crate::sys::CgroupJoin {
+        let fd = self.join.as_raw_fd();
+        match self.cgroup.version {
+            Version::V1 => crate::sys::CgroupJoin::Tasks(fd),
+            Version::V2 => crate::sys::CgroupJoin::Procs(fd),
+        }
     }
 
     /// Moves any process still inside back to the parent cgroup, then removes the cgroup.
@@ -89,34 +100,34 @@ impl OwnCgroup {
                 let _ = parent.write_all(pid.to_string().as_bytes());
             }
         }
-        drop(self.procs);
+        drop(self.join);
         std::fs::remove_dir(&self.cgroup.memory_dir)
             .map_err(|e| format!("rmdir {}: {e}", self.cgroup.memory_dir.display()))
     }
 }
 
-/// Writes the calling process's pid to `fd` (an open `cgroup.procs`). Async-signal-safe: meant
-/// for the child between fork and exec, so it allocates nothing.
-pub fn join_self(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
-    let mut buf = [0u8; 10];
-    let mut n = pid;
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where this process may make cgroups (root on cgroup v1, as in tests/run-all.sh): a
+    /// child spawned to join lands in the new cgroup, through v1's `tasks` file.
+    #[test]
+    fn a_spawned_child_joins_the_new_cgroup() {
+        let root = Path::new(crate::cgroup::DEFAULT_ROOT);
+        let Ok(own) = OwnCgroup::create(root, Path::new(crate::proc::DEFAULT_ROOT)) else {
+            eprintln!("no cgroup of its own can be made here; nothing to test");
+            return;
+        };
+        if own.cgroup().version == Version::V1 {
+            assert!(matches!(own.join(), crate::sys::CgroupJoin::Tasks(_)));
         }
-    }
-    let digits = &buf[i..];
-    // SAFETY: `digits` is a valid readable slice for its length; write does not keep the pointer.
-    let w = unsafe { libc::write(fd, digits.as_ptr().cast(), digits.len()) };
-    if w == digits.len() as isize {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+        let mut child = crate::sys::spawn_shell("sleep 5", Some(own.join()), &[]).unwrap();
+        let pid = child.id();
+        let inside = own.cgroup().procs().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        own.remove().unwrap();
+        assert!(inside.contains(&pid), "{pid} not in {inside:?}");
     }
 }

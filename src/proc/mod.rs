@@ -165,16 +165,12 @@ impl ProcFs {
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of CPU times in `/proc`.
 pub fn ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no preconditions and only reads a constant.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as u64 } else { 100 }
+    crate::sys::clock_ticks()
 }
 
 /// Number of CPUs online, as `psutil.cpu_count()` reports it.
 pub fn online_cpus() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 { n as u32 } else { 1 }
+    crate::sys::online_cpus()
 }
 
 #[cfg(test)]

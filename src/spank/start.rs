@@ -1,0 +1,158 @@
+//! Starting to track a step in slurmstepd: the settings and what root may trust of them, the
+//! step's facts, the spool, the phase-mark sockets, then the step's tracker.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::ffi::{self, Spank, spank_item};
+use super::{facts, state};
+use crate::config::{Config, Tracking};
+use crate::gres::GpuOrder;
+use crate::step::record;
+use crate::step::spool::Spool;
+use crate::step::{StepSetup, StepTracker};
+use crate::trust;
+
+/// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
+pub(super) fn start_step(
+    sp: Spank,
+    config_path: &Path,
+    option: Option<&str>,
+) -> Result<(), String> {
+    // Root reads the settings, loads the library they name and writes where they say: each
+    // must be root's alone, or a user who can change it runs code as root in every step.
+    let untrusted = |e: String| format!("{e}; tracking off");
+    if std::fs::symlink_metadata(config_path).is_err_and(|e| e.kind() == ErrorKind::NotFound) {
+        return Err(format!(
+            "settings file {} is missing; tracking off",
+            config_path.display()
+        ));
+    }
+    trust::check_root_trusted(config_path, "settings file").map_err(untrusted)?;
+    let cfg =
+        Config::load(config_path).map_err(|e| format!("settings not usable, tracking off: {e}"))?;
+    if cfg.nvml_library.contains('/') {
+        // A bare name is found by the dynamic loader in the system's directories.
+        trust::check_root_trusted(Path::new(&cfg.nvml_library), "nvml_library")
+            .map_err(untrusted)?;
+    }
+    trust::check_root_trusted_dir(&cfg.spool_dir, "spool_dir").map_err(untrusted)?;
+    let interval = match cfg.decide(option) {
+        Ok(Tracking::Off) => return Ok(()),
+        Ok(Tracking::On { interval }) => interval,
+        // Too short for this site: track at the shortest interval allowed rather than not at all.
+        Err(_) if option.is_some() => cfg.min_interval,
+        Err(e) => return Err(e),
+    };
+    let step_id = sp
+        .u32_item(spank_item::S_JOB_STEPID)
+        .ok_or("no step id from SPANK")?;
+    let kind = facts::step_kind(step_id);
+    if !cfg.tracks(kind) {
+        return Ok(());
+    }
+    let job_id = sp
+        .u32_item(spank_item::S_JOB_ID)
+        .ok_or("no job id from SPANK")?;
+    let (job, step) = facts::job_and_step(sp, step_id, kind, job_id);
+    let uid = job.uid;
+    let (gpu_order, gres_conf) = if step.alloc_gpus.is_empty() {
+        (GpuOrder::Unknown("no GPUs allocated".into()), None)
+    } else {
+        facts::gpu_order(&cfg, &step.node)
+    };
+    let cluster = job.cluster.clone().unwrap_or_default();
+    let spool = Spool::open(&cfg.spool_dir)
+        .and_then(|s| s.for_cluster(&cluster))
+        .map_err(|e| format!("spool: {e}"))?
+        .readable_by(uid);
+    let setup = StepSetup {
+        job,
+        step,
+        interval: Duration::from_secs_f64(interval),
+        checkpoint_interval: (cfg.checkpoint_interval > 0.0)
+            .then(|| Duration::from_secs_f64(cfg.checkpoint_interval)),
+        spool,
+        nvml_library: (!cfg.nvml_library.is_empty()).then(|| PathBuf::from(&cfg.nvml_library)),
+        cgroup_root: PathBuf::from(crate::cgroup::DEFAULT_ROOT),
+        proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
+        gpu_order,
+        gres_conf,
+        alerts: cfg.alert_rules(),
+        mark_socket: None,
+        warn_user: cfg.warn_user,
+    };
+    let mark_prefix = match mark_dir(&cfg.mark_dir) {
+        Ok(Some(dir)) => {
+            Some(dir.join(format!("{job_id}.{}.", record::file_safe(&setup.step.node))))
+        }
+        Ok(None) => None,
+        Err(e) => {
+            ffi::log_info(&format!("gpu-tracker: phase marks off: {e}"));
+            None
+        }
+    };
+    let mut setup = setup;
+    setup.mark_socket = mark_prefix
+        .as_ref()
+        .map(|p| PathBuf::from(format!("{}{}.sock", p.display(), setup.step.id)));
+    let name = setup.record_name();
+    let instance = setup.instance();
+    let tracker = StepTracker::start(setup)?;
+    if let Some(p) = &mark_prefix {
+        // `gpu-tracker mark` in the step's tasks finds the sockets of the job on this node.
+        if let Err(e) = sp.setenv(crate::history::mark::ENV, &p.display().to_string()) {
+            ffi::log_debug(&format!(
+                "gpu-tracker: phase marks: cannot set the variable: {e}"
+            ));
+        }
+    }
+    if let Some(to) = tracker.moved_aside() {
+        // For the admin only: not copied into the new job's output.
+        ffi::log_info(&format!(
+            "gpu-tracker: job {job_id}: the spool held records of an earlier job with this id \
+             (another user's, or before a reset); moved them to {} (root only)",
+            to.display()
+        ));
+    }
+    ffi::log_debug(&format!(
+        "gpu-tracker: tracking job {job_id} step {} every {interval} s into {}",
+        record::step_name(step_id),
+        name
+    ));
+    let mut st = state();
+    st.tracker = Some(tracker);
+    st.spool_dir = Some(cfg.spool_dir.join(&cluster));
+    st.instance = Some(instance);
+    st.summary = cfg.summary;
+    Ok(())
+}
+
+/// The directory of the phase-mark sockets, made when missing: `None` when the settings turn
+/// marks off. Root binds sockets there, so it must be root's and writable by no one else.
+fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
+    if dir.is_empty() {
+        return Ok(None);
+    }
+    let dir = PathBuf::from(dir);
+    if std::fs::symlink_metadata(&dir).is_err() {
+        use std::os::unix::fs::DirBuilderExt;
+        // Only the last component is made: its parent (/run) must be there.
+        if let Err(e) = std::fs::DirBuilder::new().mode(0o755).create(&dir)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(format!("cannot make mark_dir {}: {e}", dir.display()));
+        }
+    }
+    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("mark_dir: {e}"))?;
+    use std::os::unix::fs::MetadataExt;
+    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "mark_dir {} must be a directory of root's that no one else can write to",
+            dir.display()
+        ));
+    }
+    trust::check_root_trusted_dir(&dir, "mark_dir")?;
+    Ok(Some(dir))
+}

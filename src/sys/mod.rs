@@ -1,0 +1,27 @@
+//! Safe wrappers over the few libc calls the library needs. Every `unsafe` block of the library
+//! outside the FFI modules lives here, one per call.
+//!
+//! One file per job; everything is re-exported here, so callers say `crate::sys::name`.
+
+mod children;
+mod fd;
+mod job_output;
+mod process;
+mod socket;
+mod users;
+
+pub use children::{
+    CgroupJoin, ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper,
+    set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
+};
+pub use fd::{
+    fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_noreplace,
+    set_cloexec, unlinkat,
+};
+pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
+pub use process::{
+    Rusage, Who, clock_ticks, euid, gettid, hostname, nofile_limit, online_cpus, page_size,
+    pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
+};
+pub use socket::{pass_credentials, recv_with_sender};
+pub use users::{grant_user_read, user_name};
