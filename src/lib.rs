@@ -23,6 +23,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod clock;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -38,6 +39,7 @@ pub mod slurmconf;
 mod spank;
 pub mod step;
 pub mod sys;
+pub mod text;
 pub mod tracker;
 pub mod tracking_file;
 pub mod trust;

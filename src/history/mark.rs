@@ -48,7 +48,7 @@ pub fn decode(data: &[u8], now: f64) -> Option<(f64, String)> {
         .filter(|t| t.is_finite() && *t <= now + 0.5 && *t >= now - 3600.0)
         .unwrap_or(now)
         .min(now);
-    let name = crate::step::record::clean_text(lines.next()?.trim(), MAX_NAME);
+    let name = crate::text::clean_text(lines.next()?.trim(), MAX_NAME);
     (!name.is_empty()).then_some((t, name))
 }
 
@@ -155,9 +155,9 @@ pub fn send(name: &str) -> Result<usize, MarkError> {
 fn clean_name(name: &str) -> Result<String, MarkError> {
     let kept: String = name
         .chars()
-        .filter(|c| !crate::step::record::is_unsafe_on_terminal(*c))
+        .filter(|c| !crate::text::is_unsafe_on_terminal(*c))
         .collect();
-    let clean = crate::step::record::clean_text(kept.trim(), MAX_NAME);
+    let clean = crate::text::clean_text(kept.trim(), MAX_NAME);
     if clean.is_empty() {
         return Err(MarkError::EmptyName);
     }
@@ -167,9 +167,7 @@ fn clean_name(name: &str) -> Result<String, MarkError> {
 /// [`send`] with the prefix given.
 pub fn send_to(prefix: &Path, name: &str) -> Result<usize, MarkError> {
     let clean = clean_name(name)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = crate::clock::unix_now();
     let data = encode(now, &clean);
     let lossy = prefix.to_string_lossy().into_owned();
     let (dir, start) = match lossy.rsplit_once('/') {

@@ -277,7 +277,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         events,
         events_dropped,
         idle,
-    } = inner.history().finish(super::unix_now());
+    } = inner.history().finish(crate::clock::unix_now());
     let mut gpus = gpus;
     for g in &mut gpus {
         if let Some(i) = timeline.gpus.iter().position(|u| *u == g.uuid) {

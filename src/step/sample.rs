@@ -193,7 +193,7 @@ fn observe(
     sampled: u64,
     cpu_now: f64,
 ) {
-    let unix = super::unix_now();
+    let unix = crate::clock::unix_now();
     let batch = inner.setup.step.id == "batch";
     let limit = step
         .and_then(|r| r.limit)
