@@ -6,6 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::clock::unix_now;
 use crate::gpu::{self, GpuConfig, LazyGpu};
 use crate::history::mark::Inbox;
 use crate::history::{AlertRules, Recorder, Story};
@@ -15,7 +16,7 @@ use crate::units::Units;
 use crate::usage::ResourceUsage;
 
 /// The smallest sleep time accepted, as in `gpu_tracker`.
-pub const MIN_SLEEP_TIME: f64 = 0.1;
+pub const MIN_SLEEP_TIME: f64 = crate::units::MIN_INTERVAL_SECONDS;
 
 /// A failure to start or finish tracking.
 #[derive(Debug, thiserror::Error)]
@@ -310,18 +311,18 @@ fn run(
     let in_process = target.in_process;
     let mut sampler = Sampler::new(opts.sampler_options(), target);
     let interval = Duration::from_secs_f64(opts.sleep_time);
-    let mut story = Recorder::new(crate::step::unix_now(), opts.sleep_time, opts.alerts);
+    let mut story = Recorder::new(unix_now(), opts.sleep_time, opts.alerts);
     let inbox = opts.marks.clone();
     let receive = |inbox: &Option<Arc<Mutex<Inbox>>>| {
         inbox.as_ref().map_or_else(Vec::new, |m| {
             m.lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .receive(crate::step::unix_now())
+                .receive(unix_now())
         })
     };
     let mut gpus_named = false;
     let mut observe = |sampler: &Sampler, story: &mut Recorder| {
-        let now = crate::step::unix_now();
+        let now = unix_now();
         let (uuids, ids, lost) = sampler.gpu_devices();
         if !gpus_named && !uuids.is_empty() {
             story.set_gpus(uuids, ids);
@@ -336,8 +337,8 @@ fn run(
     let mut pending_rows = Vec::new();
     let mut static_written = false;
     // The interval asked for, lengthened while samples cost more than a tenth of it (a tree of
-    // thousands of processes, a slow driver): said in the notes (`step::pace`).
-    let mut pace = crate::step::pace::Pace::new(interval);
+    // thousands of processes, a slow driver): said in the notes (`sampler::pace`).
+    let mut pace = crate::sampler::pace::Pace::new(interval);
     let end = loop {
         let started = std::time::Instant::now();
         let mut unavailable = None;
@@ -429,7 +430,7 @@ fn run(
             &opts,
         );
     }
-    let story = story.finish(crate::step::unix_now());
+    let story = story.finish(unix_now());
     (sampler.finish(end), story)
 }
 

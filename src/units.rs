@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Seconds in a day.
 pub const SECONDS_PER_DAY: f64 = 86_400.0;
 /// The shortest sampling interval anything accepts (`min_interval`, `gpu-tracker --st`).
-pub const MIN_INTERVAL_SECONDS: f64 = crate::tracker::MIN_SLEEP_TIME;
+pub const MIN_INTERVAL_SECONDS: f64 = 0.1;
 /// The longest sampling interval: `interval`, `min_interval`, `--gpu-track=SECONDS`,
 /// `gpu-tracker --st`. A day: a step sampled less often has only its end figures.
 pub const MAX_INTERVAL_SECONDS: f64 = SECONDS_PER_DAY;

@@ -1,10 +1,11 @@
 //! CPU accounting over sampling intervals: the machine's (from `/proc/stat`), and the tracked
 //! tree's from cumulative CPU times, so a process that ended between two samples still counts.
 
-use super::Timepoint;
-use super::stats::{PercentAcc, ProcessingUnitPercentages};
+use super::stats::PercentAcc;
 use crate::proc::CpuTotals;
 use crate::sys::Rusage;
+use crate::tracking_file::Timepoint;
+use crate::usage::ProcessingUnitPercentages;
 
 /// CPU figures over a run.
 #[derive(Debug, Default)]

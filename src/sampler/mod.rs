@@ -16,6 +16,7 @@
 mod cpu;
 pub(crate) mod gpus;
 mod options;
+pub mod pace;
 pub mod stats;
 pub(crate) mod tree;
 
@@ -28,11 +29,12 @@ use crate::proc::watch::Watch;
 use crate::proc::{ProcFs, ticks_per_second};
 use crate::sys;
 use crate::tracking_file::StaticData;
+pub use crate::tracking_file::Timepoint;
 use crate::units::Units;
 use crate::usage::{
     ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, RssValues, TrackingInfo,
 };
-pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target, Timepoint};
+pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target};
 
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;

@@ -21,12 +21,11 @@
 //! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
 //! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
 //! Its cost is bounded: each sample reads a bounded number of processes ([`procs`]), and the
-//! interval lengthens while samples cost more than a tenth of it ([`pace`]).
+//! interval lengthens while samples cost more than a tenth of it ([`crate::sampler::pace`]).
 
 mod build;
 mod cgroups;
 pub mod nvml_gate;
-pub mod pace;
 pub mod procs;
 pub mod record;
 pub mod safe_read;
@@ -45,8 +44,8 @@ use crate::history::mark::Inbox;
 use crate::history::{AlertRules, Event, Recorder};
 use crate::proc::ProcFs;
 use crate::sampler::gpus::GpuAccumulator;
+use crate::sampler::pace::Pace;
 use crate::sys;
-use pace::Pace;
 use procs::ProcReader;
 use record::{JobInfo, StepInfo, StepRecord};
 use spool::Spool;
@@ -164,12 +163,8 @@ const MARK_POLL: Duration = Duration::from_millis(100);
 /// Most alert lines one step writes to the job's stderr.
 pub const WARN_LINES: usize = 10;
 
-/// Now, in Unix seconds.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+/// Now, in Unix seconds (kept here for the binaries: [`crate::clock::unix_now`]).
+pub use crate::clock::unix_now;
 
 fn task_name(id: Option<u32>) -> String {
     id.map_or_else(|| "?".into(), |i| i.to_string())
