@@ -1,8 +1,9 @@
 //! The step's record, built from what the sampler thread and the task callbacks gathered.
 
+use super::procs;
 use super::record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
 use super::record::{SamplerStats, StepCpu, StepGpu, StepMemory, StepRecord};
-use super::{Acc, Inner, procs};
+use super::state::{Acc, Inner};
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::units::{MemUnit, TimeUnit, Units};
 

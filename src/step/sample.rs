@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use super::{Acc, Inner, StepSetup, Work, procs};
+use super::procs;
+use super::setup::StepSetup;
+use super::state::{Acc, Inner, Work};
 use crate::cgroup::{CgroupError, CgroupReading};
 use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
