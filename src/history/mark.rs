@@ -15,6 +15,7 @@
 //! removed.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
@@ -98,6 +99,12 @@ impl Inbox {
         &self.path
     }
 
+    /// Another descriptor of the socket: to wait for marks (see [`crate::waitfd`]) without
+    /// holding the inbox.
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.sock.try_clone().map(OwnedFd::from)
+    }
+
     /// The marks waiting, oldest first, without waiting for more. `now` is the Unix time.
     pub fn receive(&mut self, now: f64) -> Vec<(f64, String)> {
         let mut out = Vec::new();
@@ -115,6 +122,13 @@ impl Inbox {
             }
         }
         out
+    }
+}
+
+impl AsFd for Inbox {
+    /// Readable when a datagram waits.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 }
 

@@ -1,6 +1,7 @@
 //! What the step's tracker and its sampler thread share: the tasks as the plugin reports them,
 //! the sampler's figures, the step's history, and the writing of its record.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,9 +12,11 @@ use super::record::StepRecord;
 use super::setup::StepSetup;
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
+use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
+use crate::waitfd::{self, Wake};
 
 /// A task of the step, as the plugin reported it and the samples saw it.
 #[derive(Debug, Clone, Default)]
@@ -156,7 +159,11 @@ pub(super) struct Inner {
     /// (never held across a `/proc` or NVML call), read by the record's builder: not copied
     /// at every sample like `figures`.
     pub(super) history: Mutex<Recorder>,
+    /// Wakes whoever waits for the shared state to change: the sampler thread for a new task
+    /// or a stop (when it has no mark socket to wait on), `finish` for the thread's end.
     pub(super) wake: Condvar,
+    /// Wakes a sampler thread waiting on its mark socket (see [`Inner::wait`]).
+    pub(super) wake_fd: Option<Wake>,
     /// The sampler's figures as of its latest sample. Never held across a `/proc` or NVML call.
     pub(super) figures: Mutex<Acc>,
     /// Whether the final record is written; held while any record is written, so no checkpoint
@@ -165,6 +172,44 @@ pub(super) struct Inner {
 }
 
 impl Inner {
+    /// Tells the sampler thread (and any other waiter) that the shared state changed.
+    pub(super) fn notify(&self) {
+        self.wake.notify_all();
+        if let Some(w) = &self.wake_fd {
+            w.wake();
+        }
+    }
+
+    /// The sampler thread's wait: releases `sh` until [`Inner::notify`], `timeout`, or a
+    /// datagram on `marks`, whichever comes first. With no mark socket (or no [`Wake`]: see
+    /// `StepTracker::start`), on the condition variable alone.
+    pub(super) fn wait<'a>(
+        &'a self,
+        sh: MutexGuard<'a, Shared>,
+        timeout: Duration,
+        marks: Option<&Inbox>,
+    ) -> MutexGuard<'a, Shared> {
+        if let (Some(ib), Some(w)) = (marks, &self.wake_fd) {
+            // A notify between the caller's look at `sh` and this wait leaves the descriptor
+            // readable: the wait returns at once and the caller looks again.
+            drop(sh);
+            let waited = waitfd::wait_readable(&[ib.as_fd(), w.fd()], timeout);
+            w.drain();
+            if waited.is_ok() {
+                return self.lock();
+            }
+            return self
+                .wake
+                .wait_timeout(self.lock(), timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        self.wake
+            .wait_timeout(sh, timeout)
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+    }
+
     /// The shared state.
     pub(super) fn lock(&self) -> MutexGuard<'_, Shared> {
         // A panic elsewhere never takes the data with it: the figures stay usable.

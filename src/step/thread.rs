@@ -19,10 +19,6 @@ use crate::sys;
 /// other tasks and let them exec, so that one sample sees them all.
 const NEW_TASK_SAMPLE_DELAY: Duration = Duration::from_millis(20);
 
-/// How often the sampler thread looks for phase marks between samples (one non-blocking
-/// `recvmsg`): a mark's sample comes this late at most.
-const MARK_POLL: Duration = Duration::from_millis(100);
-
 /// Most alert lines one step writes to the job's stderr.
 pub const WARN_LINES: usize = 10;
 
@@ -102,19 +98,13 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
                 if now >= due && !sh.tasks.is_empty() {
                     break;
                 }
-                let mut wait = if sh.tasks.is_empty() {
+                let wait = if sh.tasks.is_empty() {
                     Duration::from_millis(200)
                 } else {
                     due - now
                 };
-                if inbox.is_some() {
-                    wait = wait.min(MARK_POLL);
-                }
-                sh = inner
-                    .wake
-                    .wait_timeout(sh, wait)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                // Until then, a new task, a stop, or a mark on the socket.
+                sh = inner.wait(sh, wait, inbox.as_ref());
             }
             if sh.stop {
                 break;

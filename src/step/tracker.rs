@@ -17,6 +17,7 @@ use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
 use crate::proc::ProcFs;
 use crate::sys;
+use crate::waitfd::Wake;
 
 /// How long [`StepTracker::finish`] (and `Drop`) wait for the sampler thread to stop. A sample
 /// takes milliseconds; this is for a driver call that never returns. Slurm waits for `exit`
@@ -53,8 +54,9 @@ impl StepTracker {
         }
         // Marks are taken from the job's user (and root) only; a socket that cannot be made
         // turns marks off for the step, not tracking.
+        // The thread waits on the socket and a wake of its own together (see `Inner::wait`).
         let inbox = match &setup.mark_socket {
-            Some(p) => match Inbox::bind(p, setup.job.uid) {
+            Some(p) => match Inbox::bind(p, setup.job.uid).and_then(|i| Ok((i, Wake::new()?))) {
                 Ok(i) => Some(i),
                 Err(e) => {
                     shared.notes.push(format!(
@@ -66,6 +68,7 @@ impl StepTracker {
             },
             None => None,
         };
+        let (inbox, wake_fd) = inbox.unzip();
         let start_unix = unix_now();
         let inner = Arc::new(Inner {
             figures: Mutex::new(Acc::new(setup.interval)),
@@ -79,6 +82,7 @@ impl StepTracker {
             start_time: chrono::Local::now(),
             shared: Mutex::new(shared),
             wake: Condvar::new(),
+            wake_fd,
             final_written: Mutex::new(false),
         });
         // A first (incomplete) record before any task starts: whoever reads the job's records
@@ -175,7 +179,7 @@ impl StepTracker {
             },
         ));
         drop(sh);
-        self.inner.wake.notify_all();
+        self.inner.notify();
     }
 
     /// A task ended with wait status `status` (as `waitpid` gives it). Reads the final counters
@@ -269,7 +273,7 @@ impl StepTracker {
         let until = Instant::now() + deadline;
         let mut sh = self.inner.lock();
         sh.stop = true;
-        self.inner.wake.notify_all();
+        self.inner.notify();
         while !sh.sampler_done {
             let now = Instant::now();
             if now >= until {
