@@ -71,6 +71,16 @@ impl Wake {
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.rx.as_fd()
     }
+
+    /// Waits until this is woken, one of `others` has something to read, or `timeout` has
+    /// passed; then drains the wakes, so that the next wait sleeps.
+    pub fn wait_with(&self, others: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<()> {
+        let mut fds = others.to_vec();
+        fds.push(self.fd());
+        let r = wait_readable(&fds, timeout);
+        self.drain();
+        r
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,10 @@ use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
+use crate::sampler::core::HistoryFeed;
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
-use crate::waitfd::{self, Wake};
+use crate::waitfd::Wake;
 
 /// A task of the step, as the plugin reported it and the samples saw it.
 #[derive(Debug, Clone, Default)]
@@ -91,8 +92,8 @@ pub(super) struct Acc {
     pub(super) last_sample: Option<chrono::DateTime<chrono::Local>>,
     /// `Some(false)`: the thread did not stop by the deadline (final records only).
     pub(super) stopped: Option<bool>,
-    /// The history knows the GPUs' UUIDs.
-    pub(super) gpus_named: bool,
+    /// What the step's history was told so far.
+    pub(super) history: HistoryFeed,
 }
 
 impl Acc {
@@ -121,7 +122,7 @@ impl Acc {
             nvml_cloexec: 0,
             last_sample: None,
             stopped: None,
-            gpus_named: false,
+            history: HistoryFeed::default(),
         }
     }
 
@@ -193,9 +194,7 @@ impl Inner {
             // A notify between the caller's look at `sh` and this wait leaves the descriptor
             // readable: the wait returns at once and the caller looks again.
             drop(sh);
-            let waited = waitfd::wait_readable(&[ib.as_fd(), w.fd()], timeout);
-            w.drain();
-            if waited.is_ok() {
+            if w.wait_with(&[ib.as_fd()], timeout).is_ok() {
                 return self.lock();
             }
             return self
