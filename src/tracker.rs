@@ -15,7 +15,7 @@ use crate::sampler::{EndInfo, MemoryDetail, Sampler, SamplerOptions, Target};
 use crate::tracking_file::{TrackingFile, TrackingFileError};
 use crate::units::Units;
 use crate::usage::ResourceUsage;
-use crate::waitfd::{self, Wake};
+use crate::waitfd::Wake;
 
 /// The smallest sleep time accepted, as in `gpu_tracker`.
 pub const MIN_SLEEP_TIME: f64 = crate::units::MIN_INTERVAL_SECONDS;
@@ -352,19 +352,6 @@ fn run(
                 .receive(unix_now())
         })
     };
-    let mut gpus_named = false;
-    let mut observe = |sampler: &Sampler, story: &mut Recorder| {
-        let now = unix_now();
-        let (uuids, ids, lost) = sampler.gpu_devices();
-        if !gpus_named && !uuids.is_empty() {
-            story.set_gpus(uuids, ids);
-            gpus_named = true;
-        }
-        for i in lost {
-            story.gpu_lost(now, i);
-        }
-        story.observe(&sampler.observation(now));
-    };
     // Rows wait here until the GPU count is known: the static row comes first in the file.
     let mut pending_rows = Vec::new();
     let mut static_written = false;
@@ -377,7 +364,7 @@ fn run(
         let _ = gpu.get(false, &mut |m| unavailable = Some(m));
         let gpu_known = gpu.is_settled();
         let tp = sampler.sample(gpu.get(false, &mut |_| {}));
-        observe(&sampler, &mut story);
+        sampler.record(&mut story, unix_now());
         if let Some(m) = unavailable {
             warn(&format!("no GPU figures: {m}"));
             sampler.note(format!("no GPU figures: {m}"));
@@ -413,8 +400,7 @@ fn run(
             if let (Some(fd), Some(w)) = (&mark_fd, &stop.wake) {
                 // A stop signalled before this wait leaves the wake readable: no stop is lost.
                 drop(st);
-                waited = waitfd::wait_readable(&[fd.as_fd(), w.fd()], due - now).is_ok();
-                w.drain();
+                waited = w.wait_with(&[fd.as_fd()], due - now).is_ok();
                 st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             if !waited {
@@ -447,7 +433,7 @@ fn run(
     let src = gpu.get(true, &mut |m| sampler.note(format!("no GPU figures: {m}")));
     if in_process {
         let tp = sampler.sample(src);
-        observe(&sampler, &mut story);
+        sampler.record(&mut story, unix_now());
         if let Some(f) = tf.as_mut() {
             pending_rows.push(tp);
             let _ = write_rows(

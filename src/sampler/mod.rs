@@ -13,6 +13,7 @@
 //!   usage), so the sum over the tree is complete, and the mean over the run is total CPU time
 //!   divided by wall time.
 
+pub mod core;
 mod cpu;
 pub(crate) mod gpus;
 mod options;
@@ -36,6 +37,7 @@ use crate::usage::{
 };
 pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target};
 
+use self::core::{HistoryFeed, MemSum};
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
 
@@ -105,6 +107,8 @@ pub struct Sampler {
     notes_seen: HashSet<String>,
     /// Memory (resident, shared pages once) and CPU seconds of the tree at the latest sample.
     latest: (u64, f64),
+    /// What the history recorder was told so far.
+    history: HistoryFeed,
     /// When the machine's figures were last read, and the row values they gave (CPU sum and
     /// hardware percent, RAM used).
     machine_at: Option<Instant>,
@@ -155,6 +159,7 @@ impl Sampler {
             notes: Vec::new(),
             notes_seen: HashSet::new(),
             latest: (0, 0.0),
+            history: HistoryFeed::default(),
             machine_at: None,
             cgroup_dirs: None,
             machine_row: ([0.0; 2], 0.0),
@@ -212,6 +217,12 @@ impl Sampler {
         }
     }
 
+    /// Hands the latest sample (taken at `unix`) to the history recorder `rec`.
+    pub fn record(&mut self, rec: &mut crate::history::Recorder, unix: f64) {
+        let o = self.observation(unix);
+        self.history.observe(rec, &self.gpu, None, o);
+    }
+
     /// UUIDs and NVML indices of the GPUs read, once known; GPUs lost at the latest sample.
     pub fn gpu_devices(&self) -> (Vec<String>, Vec<u32>, Vec<usize>) {
         let (u, i) = self.gpu.devices_seen();
@@ -253,7 +264,7 @@ impl Sampler {
         )
         .0;
         let mut seen = HashSet::with_capacity(members.len());
-        let (mut priv_sum, mut shared_max) = ([0u64; 3], [0u64; 3]);
+        let mut mem = [MemSum::default(); 3];
         let mut cum = 0.0;
         let mut main_own = None;
         let mut threads_now = [0u64; 2];
@@ -306,8 +317,7 @@ impl Sampler {
             self.largest_hwm = self.largest_hwm.max(r.hwm);
             let group = if is_main { 0 } else { 1 };
             for g in [group, 2] {
-                priv_sum[g] += s.private;
-                shared_max[g] = shared_max[g].max(s.shared);
+                mem[g].add(s.private, s.shared);
             }
             tp.values[group] += u.ram.from_bytes(s.total());
             threads_now[group] += threads;
@@ -323,9 +333,9 @@ impl Sampler {
         }
         self.procs.retain(|pid, _| seen.contains(pid));
         // Descendants and combined: private pages summed, shared pages counted once.
-        self.mem[1].update(priv_sum[1], shared_max[1], 0);
-        self.mem[2].update(priv_sum[2], shared_max[2], self.largest_hwm);
-        tp.values[2] = u.ram.from_bytes(priv_sum[2] + shared_max[2]);
+        self.mem[1].update(mem[1].private, mem[1].shared, 0);
+        self.mem[2].update(mem[2].private, mem[2].shared, self.largest_hwm);
+        tp.values[2] = u.ram.from_bytes(mem[2].total());
         tp.values[10] = threads_now[0] as f64;
         tp.values[11] = threads_now[1] as f64;
         tp.values[12] = (threads_now[0] + threads_now[1]) as f64;
@@ -361,7 +371,7 @@ impl Sampler {
             None
         };
         self.cpu.tree(dt, cum, main_own, &mut tp);
-        self.latest = (priv_sum[2] + shared_max[2], cum);
+        self.latest = (mem[2].total(), cum);
 
         if let Some(m) = meminfo {
             self.sys_used = self.sys_used.max(m.used);

@@ -11,6 +11,7 @@ use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
+use crate::sampler::core::MemSum;
 use crate::units::{MemUnit, TimeUnit, Units};
 
 /// A GPU source restricted to the step's allocated devices.
@@ -96,10 +97,12 @@ pub(super) fn sample(
         ));
     }
     let mut all_members = found.members.clone();
-    let step_private: u64 = found.tasks.iter().map(|t| t.private).sum();
-    let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
+    let mut step_mem = MemSum::default();
+    for t in &found.tasks {
+        step_mem.add(t.private, t.shared);
+    }
     let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
-    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
+    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_mem.total());
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
@@ -175,7 +178,7 @@ pub(super) fn sample(
         acc,
         step_reading,
         job_reading,
-        step_private + step_shared,
+        step_mem.total(),
         cpu_now,
     );
     let us = t0.elapsed().as_secs_f64() * 1e6;
@@ -205,34 +208,28 @@ fn observe(
         Some(j) if batch && j.limit.is_some() => (j.current, j.limit),
         _ => (step.and_then(|r| r.current), limit),
     };
-    let gpus = acc.gpu.last_readings().to_vec();
+    // The GPUs go by Slurm's index in the step's events.
+    let ids = acc
+        .gpu_devices
+        .iter()
+        .map(|(a, d)| a.unwrap_or(d.index))
+        .collect();
     let mut h = inner.history();
-    if !acc.gpus_named && !acc.gpu_devices.is_empty() {
-        acc.gpus_named = true;
-        h.set_gpus(
-            acc.gpu_devices
-                .iter()
-                .map(|(_, d)| d.uuid.clone())
-                .collect(),
-            acc.gpu_devices
-                .iter()
-                .map(|(a, d)| a.unwrap_or(d.index))
-                .collect(),
-        );
-    }
     h.set_memory_limit(watched_limit);
-    for &i in acc.gpu.lost_at_last_sample() {
-        h.gpu_lost(unix, i);
-    }
-    h.observe(&Observation {
-        unix,
-        memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
-        alert_memory_bytes: watched,
-        cpu_seconds: Some(cpu_now),
-        gpus,
-        oom_kills: step.and_then(|r| r.oom_kills),
-        limit_hits: step.and_then(|r| r.limit_hits),
-    });
+    acc.history.observe(
+        &mut h,
+        &acc.gpu,
+        Some(ids),
+        Observation {
+            unix,
+            memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
+            alert_memory_bytes: watched,
+            cpu_seconds: Some(cpu_now),
+            gpus: Vec::new(),
+            oom_kills: step.and_then(|r| r.oom_kills),
+            limit_hits: step.and_then(|r| r.limit_hits),
+        },
+    );
 }
 
 /// Whether a failed reading of the step's cgroup is a fault to count: `None` when it is not.
