@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// Something that happened, with its time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// Seconds since [`Timeline::start_unix`].
+    /// Seconds since [`crate::history::Timeline::start_unix`].
     pub t: f64,
     /// `task_start`, `task_exit`, `oom_kill`, `memory_limit_hit`, `gpu_lost`, `mark`,
     /// `alert_memory` or `alert_gpu_idle`.

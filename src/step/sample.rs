@@ -34,7 +34,7 @@ impl GpuSource for Allocated {
 }
 
 /// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
-/// index → minor number table ([`GpuOrder::minors`]): index `a` is the device whose minor is
+/// index → minor number table ([`crate::gres::GpuOrder::minors`]): index `a` is the device whose minor is
 /// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
 /// number, or for NVML's index where NVML gives no minors: the old assumption, which the
 /// record's `gpu_mapping` then names.
