@@ -155,7 +155,7 @@ impl Recorder {
         let t = self.rel(o.unix);
         let cores = match (o.cpu_seconds, self.last_cpu) {
             (Some(c), Some((t0, c0))) if o.unix - t0 > 1e-3 => {
-                Some(((c - c0) / (o.unix - t0)).max(0.0))
+                Some(crate::units::cores_busy(c - c0, o.unix - t0))
             }
             _ => None,
         };

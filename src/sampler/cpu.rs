@@ -86,7 +86,7 @@ impl CpuAccumulator {
     }
 
     fn interval(&mut self, main: f64, comb: f64, dt: f64, tp: &mut Timepoint) {
-        let pct = |cpu: f64| cpu / dt * 100.0;
+        let pct = |cpu: f64| crate::units::cores_busy(cpu, dt) * 100.0;
         let (m, c) = (pct(main), pct(comb));
         let d = (c - m).max(0.0);
         self.main_pct.add(m, dt);

@@ -130,7 +130,7 @@ pub(super) fn sample(
     if let Some((t, c)) = work.last_cpu {
         let dt = now.duration_since(t).as_secs_f64();
         if dt >= s.interval.as_secs_f64() / 2.0 {
-            acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
+            acc.max_cores = acc.max_cores.max(crate::units::cores_busy(cpu_now - c, dt));
         }
     }
     work.last_cpu = Some((now, cpu_now));
