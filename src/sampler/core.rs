@@ -1,9 +1,11 @@
 //! What both samplers compute the same way, whatever they sample (a command's process tree for
 //! `gpu-tracker -e` and the library, a step's cgroup and tasks for the plugin): the resident
-//! memory of a set of processes, and what one sample hands the history recorder.
+//! memory of a set of processes and its peaks, and what one sample hands the history recorder.
 
 use super::gpus::GpuAccumulator;
 use crate::history::{Observation, Recorder};
+use crate::units::Units;
+use crate::usage::RssValues;
 
 /// Resident memory of a set of processes: private pages summed, shared pages counted once (the
 /// largest share of one process: processes share mostly the same files and libraries).
@@ -25,6 +27,36 @@ impl MemSum {
     /// Private and shared together, bytes.
     pub fn total(&self) -> u64 {
         self.private + self.shared
+    }
+}
+
+/// Peak resident memory over samples: the largest total, private and shared parts seen (each
+/// its own maximum, at whatever sample).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RssPeak {
+    /// Largest total, bytes, raised to the kernel's high-water marks where known.
+    pub total: u64,
+    /// Largest private part, bytes.
+    pub private: u64,
+    /// Largest shared part, bytes.
+    pub shared: u64,
+}
+
+impl RssPeak {
+    /// Adds a sample of `m`; `floor`: a peak the kernel vouches for (`VmHWM`), 0 if none.
+    pub fn update(&mut self, m: MemSum, floor: u64) {
+        self.private = self.private.max(m.private);
+        self.shared = self.shared.max(m.shared);
+        self.total = self.total.max(m.total().max(floor));
+    }
+
+    /// The peaks in `units`.
+    pub fn values(&self, units: &Units) -> RssValues {
+        RssValues {
+            total_rss: units.ram.from_bytes(self.total),
+            private_rss: units.ram.from_bytes(self.private),
+            shared_rss: units.ram.from_bytes(self.shared),
+        }
     }
 }
 

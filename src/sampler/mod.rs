@@ -32,12 +32,10 @@ use crate::sys;
 use crate::tracking_file::StaticData;
 pub use crate::tracking_file::Timepoint;
 use crate::units::Units;
-use crate::usage::{
-    ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, RssValues, TrackingInfo,
-};
+use crate::usage::{ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, TrackingInfo};
 pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target};
 
-use self::core::{HistoryFeed, MemSum};
+use self::core::{HistoryFeed, MemSum, RssPeak};
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
 
@@ -57,28 +55,6 @@ struct ProcRecord {
     /// Own + reaped CPU seconds not to count (before tracking began).
     base_cpu: f64,
     base_own: f64,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct RssPeak {
-    total: u64,
-    private: u64,
-    shared: u64,
-}
-
-impl RssPeak {
-    fn update(&mut self, private: u64, shared: u64, floor: u64) {
-        self.private = self.private.max(private);
-        self.shared = self.shared.max(shared);
-        self.total = self.total.max((private + shared).max(floor));
-    }
-    fn values(&self, units: &Units) -> RssValues {
-        RssValues {
-            total_rss: units.ram.from_bytes(self.total),
-            private_rss: units.ram.from_bytes(self.private),
-            shared_rss: units.ram.from_bytes(self.shared),
-        }
-    }
 }
 
 /// The sampler. Call [`Sampler::sample`] at each tick and [`Sampler::finish`] once at the end.
@@ -322,7 +298,13 @@ impl Sampler {
             tp.values[group] += u.ram.from_bytes(s.total());
             threads_now[group] += threads;
             if is_main {
-                self.mem[0].update(s.private, s.shared, r.hwm);
+                self.mem[0].update(
+                    MemSum {
+                        private: s.private,
+                        shared: s.shared,
+                    },
+                    r.hwm,
+                );
             }
         }
         self.watch.end_sample(|p| seen.contains(&p));
@@ -333,8 +315,8 @@ impl Sampler {
         }
         self.procs.retain(|pid, _| seen.contains(pid));
         // Descendants and combined: private pages summed, shared pages counted once.
-        self.mem[1].update(mem[1].private, mem[1].shared, 0);
-        self.mem[2].update(mem[2].private, mem[2].shared, self.largest_hwm);
+        self.mem[1].update(mem[1], 0);
+        self.mem[2].update(mem[2], self.largest_hwm);
         tp.values[2] = u.ram.from_bytes(mem[2].total());
         tp.values[10] = threads_now[0] as f64;
         tp.values[11] = threads_now[1] as f64;

@@ -89,7 +89,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 .final_cgroup
                 .or_else(|| t.cgroup.as_ref().and_then(|c| c.read().ok()));
             let cg_peak = cg_now.and_then(|r| r.peak);
-            let sampled = t.peak_rss.max(t.largest_hwm);
+            let sampled = t.peak_rss.total.max(t.largest_hwm);
             let (peak, source) = match cg_peak {
                 Some(c) if c >= sampled => (c, "cgroup"),
                 _ => (sampled, "sampled"),
@@ -122,7 +122,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
 
     let reading = sh.final_step.or(sh.last_step);
     let cg = sh.step_cgroup.as_ref();
-    let sampled_peak = acc.sampled_peak_rss.max(acc.largest_hwm);
+    let sampled_peak = acc.sampled_peak_rss.total.max(acc.largest_hwm);
     let (peak, source, cache) = match (cg, reading.and_then(|r| r.peak)) {
         (Some(c), Some(p)) => (p, c.peak_source().to_string(), c.peak_includes_page_cache()),
         _ => (sampled_peak, "sampled".to_string(), false),

@@ -102,7 +102,7 @@ pub(super) fn sample(
         step_mem.add(t.private, t.shared);
     }
     let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
-    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_mem.total());
+    acc.sampled_peak_rss.update(step_mem, 0);
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
@@ -146,7 +146,11 @@ pub(super) fn sample(
         }
         for f in &found.tasks {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
-                t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
+                let task_mem = MemSum {
+                    private: f.private,
+                    shared: f.shared,
+                };
+                t.peak_rss.update(task_mem, f.hwm);
                 t.largest_hwm = t.largest_hwm.max(f.hwm);
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
                 // A task listed with no process (it ended between its exit and this sample, or

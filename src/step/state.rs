@@ -14,7 +14,7 @@ use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
-use crate::sampler::core::HistoryFeed;
+use crate::sampler::core::{HistoryFeed, RssPeak};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
 use crate::waitfd::Wake;
@@ -29,7 +29,7 @@ pub(super) struct Task {
     pub(super) ended: bool,
     pub(super) status: Option<i32>,
     pub(super) final_cgroup: Option<CgroupReading>,
-    pub(super) peak_rss: u64,
+    pub(super) peak_rss: RssPeak,
     pub(super) largest_hwm: u64,
     pub(super) cpu_sampled: f64,
     /// `None` until a sample sees the task.
@@ -65,7 +65,7 @@ pub(super) struct Acc {
     pub(super) samples: u64,
     pub(super) sample_us_total: f64,
     pub(super) sample_us_max: f64,
-    pub(super) sampled_peak_rss: u64,
+    pub(super) sampled_peak_rss: RssPeak,
     pub(super) largest_hwm: u64,
     pub(super) max_cores: f64,
     pub(super) gpu: GpuAccumulator,
@@ -103,7 +103,7 @@ impl Acc {
             samples: 0,
             sample_us_total: 0.0,
             sample_us_max: 0.0,
-            sampled_peak_rss: 0,
+            sampled_peak_rss: RssPeak::default(),
             largest_hwm: 0,
             max_cores: 0.0,
             gpu: GpuAccumulator::default(),
