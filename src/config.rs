@@ -360,7 +360,7 @@ pub enum TrackOption {
 /// value in it has its control characters replaced and is cut to [`SHOWN_OPTION_CHARS`].
 pub fn parse_track_option(value: &str) -> Result<TrackOption, String> {
     let v = value.trim().to_ascii_lowercase();
-    let shown = || crate::step::record::clean_text(value, SHOWN_OPTION_CHARS);
+    let shown = || crate::text::clean_text(value, SHOWN_OPTION_CHARS);
     match v.as_str() {
         "" | "on" | "yes" | "true" => Ok(TrackOption::Default),
         "off" | "no" | "false" => Ok(TrackOption::Off),
@@ -562,10 +562,7 @@ interval = 86400",
         for v in ["1\nerror: forged line", "x\u{1b}[2J", "-1\r\n", "\u{202e}5"] {
             let e = parse_track_option(v).unwrap_err();
             assert_eq!(e.lines().count(), 1, "{e:?}");
-            assert!(
-                !e.chars().any(crate::step::record::is_unsafe_on_terminal),
-                "{e:?}"
-            );
+            assert!(!e.chars().any(crate::text::is_unsafe_on_terminal), "{e:?}");
             assert!(e.starts_with("--gpu-track="), "{e:?}");
         }
         let e = parse_track_option(&"9".repeat(10_000)).unwrap_err();

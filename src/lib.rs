@@ -23,6 +23,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod clock;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -39,11 +40,13 @@ pub mod slurmconf;
 mod spank;
 pub mod step;
 pub mod sys;
+pub mod text;
 pub mod tracker;
 pub mod tracking_file;
 pub mod trust;
 pub mod units;
 pub mod usage;
+pub mod waitfd;
 
 pub use tracker::{Tracker, TrackerGuard, TrackerOptions};
 pub use usage::ResourceUsage;

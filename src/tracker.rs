@@ -1,11 +1,13 @@
 //! Tracking on a background thread: the library API ([`Tracker`], [`TrackerGuard`]) and the loop
 //! the `gpu-tracker` command runs.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::clock::unix_now;
 use crate::gpu::{self, GpuConfig, LazyGpu};
 use crate::history::mark::Inbox;
 use crate::history::{AlertRules, Recorder, Story};
@@ -13,9 +15,10 @@ use crate::sampler::{EndInfo, MemoryDetail, Sampler, SamplerOptions, Target};
 use crate::tracking_file::{TrackingFile, TrackingFileError};
 use crate::units::Units;
 use crate::usage::ResourceUsage;
+use crate::waitfd::Wake;
 
 /// The smallest sleep time accepted, as in `gpu_tracker`.
-pub const MIN_SLEEP_TIME: f64 = 0.1;
+pub const MIN_SLEEP_TIME: f64 = crate::units::MIN_INTERVAL_SECONDS;
 
 /// A failure to start or finish tracking.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +171,29 @@ struct StopState {
 struct Stop {
     state: Mutex<StopState>,
     cv: Condvar,
+    /// Wakes a sampler thread that waits on the mark socket (`None`: no socket, or no wake
+    /// could be made; then it waits on `cv` alone, and a mark waits for the next sample).
+    wake: Option<Wake>,
+}
+
+impl Stop {
+    fn new(opts: &TrackerOptions) -> Stop {
+        Stop {
+            state: Mutex::new(StopState::default()),
+            cv: Condvar::new(),
+            wake: opts.marks.as_ref().and_then(|_| Wake::new().ok()),
+        }
+    }
+
+    /// Tells the sampler thread to stop, however it waits.
+    fn signal(&self, end: EndInfo) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.end = Some(end);
+        self.cv.notify_all();
+        if let Some(w) = &self.wake {
+            w.wake();
+        }
+    }
 }
 
 /// A tracking session running on its own thread. Dropping it stops it and discards the figures;
@@ -180,14 +206,7 @@ pub struct Tracker {
 impl Tracker {
     /// Starts tracking the calling process and its descendants.
     pub fn start(opts: TrackerOptions) -> Result<Tracker, TrackerError> {
-        let me = std::process::id();
-        let target = Target {
-            main: me,
-            tree_roots: vec![me],
-            exclude: vec![],
-            cgroup: None,
-            in_process: true,
-        };
+        let target = this_process();
         opts.validate()?;
         let tf = match &opts.tracking_file {
             Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
@@ -206,10 +225,7 @@ impl Tracker {
         tf: Option<TrackingFile>,
     ) -> Result<Tracker, TrackerError> {
         opts.validate()?;
-        let stop = Arc::new(Stop {
-            state: Mutex::new(StopState::default()),
-            cv: Condvar::new(),
-        });
+        let stop = Arc::new(Stop::new(&opts));
         let s2 = Arc::clone(&stop);
         let handle = std::thread::Builder::new()
             .name("gpu-tracker-sampler".into())
@@ -248,9 +264,7 @@ impl Tracker {
     }
 
     fn signal(&self, end: EndInfo) {
-        let mut st = self.stop.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.end = Some(end);
-        self.stop.cv.notify_all();
+        self.stop.signal(end);
     }
 }
 
@@ -294,6 +308,18 @@ impl Drop for TrackerGuard {
     }
 }
 
+/// The calling process and its descendants, tracked from inside it.
+fn this_process() -> Target {
+    let me = std::process::id();
+    Target {
+        main: me,
+        tree_roots: vec![me],
+        exclude: vec![],
+        cgroup: None,
+        in_process: true,
+    }
+}
+
 fn run(
     opts: TrackerOptions,
     target: Target,
@@ -310,41 +336,35 @@ fn run(
     let in_process = target.in_process;
     let mut sampler = Sampler::new(opts.sampler_options(), target);
     let interval = Duration::from_secs_f64(opts.sleep_time);
-    let mut story = Recorder::new(crate::step::unix_now(), opts.sleep_time, opts.alerts);
+    let mut story = Recorder::new(unix_now(), opts.sleep_time, opts.alerts);
     let inbox = opts.marks.clone();
+    // The thread waits on the socket itself (a descriptor of its own: the inbox stays free).
+    let mark_fd = inbox.as_ref().and_then(|m| {
+        m.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_clone_fd()
+            .ok()
+    });
     let receive = |inbox: &Option<Arc<Mutex<Inbox>>>| {
         inbox.as_ref().map_or_else(Vec::new, |m| {
             m.lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .receive(crate::step::unix_now())
+                .receive(unix_now())
         })
-    };
-    let mut gpus_named = false;
-    let mut observe = |sampler: &Sampler, story: &mut Recorder| {
-        let now = crate::step::unix_now();
-        let (uuids, ids, lost) = sampler.gpu_devices();
-        if !gpus_named && !uuids.is_empty() {
-            story.set_gpus(uuids, ids);
-            gpus_named = true;
-        }
-        for i in lost {
-            story.gpu_lost(now, i);
-        }
-        story.observe(&sampler.observation(now));
     };
     // Rows wait here until the GPU count is known: the static row comes first in the file.
     let mut pending_rows = Vec::new();
     let mut static_written = false;
     // The interval asked for, lengthened while samples cost more than a tenth of it (a tree of
-    // thousands of processes, a slow driver): said in the notes (`step::pace`).
-    let mut pace = crate::step::pace::Pace::new(interval);
+    // thousands of processes, a slow driver): said in the notes (`sampler::pace`).
+    let mut pace = crate::sampler::pace::Pace::new(interval);
     let end = loop {
         let started = std::time::Instant::now();
         let mut unavailable = None;
         let _ = gpu.get(false, &mut |m| unavailable = Some(m));
         let gpu_known = gpu.is_settled();
         let tp = sampler.sample(gpu.get(false, &mut |_| {}));
-        observe(&sampler, &mut story);
+        sampler.record(&mut story, unix_now());
         if let Some(m) = unavailable {
             warn(&format!("no GPU figures: {m}"));
             sampler.note(format!("no GPU figures: {m}"));
@@ -366,8 +386,8 @@ fn run(
                 }
             }
         }
-        // Wait for the next sample, looking for phase marks on the way: a mark ends a phase
-        // with a sample. Samples start an interval apart, whatever each cost.
+        // Wait for the next sample, a stop, or a phase mark: a mark ends a phase with a
+        // sample. Samples start an interval apart, whatever each cost.
         pace.after_sample(started.elapsed());
         let due = started + pace.current;
         let mut st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -376,16 +396,20 @@ fn run(
             if st.end.is_some() || now >= due {
                 break;
             }
-            let slice = if inbox.is_some() {
-                (due - now).min(MARK_POLL)
-            } else {
-                due - now
-            };
-            st = stop
-                .cv
-                .wait_timeout_while(st, slice, |s| s.end.is_none())
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let mut waited = false;
+            if let (Some(fd), Some(w)) = (&mark_fd, &stop.wake) {
+                // A stop signalled before this wait leaves the wake readable: no stop is lost.
+                drop(st);
+                waited = w.wait_with(&[fd.as_fd()], due - now).is_ok();
+                st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
+            }
+            if !waited {
+                st = stop
+                    .cv
+                    .wait_timeout_while(st, due - now, |s| s.end.is_none())
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
             let marks = receive(&inbox);
             if !marks.is_empty() {
                 for (t, name) in marks {
@@ -409,7 +433,7 @@ fn run(
     let src = gpu.get(true, &mut |m| sampler.note(format!("no GPU figures: {m}")));
     if in_process {
         let tp = sampler.sample(src);
-        observe(&sampler, &mut story);
+        sampler.record(&mut story, unix_now());
         if let Some(f) = tf.as_mut() {
             pending_rows.push(tp);
             let _ = write_rows(
@@ -429,12 +453,9 @@ fn run(
             &opts,
         );
     }
-    let story = story.finish(crate::step::unix_now());
+    let story = story.finish(unix_now());
     (sampler.finish(end), story)
 }
-
-/// How often the sampling thread looks for phase marks between samples.
-const MARK_POLL: Duration = Duration::from_millis(100);
 
 fn write_rows(
     f: &mut TrackingFile,
@@ -452,4 +473,65 @@ fn write_rows(
         f.write_row(&r)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Context switches of thread `tid` of this process: one per sleep at least.
+    fn switches(tid: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+        s.lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    #[test]
+    fn the_sampler_sleeps_between_samples_and_wakes_for_a_mark_or_a_stop() {
+        let dir = std::env::temp_dir().join(format!("gt-tracker-wait-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let inbox = Inbox::bind(&dir.join("t.sock"), crate::sys::euid()).unwrap();
+        let opts = TrackerOptions {
+            sleep_time: 5.0,
+            marks: Some(Arc::new(Mutex::new(inbox))),
+            ..TrackerOptions::default().no_gpu().disable_logs()
+        };
+        let target = this_process();
+        let stop = Arc::new(Stop::new(&opts));
+        assert!(stop.wake.is_some());
+        let s2 = Arc::clone(&stop);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            // "PID/task/TID": this thread's own entry.
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            tx.send(me.file_name().unwrap().to_string_lossy().into_owned())
+                .unwrap();
+            run(opts, target, LazyGpu::none(), None, &s2)
+        });
+        let tid = rx.recv().unwrap();
+        // After the first sample, nothing to do for 5 s: the thread sleeps (it used to wake
+        // ten times a second to look for marks).
+        std::thread::sleep(Duration::from_millis(500));
+        let before = switches(&tid);
+        std::thread::sleep(Duration::from_millis(1500));
+        let woke = switches(&tid) - before;
+        assert!(woke <= 2, "{woke} wakeups in 1.5 s");
+        // A mark wakes it: the phase ends with a sample, long before the next one is due.
+        crate::history::mark::send_to(&dir.join("t."), "two").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let t = std::time::Instant::now();
+        stop.signal(EndInfo::default());
+        let (_, story) = h.join().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
+        let marks: Vec<_> = story.events.iter().filter(|e| e.kind == "mark").collect();
+        assert_eq!(marks.len(), 1, "{:?}", story.events);
+        assert!((1.5..3.0).contains(&marks[0].t), "{:?}", marks[0]);
+        // The first sample, the mark's, and the last (of the process itself, at the stop).
+        let samples: u32 = story.timeline.buckets.iter().map(|b| b.samples).sum();
+        assert_eq!(samples, 3, "{:?}", story.timeline);
+    }
 }

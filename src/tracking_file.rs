@@ -6,8 +6,42 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::sampler::Timepoint;
 use crate::units::Units;
+
+/// One row of the tracking file: the same columns as `gpu_tracker`'s, in the chosen units.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timepoint {
+    /// Column values in `gpu_tracker`'s order (see [`Timepoint::COLUMNS`]).
+    pub values: [f64; 22],
+}
+
+impl Timepoint {
+    /// Column names, as `gpu_tracker` writes them.
+    pub const COLUMNS: [&'static str; 22] = [
+        "main_ram",
+        "descendants_ram",
+        "combined_ram",
+        "system_ram",
+        "main_gpu_ram",
+        "descendants_gpu_ram",
+        "combined_gpu_ram",
+        "system_gpu_ram",
+        "gpu_sum_utilization_percent",
+        "gpu_hardware_utilization_percent",
+        "main_n_threads",
+        "descendants_n_threads",
+        "combined_n_threads",
+        "cpu_system_sum_utilization_percent",
+        "cpu_system_hardware_utilization_percent",
+        "cpu_main_sum_utilization_percent",
+        "cpu_main_hardware_utilization_percent",
+        "cpu_descendants_sum_utilization_percent",
+        "cpu_descendants_hardware_utilization_percent",
+        "cpu_combined_sum_utilization_percent",
+        "cpu_combined_hardware_utilization_percent",
+        "timestamp",
+    ];
+}
 
 /// A failure to open or write the tracking file.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Seconds in a day.
 pub const SECONDS_PER_DAY: f64 = 86_400.0;
 /// The shortest sampling interval anything accepts (`min_interval`, `gpu-tracker --st`).
-pub const MIN_INTERVAL_SECONDS: f64 = crate::tracker::MIN_SLEEP_TIME;
+pub const MIN_INTERVAL_SECONDS: f64 = 0.1;
 /// The longest sampling interval: `interval`, `min_interval`, `--gpu-track=SECONDS`,
 /// `gpu-tracker --st`. A day: a step sampled less often has only its end figures.
 pub const MAX_INTERVAL_SECONDS: f64 = SECONDS_PER_DAY;
@@ -30,6 +30,13 @@ pub const FIRST_SINCE_YEAR: i32 = 1970;
 pub const LAST_SINCE_YEAR: i32 = 9999;
 /// The most cores `gpu-tracker --nec` accepts (Linux builds for at most 8192 CPUs).
 pub const MAX_EXPECTED_CORES: u32 = 65_536;
+
+/// Cores busy on average over `seconds` of wall time in which `cpu_seconds` of CPU time were
+/// used (a counter that went back, a process gone from the sum, counts as none). Both samplers
+/// and the timeline turn CPU time into a rate here.
+pub fn cores_busy(cpu_seconds: f64, seconds: f64) -> f64 {
+    cpu_seconds.max(0.0) / seconds
+}
 
 /// Bytes in binary units, as the summaries print them: `512 B`, `12 KiB`, `5.4 MiB`, `1.00 GiB`.
 pub fn human_bytes(bytes: u64) -> String {

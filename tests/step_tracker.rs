@@ -537,3 +537,58 @@ fn a_step_has_a_record_before_its_first_task_so_one_that_ends_at_once_is_never_m
     assert_eq!(last.tasks.len(), 1);
     assert_eq!(last.tasks[0].exit_code, Some(0), "{:?}", last.tasks[0]);
 }
+
+/// This process's threads named `name` (as `/proc` shows it: 15 characters at most).
+fn threads_named(name: &str) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Context switches of thread `tid` of this process: one per sleep at least.
+fn switches(tid: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    s.lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn the_sampler_thread_sleeps_between_samples_and_wakes_for_a_mark() {
+    // Alone, so that the one new sampler thread is this test's.
+    let _g = DESCRIPTORS.write().unwrap_or_else(|p| p.into_inner());
+    let f = Fixture::new("sleeps", Some(1), 5000, json!({}));
+    let before: Vec<String> = threads_named("gpu-tracker");
+    let t = StepTracker::start(f.setup.clone()).unwrap();
+    let task = sleeper();
+    t.task_started(Some(0), Some(0), task.id());
+    let mine: Vec<String> = threads_named("gpu-tracker")
+        .into_iter()
+        .filter(|t| !before.contains(t))
+        .collect();
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    // After the first sample, nothing to do for 5 s: the thread sleeps (it used to wake ten
+    // times a second to look for marks).
+    std::thread::sleep(Duration::from_millis(700));
+    let start = switches(&mine[0]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let woke = switches(&mine[0]) - start;
+    let sent = gpu_tracker::history::mark::send_to(&f.dir.join("4242.n1."), "two");
+    assert_eq!(sent.unwrap(), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    end(&t, task);
+    let (r, _) = t.finish();
+    assert!(woke <= 2, "{woke} wakeups in 1.5 s");
+    let marks: Vec<_> = r.events.iter().filter(|e| e.kind == "mark").collect();
+    assert_eq!(marks.len(), 1, "{:?}", r.events);
+    // The mark's sample comes at once, not at the next one due (5 s after the first).
+    let tl = r.timeline.as_ref().unwrap();
+    let samples: u32 = tl.buckets.iter().map(|b| b.samples).sum();
+    assert!(samples >= 2, "{tl:?}");
+}

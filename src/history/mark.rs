@@ -15,6 +15,7 @@
 //! removed.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,7 @@ pub fn decode(data: &[u8], now: f64) -> Option<(f64, String)> {
         .filter(|t| t.is_finite() && *t <= now + 0.5 && *t >= now - 3600.0)
         .unwrap_or(now)
         .min(now);
-    let name = crate::step::record::clean_text(lines.next()?.trim(), MAX_NAME);
+    let name = crate::text::clean_text(lines.next()?.trim(), MAX_NAME);
     (!name.is_empty()).then_some((t, name))
 }
 
@@ -98,6 +99,12 @@ impl Inbox {
         &self.path
     }
 
+    /// Another descriptor of the socket: to wait for marks (see [`crate::waitfd`]) without
+    /// holding the inbox.
+    pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
+        self.sock.try_clone().map(OwnedFd::from)
+    }
+
     /// The marks waiting, oldest first, without waiting for more. `now` is the Unix time.
     pub fn receive(&mut self, now: f64) -> Vec<(f64, String)> {
         let mut out = Vec::new();
@@ -115,6 +122,13 @@ impl Inbox {
             }
         }
         out
+    }
+}
+
+impl AsFd for Inbox {
+    /// Readable when a datagram waits.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 }
 
@@ -155,9 +169,9 @@ pub fn send(name: &str) -> Result<usize, MarkError> {
 fn clean_name(name: &str) -> Result<String, MarkError> {
     let kept: String = name
         .chars()
-        .filter(|c| !crate::step::record::is_unsafe_on_terminal(*c))
+        .filter(|c| !crate::text::is_unsafe_on_terminal(*c))
         .collect();
-    let clean = crate::step::record::clean_text(kept.trim(), MAX_NAME);
+    let clean = crate::text::clean_text(kept.trim(), MAX_NAME);
     if clean.is_empty() {
         return Err(MarkError::EmptyName);
     }
@@ -167,9 +181,7 @@ fn clean_name(name: &str) -> Result<String, MarkError> {
 /// [`send`] with the prefix given.
 pub fn send_to(prefix: &Path, name: &str) -> Result<usize, MarkError> {
     let clean = clean_name(name)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let now = crate::clock::unix_now();
     let data = encode(now, &clean);
     let lossy = prefix.to_string_lossy().into_owned();
     let (dir, start) = match lossy.rsplit_once('/') {

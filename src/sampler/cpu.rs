@@ -1,10 +1,11 @@
 //! CPU accounting over sampling intervals: the machine's (from `/proc/stat`), and the tracked
 //! tree's from cumulative CPU times, so a process that ended between two samples still counts.
 
-use super::Timepoint;
-use super::stats::{PercentAcc, ProcessingUnitPercentages};
+use super::stats::PercentAcc;
 use crate::proc::CpuTotals;
 use crate::sys::Rusage;
+use crate::tracking_file::Timepoint;
+use crate::usage::ProcessingUnitPercentages;
 
 /// CPU figures over a run.
 #[derive(Debug, Default)]
@@ -85,7 +86,7 @@ impl CpuAccumulator {
     }
 
     fn interval(&mut self, main: f64, comb: f64, dt: f64, tp: &mut Timepoint) {
-        let pct = |cpu: f64| cpu / dt * 100.0;
+        let pct = |cpu: f64| crate::units::cores_busy(cpu, dt) * 100.0;
         let (m, c) = (pct(main), pct(comb));
         let d = (c - m).max(0.0);
         self.main_pct.add(m, dt);

@@ -3,9 +3,9 @@
 use crate::history::GpuObservation;
 use std::collections::HashSet;
 
-use super::Timepoint;
 use super::stats::PercentAcc;
 use crate::gpu::{GpuInfo, GpuSource};
+use crate::tracking_file::Timepoint;
 use crate::units::{MemUnit, Units};
 use crate::usage::{GpuUsage, GpuUtilization, MaxGpuRam};
 

@@ -13,9 +13,11 @@
 //!   usage), so the sum over the tree is complete, and the mean over the run is total CPU time
 //!   divided by wall time.
 
+pub mod core;
 mod cpu;
 pub(crate) mod gpus;
 mod options;
+pub mod pace;
 pub mod stats;
 pub(crate) mod tree;
 
@@ -28,12 +30,12 @@ use crate::proc::watch::Watch;
 use crate::proc::{ProcFs, ticks_per_second};
 use crate::sys;
 use crate::tracking_file::StaticData;
+pub use crate::tracking_file::Timepoint;
 use crate::units::Units;
-use crate::usage::{
-    ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, RssValues, TrackingInfo,
-};
-pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target, Timepoint};
+use crate::usage::{ComputeTime, CpuUtilization, MaxGpuRam, MaxRam, ResourceUsage, TrackingInfo};
+pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target};
 
+use self::core::{HistoryFeed, MemSum, RssPeak};
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
 
@@ -53,28 +55,6 @@ struct ProcRecord {
     /// Own + reaped CPU seconds not to count (before tracking began).
     base_cpu: f64,
     base_own: f64,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct RssPeak {
-    total: u64,
-    private: u64,
-    shared: u64,
-}
-
-impl RssPeak {
-    fn update(&mut self, private: u64, shared: u64, floor: u64) {
-        self.private = self.private.max(private);
-        self.shared = self.shared.max(shared);
-        self.total = self.total.max((private + shared).max(floor));
-    }
-    fn values(&self, units: &Units) -> RssValues {
-        RssValues {
-            total_rss: units.ram.from_bytes(self.total),
-            private_rss: units.ram.from_bytes(self.private),
-            shared_rss: units.ram.from_bytes(self.shared),
-        }
-    }
 }
 
 /// The sampler. Call [`Sampler::sample`] at each tick and [`Sampler::finish`] once at the end.
@@ -103,6 +83,8 @@ pub struct Sampler {
     notes_seen: HashSet<String>,
     /// Memory (resident, shared pages once) and CPU seconds of the tree at the latest sample.
     latest: (u64, f64),
+    /// What the history recorder was told so far.
+    history: HistoryFeed,
     /// When the machine's figures were last read, and the row values they gave (CPU sum and
     /// hardware percent, RAM used).
     machine_at: Option<Instant>,
@@ -153,6 +135,7 @@ impl Sampler {
             notes: Vec::new(),
             notes_seen: HashSet::new(),
             latest: (0, 0.0),
+            history: HistoryFeed::default(),
             machine_at: None,
             cgroup_dirs: None,
             machine_row: ([0.0; 2], 0.0),
@@ -210,6 +193,12 @@ impl Sampler {
         }
     }
 
+    /// Hands the latest sample (taken at `unix`) to the history recorder `rec`.
+    pub fn record(&mut self, rec: &mut crate::history::Recorder, unix: f64) {
+        let o = self.observation(unix);
+        self.history.observe(rec, &self.gpu, None, o);
+    }
+
     /// UUIDs and NVML indices of the GPUs read, once known; GPUs lost at the latest sample.
     pub fn gpu_devices(&self) -> (Vec<String>, Vec<u32>, Vec<usize>) {
         let (u, i) = self.gpu.devices_seen();
@@ -251,7 +240,7 @@ impl Sampler {
         )
         .0;
         let mut seen = HashSet::with_capacity(members.len());
-        let (mut priv_sum, mut shared_max) = ([0u64; 3], [0u64; 3]);
+        let mut mem = [MemSum::default(); 3];
         let mut cum = 0.0;
         let mut main_own = None;
         let mut threads_now = [0u64; 2];
@@ -304,13 +293,18 @@ impl Sampler {
             self.largest_hwm = self.largest_hwm.max(r.hwm);
             let group = if is_main { 0 } else { 1 };
             for g in [group, 2] {
-                priv_sum[g] += s.private;
-                shared_max[g] = shared_max[g].max(s.shared);
+                mem[g].add(s.private, s.shared);
             }
             tp.values[group] += u.ram.from_bytes(s.total());
             threads_now[group] += threads;
             if is_main {
-                self.mem[0].update(s.private, s.shared, r.hwm);
+                self.mem[0].update(
+                    MemSum {
+                        private: s.private,
+                        shared: s.shared,
+                    },
+                    r.hwm,
+                );
             }
         }
         self.watch.end_sample(|p| seen.contains(&p));
@@ -321,9 +315,9 @@ impl Sampler {
         }
         self.procs.retain(|pid, _| seen.contains(pid));
         // Descendants and combined: private pages summed, shared pages counted once.
-        self.mem[1].update(priv_sum[1], shared_max[1], 0);
-        self.mem[2].update(priv_sum[2], shared_max[2], self.largest_hwm);
-        tp.values[2] = u.ram.from_bytes(priv_sum[2] + shared_max[2]);
+        self.mem[1].update(mem[1], 0);
+        self.mem[2].update(mem[2], self.largest_hwm);
+        tp.values[2] = u.ram.from_bytes(mem[2].total());
         tp.values[10] = threads_now[0] as f64;
         tp.values[11] = threads_now[1] as f64;
         tp.values[12] = (threads_now[0] + threads_now[1]) as f64;
@@ -359,7 +353,7 @@ impl Sampler {
             None
         };
         self.cpu.tree(dt, cum, main_own, &mut tp);
-        self.latest = (priv_sum[2] + shared_max[2], cum);
+        self.latest = (mem[2].total(), cum);
 
         if let Some(m) = meminfo {
             self.sys_used = self.sys_used.max(m.used);

@@ -1,20 +1,6 @@
 //! Accumulators: maxima and time-weighted means of percentages over sampling intervals.
 
-use serde::{Deserialize, Serialize};
-
-/// Max and mean of a utilization, summed over processing units ("sum") and divided by the units
-/// expected ("hardware"), as `gpu_tracker` reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProcessingUnitPercentages {
-    /// Highest sum over units seen in one interval (100 = one unit fully busy).
-    pub max_sum_percent: f64,
-    /// `max_sum_percent` divided by the expected units.
-    pub max_hardware_percent: f64,
-    /// Mean over the run, weighted by interval length: total busy time / wall time.
-    pub mean_sum_percent: f64,
-    /// `mean_sum_percent` divided by the expected units.
-    pub mean_hardware_percent: f64,
-}
+use crate::usage::ProcessingUnitPercentages;
 
 /// Running max and time-weighted mean of a percentage.
 #[derive(Debug, Clone, Copy, Default)]

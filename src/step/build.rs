@@ -1,8 +1,9 @@
 //! The step's record, built from what the sampler thread and the task callbacks gathered.
 
+use super::procs;
 use super::record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
 use super::record::{SamplerStats, StepCpu, StepGpu, StepMemory, StepRecord};
-use super::{Acc, Inner, procs};
+use super::state::{Acc, Inner};
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::units::{MemUnit, TimeUnit, Units};
 
@@ -88,7 +89,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 .final_cgroup
                 .or_else(|| t.cgroup.as_ref().and_then(|c| c.read().ok()));
             let cg_peak = cg_now.and_then(|r| r.peak);
-            let sampled = t.peak_rss.max(t.largest_hwm);
+            let sampled = t.peak_rss.total.max(t.largest_hwm);
             let (peak, source) = match cg_peak {
                 Some(c) if c >= sampled => (c, "cgroup"),
                 _ => (sampled, "sampled"),
@@ -121,7 +122,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
 
     let reading = sh.final_step.or(sh.last_step);
     let cg = sh.step_cgroup.as_ref();
-    let sampled_peak = acc.sampled_peak_rss.max(acc.largest_hwm);
+    let sampled_peak = acc.sampled_peak_rss.total.max(acc.largest_hwm);
     let (peak, source, cache) = match (cg, reading.and_then(|r| r.peak)) {
         (Some(c), Some(p)) => (p, c.peak_source().to_string(), c.peak_includes_page_cache()),
         _ => (sampled_peak, "sampled".to_string(), false),
@@ -277,7 +278,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         events,
         events_dropped,
         idle,
-    } = inner.history().finish(super::unix_now());
+    } = inner.history().finish(crate::clock::unix_now());
     let mut gpus = gpus;
     for g in &mut gpus {
         if let Some(i) = timeline.gpus.iter().position(|u| *u == g.uuid) {

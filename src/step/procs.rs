@@ -24,6 +24,7 @@ use crate::proc::ProcFs;
 use crate::proc::files::FdLimit;
 use crate::proc::watch::{Watch, WatchCounts};
 use crate::sampler::Target;
+use crate::sampler::core::MemSum;
 use crate::sampler::tree;
 
 /// Most processes read (`stat` and `status`) in one sample.
@@ -206,6 +207,7 @@ impl ProcReader {
                 ..TaskFigures::default()
             })
             .collect();
+        let mut mems = vec![MemSum::default(); tasks.len()];
         for (p, i) in owner {
             if gone.contains(&p) {
                 continue;
@@ -215,12 +217,14 @@ impl ProcReader {
             t.processes += 1;
             if let Some(r) = self.latest.get(&p) {
                 t.read += 1;
-                t.private += r.private;
-                t.shared = t.shared.max(r.shared);
+                mems[i].add(r.private, r.shared);
                 t.hwm = t.hwm.max(r.hwm);
                 t.threads += r.threads;
                 t.cpu += r.cpu;
             }
+        }
+        for (t, m) in found.tasks.iter_mut().zip(mems) {
+            (t.private, t.shared) = (m.private, m.shared);
         }
         // Gone before it could be read: neither listed nor counted.
         found.read -= gone.len();

@@ -3,12 +3,15 @@
 
 use std::time::Instant;
 
-use super::{Acc, Inner, StepSetup, Work, procs};
+use super::procs;
+use super::setup::StepSetup;
+use super::state::{Acc, Inner, Work};
 use crate::cgroup::{CgroupError, CgroupReading};
 use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
+use crate::sampler::core::MemSum;
 use crate::units::{MemUnit, TimeUnit, Units};
 
 /// A GPU source restricted to the step's allocated devices.
@@ -31,7 +34,7 @@ impl GpuSource for Allocated {
 }
 
 /// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
-/// index → minor number table ([`GpuOrder::minors`]): index `a` is the device whose minor is
+/// index → minor number table ([`crate::gres::GpuOrder::minors`]): index `a` is the device whose minor is
 /// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
 /// number, or for NVML's index where NVML gives no minors: the old assumption, which the
 /// record's `gpu_mapping` then names.
@@ -94,10 +97,12 @@ pub(super) fn sample(
         ));
     }
     let mut all_members = found.members.clone();
-    let step_private: u64 = found.tasks.iter().map(|t| t.private).sum();
-    let step_shared = found.tasks.iter().map(|t| t.shared).max().unwrap_or(0);
+    let mut step_mem = MemSum::default();
+    for t in &found.tasks {
+        step_mem.add(t.private, t.shared);
+    }
     let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
-    acc.sampled_peak_rss = acc.sampled_peak_rss.max(step_private + step_shared);
+    acc.sampled_peak_rss.update(step_mem, 0);
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
@@ -125,7 +130,7 @@ pub(super) fn sample(
     if let Some((t, c)) = work.last_cpu {
         let dt = now.duration_since(t).as_secs_f64();
         if dt >= s.interval.as_secs_f64() / 2.0 {
-            acc.max_cores = acc.max_cores.max((cpu_now - c).max(0.0) / dt);
+            acc.max_cores = acc.max_cores.max(crate::units::cores_busy(cpu_now - c, dt));
         }
     }
     work.last_cpu = Some((now, cpu_now));
@@ -141,7 +146,11 @@ pub(super) fn sample(
         }
         for f in &found.tasks {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
-                t.peak_rss = t.peak_rss.max(f.private + f.shared).max(f.hwm);
+                let task_mem = MemSum {
+                    private: f.private,
+                    shared: f.shared,
+                };
+                t.peak_rss.update(task_mem, f.hwm);
                 t.largest_hwm = t.largest_hwm.max(f.hwm);
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
                 // A task listed with no process (it ended between its exit and this sample, or
@@ -173,7 +182,7 @@ pub(super) fn sample(
         acc,
         step_reading,
         job_reading,
-        step_private + step_shared,
+        step_mem.total(),
         cpu_now,
     );
     let us = t0.elapsed().as_secs_f64() * 1e6;
@@ -193,7 +202,7 @@ fn observe(
     sampled: u64,
     cpu_now: f64,
 ) {
-    let unix = super::unix_now();
+    let unix = crate::clock::unix_now();
     let batch = inner.setup.step.id == "batch";
     let limit = step
         .and_then(|r| r.limit)
@@ -203,34 +212,28 @@ fn observe(
         Some(j) if batch && j.limit.is_some() => (j.current, j.limit),
         _ => (step.and_then(|r| r.current), limit),
     };
-    let gpus = acc.gpu.last_readings().to_vec();
+    // The GPUs go by Slurm's index in the step's events.
+    let ids = acc
+        .gpu_devices
+        .iter()
+        .map(|(a, d)| a.unwrap_or(d.index))
+        .collect();
     let mut h = inner.history();
-    if !acc.gpus_named && !acc.gpu_devices.is_empty() {
-        acc.gpus_named = true;
-        h.set_gpus(
-            acc.gpu_devices
-                .iter()
-                .map(|(_, d)| d.uuid.clone())
-                .collect(),
-            acc.gpu_devices
-                .iter()
-                .map(|(a, d)| a.unwrap_or(d.index))
-                .collect(),
-        );
-    }
     h.set_memory_limit(watched_limit);
-    for &i in acc.gpu.lost_at_last_sample() {
-        h.gpu_lost(unix, i);
-    }
-    h.observe(&Observation {
-        unix,
-        memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
-        alert_memory_bytes: watched,
-        cpu_seconds: Some(cpu_now),
-        gpus,
-        oom_kills: step.and_then(|r| r.oom_kills),
-        limit_hits: step.and_then(|r| r.limit_hits),
-    });
+    acc.history.observe(
+        &mut h,
+        &acc.gpu,
+        Some(ids),
+        Observation {
+            unix,
+            memory_bytes: step.and_then(|r| r.current).unwrap_or(sampled),
+            alert_memory_bytes: watched,
+            cpu_seconds: Some(cpu_now),
+            gpus: Vec::new(),
+            oom_kills: step.and_then(|r| r.oom_kills),
+            limit_hits: step.and_then(|r| r.limit_hits),
+        },
+    );
 }
 
 /// Whether a failed reading of the step's cgroup is a fault to count: `None` when it is not.

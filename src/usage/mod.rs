@@ -6,8 +6,21 @@ mod text;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::sampler::stats::ProcessingUnitPercentages;
 use crate::units::{MemUnit, TimeUnit};
+
+/// Max and mean of a utilization, summed over processing units ("sum") and divided by the units
+/// expected ("hardware"), as `gpu_tracker` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessingUnitPercentages {
+    /// Highest sum over units seen in one interval (100 = one unit fully busy).
+    pub max_sum_percent: f64,
+    /// `max_sum_percent` divided by the expected units.
+    pub max_hardware_percent: f64,
+    /// Mean over the run, weighted by interval length: total busy time / wall time.
+    pub mean_sum_percent: f64,
+    /// `mean_sum_percent` divided by the expected units.
+    pub mean_hardware_percent: f64,
+}
 
 /// Everything measured over one tracking session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

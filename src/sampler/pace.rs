@@ -1,4 +1,4 @@
-//! How often the step's sampler samples: the interval asked for, lengthened while samples cost
+//! How often a sampler samples (a step's, or `gpu-tracker -e`'s): the interval asked for, lengthened while samples cost
 //! too much of it, so a step with many processes or a slow driver never turns the tracker into
 //! a load of its own.
 //!
@@ -21,7 +21,7 @@ pub const MAX_BACKOFF_FACTOR: u32 = 8;
 /// ...nor past this, unless the one asked for is longer already.
 pub const MAX_BACKOFF_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The sampling pace of one step.
+/// The sampling pace of one sampler.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pace {
     /// The interval asked for.

@@ -1,0 +1,62 @@
+//! What the plugin hands over when a step starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::record::{self, JobInfo, StepInfo};
+use super::spool::{self, Spool};
+use crate::gres::GpuOrder;
+use crate::history::AlertRules;
+
+/// What the plugin knows when a step starts.
+#[derive(Debug, Clone)]
+pub struct StepSetup {
+    /// The job.
+    pub job: JobInfo,
+    /// The step (start, end and elapsed are filled in here).
+    pub step: StepInfo,
+    /// Time between samples.
+    pub interval: Duration,
+    /// Time between rewrites of the running step's record; `None`: only the final record.
+    pub checkpoint_interval: Option<Duration>,
+    /// The spool.
+    pub spool: Spool,
+    /// The NVIDIA library; `None` turns GPUs off.
+    pub nvml_library: Option<PathBuf>,
+    /// Where the cgroup filesystem is.
+    pub cgroup_root: PathBuf,
+    /// Where procfs is.
+    pub proc_root: PathBuf,
+    /// How Slurm's GPU indices on this node map to device files (from gres.conf).
+    pub gpu_order: GpuOrder,
+    /// The gres.conf `gpu_order` was read from (`None`: none found).
+    pub gres_conf: Option<PathBuf>,
+    /// When alerts fire.
+    pub alerts: AlertRules,
+    /// Where to listen for phase marks (`None`: marks off); its directory must be root's.
+    pub mark_socket: Option<PathBuf>,
+    /// Write alert lines to the job's stderr (descriptor 2 of a batch step's slurmstepd).
+    pub warn_user: bool,
+}
+
+impl StepSetup {
+    /// The record's file name: `<node>.<step>.json`, the node name cut to letters, digits,
+    /// `-`, `_` and `.` (a file name is shown on terminals).
+    pub fn record_name(&self) -> String {
+        format!(
+            "{}.{}.json",
+            record::file_safe(&self.step.node),
+            self.step.id
+        )
+    }
+
+    /// The job instance the records belong to.
+    pub fn instance(&self) -> spool::Instance {
+        spool::Instance {
+            cluster: self.job.cluster.clone().unwrap_or_default(),
+            job_id: self.job.id,
+            uid: self.job.uid,
+            token: self.job.submit_token.clone().unwrap_or_default(),
+        }
+    }
+}

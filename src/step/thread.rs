@@ -1,0 +1,189 @@
+//! The step's sampler thread: waits for tasks, opens NVML once no task fork can race it,
+//! samples at the pace the samples' cost allows, records phase marks and task events,
+//! checkpoints, and publishes its figures after every sample.
+
+use std::time::{Duration, Instant};
+
+use super::build::build;
+use super::nvml_gate;
+use super::sample::sample;
+use super::state::{Acc, Inner, Work};
+use crate::clock::unix_now;
+use crate::gpu::{GpuConfig, LazyGpu};
+use crate::history::Event;
+use crate::history::mark::Inbox;
+use crate::proc::ProcFs;
+use crate::sys;
+
+/// How soon after a task starts the sampler reads it: time for slurmstepd to start the step's
+/// other tasks and let them exec, so that one sample sees them all.
+const NEW_TASK_SAMPLE_DELAY: Duration = Duration::from_millis(20);
+
+/// Most alert lines one step writes to the job's stderr.
+pub const WARN_LINES: usize = 10;
+
+/// The sampler thread: opens NVML once no task fork can race it, samples at the pace the
+/// samples' cost allows, checkpoints, and publishes its figures after every sample.
+pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<String>) {
+    let s = &inner.setup;
+    let procfs = ProcFs::new(&s.proc_root);
+    let mut acc = Acc::new(s.interval);
+    if let Some(f) = start_fault {
+        acc.fault(f);
+    }
+    let mut work = Work::default();
+    let mut gpu = LazyGpu::none();
+    // The NVML library to open once every task is started.
+    let mut nvml_pending = match &s.nvml_library {
+        _ if s.step.alloc_gpus.is_empty() => None,
+        Some(lib) => Some(lib.clone()),
+        None => {
+            acc.note("GPU tracking is off in the site's settings".into());
+            None
+        }
+    };
+    // The file slurmstepd runs: a task still running it has not been let go (see nvml_gate).
+    let stepd_exe = nvml_gate::exe_of(&s.proc_root, "self").ok();
+    let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
+    let mut next_sample = Instant::now();
+    let mut tasks_seen = 0;
+    let mut tasks_scheduled = 0;
+    // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
+    // never to a FUSE filesystem (a daemon that stops answering would hold the thread), and at
+    // most WARN_LINES of them.
+    let mut warn_left = if s.warn_user
+        && s.step.id == "batch"
+        && !sys::fd_filesystem_type(2).is_some_and(|fs| sys::is_fuse(&fs))
+    {
+        WARN_LINES
+    } else {
+        0
+    };
+    loop {
+        let (pids, all_ended) = {
+            let mut sh = inner.lock();
+            loop {
+                if sh.stop {
+                    break;
+                }
+                if !sh.events.is_empty() {
+                    let mut h = inner.history();
+                    for (t, e) in sh.events.drain(..) {
+                        h.event(t, e);
+                    }
+                }
+                // A mark ends a phase: sample at once, so the phase ends with a reading.
+                if let Some(ib) = inbox.as_mut() {
+                    let marks = ib.receive(unix_now());
+                    if !marks.is_empty() {
+                        let mut h = inner.history();
+                        for (t, name) in marks {
+                            h.mark(t, &name);
+                        }
+                        next_sample = Instant::now();
+                    }
+                }
+                // New tasks are sampled soon, not an interval later: a short task would
+                // otherwise end unseen (no thread or process count).
+                if sh.tasks.len() != tasks_scheduled {
+                    tasks_scheduled = sh.tasks.len();
+                    next_sample = next_sample.min(Instant::now() + NEW_TASK_SAMPLE_DELAY);
+                }
+                // A new task may be the last one NVML waits for.
+                if nvml_pending.is_some() && sh.tasks.len() != tasks_seen {
+                    break;
+                }
+                let now = Instant::now();
+                let due = next_checkpoint.map_or(next_sample, |c| c.min(next_sample));
+                if now >= due && !sh.tasks.is_empty() {
+                    break;
+                }
+                let wait = if sh.tasks.is_empty() {
+                    Duration::from_millis(200)
+                } else {
+                    due - now
+                };
+                // Until then, a new task, a stop, or a mark on the socket.
+                sh = inner.wait(sh, wait, inbox.as_ref());
+            }
+            if sh.stop {
+                break;
+            }
+            let pids: Vec<u32> = sh.tasks.iter().map(|t| t.pid).collect();
+            (pids, sh.tasks.iter().all(|t| t.ended))
+        };
+        tasks_seen = pids.len();
+        if let Some(lib) = nvml_pending.clone() {
+            let released = |p| nvml_gate::released(&s.proc_root, p, stepd_exe);
+            if let Some(trigger) = nvml_gate::may_open(s.step.local_tasks, &pids, released) {
+                nvml_pending = None;
+                if all_ended {
+                    acc.note("GPUs not read: the step's tasks ended before NVML was opened".into());
+                } else {
+                    gpu = crate::gpu::open_lazily(&GpuConfig {
+                        nvml_lib: Some(lib),
+                        disabled: false,
+                    });
+                    acc.nvml_opened = Some(trigger);
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_sample {
+            let t0 = Instant::now();
+            sample(inner, &procfs, &mut acc, &mut work, &mut gpu);
+            acc.pace.after_sample(t0.elapsed());
+            next_sample = now + acc.pace.current;
+            acc.thread_cpu = sys::thread_cpu_seconds();
+            let alerts = inner.history().take_alerts();
+            for a in alerts.into_iter().take(warn_left) {
+                warn_left -= 1;
+                let line = format!("gpu-tracker: warning: job {}: {a}\n", s.job.id);
+                if sys::write_to_job_output(2, line.as_bytes(), s.job.uid).is_err() {
+                    warn_left = 0;
+                }
+            }
+            inner.publish(&acc);
+        }
+        if let Some(c) = next_checkpoint.filter(|c| now >= *c) {
+            let rec = build(inner, &acc, false);
+            if let Err(e) = inner.write_checkpoint(&rec) {
+                acc.fault(format!("a checkpoint was not written: {e}"));
+            }
+            next_checkpoint = s.checkpoint_interval.map(|d| c + d);
+        }
+    }
+    let events: Vec<(f64, Event)> = inner.lock().events.drain(..).collect();
+    for (t, e) in events {
+        inner.history().event(t, e);
+    }
+    if let Some(ib) = inbox.as_mut() {
+        for (t, name) in ib.receive(unix_now()) {
+            inner.history().mark(t, &name);
+        }
+        if ib.refused > 0 {
+            acc.note(format!(
+                "{} phase mark(s) refused: sent by another user, or not a mark",
+                ib.refused
+            ));
+        }
+    }
+    // One last sample unless the tasks are gone already: catches a late GPU reading.
+    let any_live = inner.lock().tasks.iter().any(|t| !t.ended);
+    if any_live {
+        sample(inner, &procfs, &mut acc, &mut work, &mut gpu);
+    }
+    let mut unavailable = None;
+    let _ = gpu.get(false, &mut |m| unavailable = Some(m));
+    if let Some(m) = unavailable {
+        acc.fault(format!("GPUs not tracked: {m}"));
+    }
+    if !gpu.is_settled() {
+        // The thread opening NVML is still in it; it may come back into this library's code
+        // after slurmstepd's dlclose: keep the library mapped (the thread dies with slurmstepd).
+        acc.fault("GPUs not read: NVML was still starting when the step ended".into());
+        let _ = sys::pin_this_object();
+    }
+    acc.thread_cpu = sys::thread_cpu_seconds();
+    inner.publish(&acc);
+}
