@@ -46,7 +46,6 @@ pub mod tracking_file;
 pub mod trust;
 pub mod units;
 pub mod usage;
-pub mod waitfd;
 
 pub use tracker::{Tracker, TrackerGuard, TrackerOptions};
 pub use usage::ResourceUsage;

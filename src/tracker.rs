@@ -12,10 +12,10 @@ use crate::gpu::{self, GpuConfig, LazyGpu};
 use crate::history::mark::Inbox;
 use crate::history::{AlertRules, Recorder, Story};
 use crate::sampler::{EndInfo, MemoryDetail, Sampler, SamplerOptions, Target};
+use crate::sys::Wake;
 use crate::tracking_file::{TrackingFile, TrackingFileError};
 use crate::units::Units;
 use crate::usage::ResourceUsage;
-use crate::waitfd::Wake;
 
 /// The smallest sleep time accepted, as in `gpu_tracker`.
 pub const MIN_SLEEP_TIME: f64 = crate::units::MIN_INTERVAL_SECONDS;

@@ -99,7 +99,7 @@ impl Inbox {
         &self.path
     }
 
-    /// Another descriptor of the socket: to wait for marks (see [`crate::waitfd`]) without
+    /// Another descriptor of the socket: to wait for marks (see [`crate::sys`]) without
     /// holding the inbox.
     pub fn try_clone_fd(&self) -> io::Result<OwnedFd> {
         self.sock.try_clone().map(OwnedFd::from)

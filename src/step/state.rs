@@ -17,7 +17,7 @@ use crate::history::{Event, Recorder};
 use crate::sampler::core::{HistoryFeed, RssPeak};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
-use crate::waitfd::Wake;
+use crate::sys::Wake;
 
 /// A task of the step, as the plugin reported it and the samples saw it.
 #[derive(Debug, Clone, Default)]

@@ -17,7 +17,7 @@ use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
 use crate::proc::ProcFs;
 use crate::sys;
-use crate::waitfd::Wake;
+use crate::sys::Wake;
 
 /// How long [`StepTracker::finish`] (and `Drop`) wait for the sampler thread to stop. A sample
 /// takes milliseconds; this is for a driver call that never returns. Slurm waits for `exit`

@@ -9,6 +9,7 @@ mod job_output;
 mod process;
 mod socket;
 mod users;
+mod wait;
 
 pub use children::{
     CgroupJoin, ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper,
@@ -25,3 +26,4 @@ pub use process::{
 };
 pub use socket::{pass_credentials, recv_with_sender};
 pub use users::{grant_user_read, user_name};
+pub use wait::{Wake, wait_readable};

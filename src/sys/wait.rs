@@ -2,7 +2,7 @@
 //! socket, or a word from another thread ([`Wake`]), whichever comes first, instead of waking
 //! up every few milliseconds to look.
 //!
-//! The one `unsafe` call here, `poll(2)`, belongs with the other FFI wrappers under `sys`.
+//! The one `unsafe` call here is `poll(2)`.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
