@@ -1,0 +1,115 @@
+# shellcheck shell=bash
+# Part of slurm/local-cluster.sh (sourced by it; not run alone): starting and stopping munged,
+# slurmctld and each node's slurmd (the node-local one in a mount namespace of its own).
+
+# Succeeds when pid file $1 names a live process whose command is $2.
+alive() {
+    local pid
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]]
+}
+
+# Stops the daemon of pid file $1 (command $2): SIGTERM, up to 20 s, then SIGKILL.
+stop_daemon() {
+    local i pid
+    alive "$1" "$2" || { rm -f "$1"; return 0; }
+    pid=$(cat "$1")
+    kill "$pid"
+    for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    rm -f "$1"
+    echo "stopped $2 (pid $pid)"
+}
+
+# Starts munged as the munge user unless a munged already answers; records the pid it got.
+start_munge() {
+    munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return 0
+    install -d -o munge -g munge -m 0755 /run/munge
+    runuser -u munge -- munged
+    cp /run/munge/munged.pid "$STATE/run/munged.pid"
+    munge -n | unmunge >/dev/null
+}
+
+# Starts slurmctld (if not running) and waits until it answers scontrol ping.
+start_slurmctld() {
+    local i
+    alive "$STATE/run/slurmctld.pid" slurmctld && return 0
+    slurmctld -f "$CONF"
+    for ((i = 0; i < 60; i++)); do
+        scontrol ping 2>/dev/null | grep -q UP && return 0
+        alive "$STATE/run/slurmctld.pid" slurmctld || ((i < 4)) || fail "slurmctld exited"
+        sleep 0.5
+    done
+    fail "slurmctld does not answer"
+}
+
+# Succeeds when process $1 sees another mount table than this script (a node-local spool).
+# False when it cannot tell (not root).
+own_mounts() {
+    local ns
+    ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) && [[ $ns != "$(readlink /proc/self/ns/mnt)" ]]
+}
+
+# Stops the slurmd of any node "up" is not bringing up now (an earlier "up" with more nodes, the
+# one-node layout's slurmd.pid), and a node's slurmd whose spool layout is not the one asked for.
+stop_other_slurmd() {
+    local f name pid
+    while read -r f; do
+        name=${f##*/slurmd-}
+        name=${name%.pid}
+        if [[ $f == */slurmd.pid ]] || ! node_names | grep -qxF -- "$name"; then
+            stop_daemon "$f" slurmd
+        elif alive "$f" slurmd; then
+            pid=$(cat "$f")
+            if node_is_local "$name"; then own_mounts "$pid" || stop_daemon "$f" slurmd
+            else ! own_mounts "$pid" || stop_daemon "$f" slurmd; fi
+        fi
+    done < <(slurmd_pid_files)
+}
+
+# Stops every slurmd this script started.
+stop_all_slurmd() {
+    local f
+    while read -r f; do stop_daemon "$f" slurmd; done < <(slurmd_pid_files)
+}
+
+# Starts the slurmd of node $1 (if not running); it exits at once on a bad configuration. The
+# node-local one runs in a mount namespace of its own where a private directory, its "disk", is
+# mounted over the plugin's spool_dir: the records its steps write stay out of sight of this
+# machine, as on a cluster whose compute nodes keep them on a local disk.
+start_slurmd() {
+    local name=$1 pidf i
+    pidf=$(slurmd_pid "$name")
+    alive "$pidf" slurmd && return 0
+    install -d -m 0755 "$STATE/spool/d/$name"
+    # slurmstepd inherits slurmd's environment: the SIMULATED GPUs' scenario reaches the fake NVML.
+    if node_is_local "$name"; then
+        local disk=$STATE/spool/node-local/$name spool=$STATE/spool/gpu-tracker
+        # Root only above the node's directory: this machine's users cannot read it from here.
+        install -d -o root -g root -m 0700 "$STATE/spool/node-local"
+        install -d -o root -g root -m 0755 "$disk" "$spool"
+        # shellcheck disable=SC2016  # expanded by the inner bash
+        FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json unshare -m --propagation private -- \
+            bash -c 'mount --bind "$1" "$2" && exec slurmd -f "$3" -N "$4"' bash "$disk" "$spool" "$CONF" "$name"
+    else
+        FAKE_NVML_SCENARIO=$STATE/simulated-gpus.json slurmd -f "$CONF" -N "$name"
+    fi
+    # It writes its pid file once it is set up: a second here, several under emulation.
+    for ((i = 0; i < 120; i++)); do
+        alive "$pidf" slurmd && return 0
+        pgrep -xf "slurmd -f $CONF -N $name" >/dev/null || ((i < 4)) || fail "slurmd of node $name exited"
+        sleep 0.5
+    done
+    fail "slurmd of node $name wrote no pid file in 60 s"
+}
+
+# Starts the slurmd of every node, and names the first node's log slurmd.log as before there
+# were several nodes.
+start_all_slurmd() {
+    local name
+    ln -sfn "slurmd-$NODE.log" "$STATE/log/slurmd.log"
+    for name in $(node_names); do
+        step "start slurmd of $name" "$(slurmd_log "$name")"
+        start_slurmd "$name"
+    done
+}

@@ -1,0 +1,125 @@
+# shellcheck shell=bash
+# Part of slurm/local-cluster.sh (sourced by it; not run alone): the gpu-tracker plugin and
+# its tools: building them, the settings the plugin reads, plugstack.conf, and <state>/bin.
+
+# The installed Slurm's version, as "24.11.5" (from the package: sinfo -V wants a configuration).
+slurm_version() { dpkg-query -W -f='${Version}' slurmd 2>/dev/null | sed 's/^[0-9]*://; s/-.*//'; }
+
+# Succeeds when the installed Slurm is release $1 (e.g. 24.05) or newer.
+slurm_at_least() {
+    [[ $(printf '%s\n%s\n' "$1" "$(slurm_version)" | sort -V | head -n 1) == "$1" ]]
+}
+
+# Builds the release plugin (and, without a real GPU, the test fake NVML library) with cargo,
+# unless GPU_TRACKER_PLUGIN names a plugin built elsewhere.
+build_plugin() {
+    [[ -n ${GPU_TRACKER_PLUGIN:-} ]] && return 0
+    local cargo
+    cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+    [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
+    echo "building the plugin and gpu-tracker-report (cargo build --release --features spank) ..."
+    (cd "$REPO" && "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
+        "$cargo" build --release --locked --bin gpu-tracker-report --bin gpu-tracker &&
+        { real_gpus || "$cargo" build --release --locked -p fake-nvml; }) >"$STATE/log/build.log" 2>&1
+}
+
+# Succeeds when this machine has NVIDIA GPUs and a driver: then the cluster offers those.
+real_gpus() {
+    compgen -G '/dev/nvidia[0-9]*' >/dev/null && ldconfig -p | grep -q 'libnvidia-ml\.so\.1'
+}
+
+# The settings the plugin reads (config= in plugstack.conf). GPUs: the real NVML where there is
+# a driver, else the test fake with a scenario of two SIMULATED GPUs.
+write_tracker_config() {
+    local nvml=libnvidia-ml.so.1
+    if ! real_gpus; then
+        install -d -m 0755 "$STATE/lib/simulated-nvml"
+        install -m 0644 "$REPO/target/release/libnvidia_ml.so" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new"
+        mv -f "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1"
+        nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
+        # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
+        # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
+        # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i.
+        put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
+{
+  "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
+  "devices": [
+    {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
+     "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]},
+    {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
+     "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
+     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]}
+  ]
+}
+EOF2
+    fi
+    put_file "$TRACKER_CONF" 0644 <<EOF2 || true
+# gpu-tracker settings of the local test cluster, written by slurm/local-cluster.sh ("up"
+# rewrites it). The full list of keys, with their defaults: config/gpu-tracker.toml.
+spool_dir = "$STATE/spool/gpu-tracker"
+interval = 1.0
+min_interval = 0.1
+checkpoint_interval = 5.0
+nvml_library = "$nvml"
+EOF2
+}
+
+# PLUGIN HOOK: installs the SPANK plugin when it is built and points plugstack.conf at it;
+# otherwise plugstack.conf stays empty (comments only). Sets STACK_CHANGED when slurmd must restart.
+install_plugin() {
+    local so=$STATE/lib/gpu_tracker.so line=""
+    if [[ -f $PLUGIN_SRC ]]; then
+        install -d -m 0755 "$STATE/lib"
+        if ! cmp -s "$PLUGIN_SRC" "$so"; then
+            # A new file, then a rename: running slurmstepds keep the old one mapped safely.
+            install -o root -g root -m 0755 "$PLUGIN_SRC" "$so.new" && mv -f "$so.new" "$so"
+            STACK_CHANGED=1
+        fi
+        write_tracker_config
+        line="optional $so config=$TRACKER_CONF"
+        echo "plugin installed: $so (from $PLUGIN_SRC)"
+    else
+        rm -f "$so"
+        echo "plugin not built: tracking off"
+    fi
+    printf '# SPANK plugins, written by slurm/local-cluster.sh (install_plugin)\n%s' \
+        "${line:+$line$'\n'}" | put_file "$STATE/plugstack.conf" 0644 && STACK_CHANGED=1
+    return 0
+}
+
+# Copies file $1 to $2 (root's, mode $3) unless it is there already: a new file, then a rename.
+install_copy() {
+    cmp -s "$1" "$2" && return 0
+    install -o root -g root -m "$3" "$1" "$2.new" && mv -f "$2.new" "$2"
+}
+
+# Installs into <state>/bin: gpu-tracker-report when it is built (or GPU_TRACKER_REPORT_BIN
+# names one), slurm/epilog-slurmctld, and epilog-slurmctld, the wrapper EpilogSlurmctld names
+# (slurmctld gives the script none of our settings: the wrapper sets them).
+install_tools() {
+    local report=${GPU_TRACKER_REPORT_BIN:-$REPO/target/release/gpu-tracker-report}
+    install -d -m 0755 "$STATE/bin" "$STATE/lib"
+    if [[ -f $report ]]; then
+        install_copy "$report" "$STATE/bin/gpu-tracker-report" 0755
+    else
+        echo "gpu-tracker-report not built ($report): not installed"
+    fi
+    # gpu-tracker, for `gpu-tracker mark NAME` in jobs.
+    local tracker=${GPU_TRACKER_BIN:-$REPO/target/release/gpu-tracker}
+    if [[ -f $tracker ]]; then
+        install_copy "$tracker" "$STATE/bin/gpu-tracker" 0755
+    fi
+    install_copy "$REPO/slurm/epilog-slurmctld" "$STATE/lib/epilog-slurmctld" 0755
+    put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true
+#!/bin/sh
+# Written by slurm/local-cluster.sh: EpilogSlurmctld of the local cluster (up --accounting).
+# slurmctld runs it with the job's variables only; our settings come from here.
+export SLURM_CONF='$CONF'
+export GPU_TRACKER_CONFIG='$TRACKER_CONF'
+export GPU_TRACKER_REPORT='$STATE/bin/gpu-tracker-report'
+exec '$STATE/lib/epilog-slurmctld' "\$@"
+EOF
+}
