@@ -59,7 +59,7 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
          touch $h/load-start-$SLURM_JOB_ID; while [ ! -e $h/load-go-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
          srun --gpu-track=0.2 -n1 --overlap {hog} --forks 5000\n\
          srun --gpu-track=0.5 -n 256 -O --overlap sleep 1\n\
-         for i in $(seq 50); do srun --gpu-track=0.5 -n1 --overlap sleep 2 & done; wait\n\
+         for i in $(seq 50); do (srun --gpu-track=0.5 -n1 --overlap sleep 2 && echo step-ran) & done; wait\n\
          touch $h/load-end-$SLURM_JOB_ID; while [ ! -e $h/load-done-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
          echo load-done\n",
         home = home.display(),
@@ -90,11 +90,24 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
     let fd_list = fd_targets(batch);
     std::fs::write(flag("done", id), "").unwrap();
     let job = wait_job(USER, name, id);
-    assert_job_unharmed(&job, name, "load-done");
-    let mut steps: Vec<String> = (0..52).map(|i| i.to_string()).collect();
-    steps.push("batch".into());
-    let names: Vec<&str> = steps.iter().map(String::as_str).collect();
-    let recs = final_records(id, &names);
+    let output = assert_job_unharmed(&job, name, "load-done");
+    // Of the 50 steps at once, those Slurm ran (on a slow guest, slurmctld may refuse a step
+    // creation that times out: no step, so nothing to track). Each of them must have its final
+    // record, and Slurm must have run nearly all, or the load was not there.
+    let ran = output.lines().filter(|l| *l == "step-ran").count();
+    assert!(ran >= 45, "only {ran} of the 50 steps ran:\n{output}");
+    let final_at_once = || {
+        records(id)
+            .iter()
+            .filter(|(s, r)| s.parse::<u32>().is_ok_and(|n| n >= 2) && r.complete)
+            .count()
+    };
+    wait_until(
+        "a final record of every step that ran",
+        Duration::from_secs(60),
+        || final_at_once() >= ran,
+    );
+    let recs = final_records(id, &["0", "1", "batch"]);
     // 5000 short processes: seen in part, each sample bounded (at most 500 processes' files).
     let forks = &recs["0"];
     assert!(forks.complete);
@@ -111,10 +124,14 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
     let wide = &recs["1"];
     assert_eq!(wide.tasks.len(), 256);
     assert!(wide.tasks.iter().all(|t| t.ended && t.exit_code == Some(0)));
-    // 50 steps at once, each complete with its task.
-    for i in 2..52 {
-        let r = &recs[&i.to_string()];
-        assert!(r.complete && r.tasks.len() == 1, "step {i}: {r:?}");
+    // The steps at once, each complete with its task, and none that Slurm did not run.
+    let at_once: Vec<_> = recs
+        .iter()
+        .filter(|(s, _)| s.parse::<u32>().is_ok_and(|n| n >= 2))
+        .collect();
+    assert_eq!(at_once.len(), ran, "a record for each step that ran");
+    for (s, r) in at_once {
+        assert!(r.complete && r.tasks.len() == 1, "step {s}: {r:?}");
     }
     // No descriptor or thread left behind: not in the batch step's slurmstepd (which tracked
     // it all and started the 52 steps), not in slurmd.

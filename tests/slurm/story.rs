@@ -165,9 +165,18 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     let (code, json, err) = report_as(USER, &[&id.to_string(), "--format", "json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let phases = v["summary"]["phases"].as_array().unwrap();
+    let mut phases = v["summary"]["phases"].as_array().unwrap().clone();
+    // A slow machine samples the job before its first mark: that time is a phase of its own,
+    // before the job's three.
+    if phases
+        .first()
+        .is_some_and(|p| p["name"] == "(before the first mark)")
+    {
+        phases.remove(0);
+    }
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, ["load", "train", "save"], "{phases:?}");
     let peak = |i: usize| phases[i]["memory_peak_bytes"].as_u64().unwrap();
-    assert_eq!(phases.len(), 3, "{phases:?}");
     assert!(peak(1) >= 120 << 20, "{phases:?}");
     assert!(peak(0) < 100 << 20 && peak(2) < 100 << 20, "{phases:?}");
     // Slurm's GPU 0 (the fake gives the marked process 1 GiB on it) works in train only.
