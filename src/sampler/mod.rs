@@ -124,7 +124,11 @@ impl Sampler {
             samples: 0,
             procs: HashMap::new(),
             base_children_cpu,
-            cpu: CpuAccumulator::new(ncores, f64::from(opts.n_expected_cores.unwrap_or(ncores))),
+            cpu: CpuAccumulator::new(
+                ncores,
+                f64::from(opts.n_expected_cores.unwrap_or(ncores)),
+                opts.interval,
+            ),
             threads: [0; 3],
             mem: [RssPeak::default(); 3],
             largest_hwm: 0,
@@ -408,7 +412,6 @@ impl Sampler {
                 end.main_own_cpu,
                 end.main,
                 since,
-                min_interval,
                 self.saw_descendants,
             );
             self.largest_hwm = self.largest_hwm.max(ch.maxrss_bytes);

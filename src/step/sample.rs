@@ -128,10 +128,8 @@ pub(super) fn sample(
         .map_or(cpu_sum, |ns| ns as f64 / 1e9);
     let now = Instant::now();
     if let Some((t, c)) = work.last_cpu {
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt >= s.interval.as_secs_f64() / 2.0 {
-            acc.max_cores = acc.max_cores.max(crate::units::cores_busy(cpu_now - c, dt));
-        }
+        acc.max_cpu
+            .interval(cpu_now - c, now.duration_since(t).as_secs_f64());
     }
     work.last_cpu = Some((now, cpu_now));
 
