@@ -11,7 +11,7 @@ use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
-use crate::sampler::core::MemSum;
+use crate::sampler::procsum::ProcSum;
 use crate::units::{MemUnit, TimeUnit, Units};
 
 /// A GPU source restricted to the step's allocated devices.
@@ -97,11 +97,11 @@ pub(super) fn sample(
         ));
     }
     let mut all_members = found.members.clone();
-    let mut step_mem = MemSum::default();
+    let mut step_procs = ProcSum::default();
     for t in &found.tasks {
-        step_mem.add(t.private, t.shared);
+        step_procs.merge(&t.procs);
     }
-    let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
+    let (step_mem, cpu_sum) = (step_procs.mem, step_procs.cpu);
     acc.sampled_peak_rss.update(step_mem, 0);
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
@@ -144,11 +144,8 @@ pub(super) fn sample(
         }
         for f in &found.tasks {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
-                let task_mem = MemSum {
-                    private: f.private,
-                    shared: f.shared,
-                };
-                t.peak_rss.update(task_mem, f.hwm);
+                let f = f.procs;
+                t.peak_rss.update(f.mem, f.hwm);
                 t.largest_hwm = t.largest_hwm.max(f.hwm);
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
                 // A task listed with no process (it ended between its exit and this sample, or
