@@ -1,7 +1,7 @@
 //! What both samplers compute the same way, whatever they sample (a command's process tree for
 //! `gpu-tracker -e` and the library, a step's cgroup and tasks for the plugin): the resident
-//! memory of a set of processes and its peaks, the busiest interval's CPU use, and what one
-//! sample hands the history recorder.
+//! memory of a set of processes and its peaks, the busiest interval's CPU use, the time a
+//! sample stands for in a time-weighted mean, and what one sample hands the history recorder.
 
 use super::gpus::GpuAccumulator;
 use crate::history::{Observation, Recorder};
@@ -117,6 +117,14 @@ impl CpuMax {
     }
 }
 
+/// The seconds a sample stands for in a time-weighted mean (GPU utilization): the time elapsed
+/// since the previous sample (`since_previous`), whatever the pace made it (lengthened while
+/// samples are costly, cut short by a phase mark or a new task); the interval asked for at the
+/// first sample, which has none before it.
+pub fn sample_weight(since_previous: Option<f64>, interval: std::time::Duration) -> f64 {
+    since_previous.unwrap_or(interval.as_secs_f64())
+}
+
 /// Hands each sample to a history [`Recorder`]: names the GPUs once they are known, records
 /// those lost at this sample, then the readings.
 #[derive(Debug, Clone, Copy, Default)]
@@ -160,6 +168,19 @@ mod tests {
         m.add(50, 60);
         m.add(0, 10);
         assert_eq!((m.private, m.shared, m.total()), (150, 60, 210));
+    }
+
+    #[test]
+    fn a_sample_weighs_the_time_since_the_one_before() {
+        use super::super::stats::PercentAcc;
+        let interval = std::time::Duration::from_secs(1);
+        let mut a = PercentAcc::default();
+        // The first sample (none before: the interval asked for), then 3 s later (backed
+        // off), then 0.5 s later (a mark).
+        for (since, pct) in [(None, 100.0), (Some(3.0), 0.0), (Some(0.5), 90.0)] {
+            a.add(pct, sample_weight(since, interval));
+        }
+        assert_eq!(a.mean(), (100.0 + 0.0 * 3.0 + 90.0 * 0.5) / 4.5);
     }
 
     #[test]

@@ -354,14 +354,14 @@ impl Sampler {
             tp.values[3] = u.ram.from_bytes(m.used);
             self.machine_row.1 = tp.values[3];
         }
-        let gpu_interval = self.opts.interval.as_secs_f64();
+        let gpu_weight = self::core::sample_weight(dt, self.opts.interval);
         let mut notes = Vec::new();
         if let Some(src) = gpu {
             self.gpu.sample(
                 src.as_mut(),
                 self.target.main,
                 &seen,
-                gpu_interval,
+                gpu_weight,
                 &u,
                 &mut tp,
                 &mut notes,

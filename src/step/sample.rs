@@ -11,6 +11,7 @@ use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
+use crate::sampler::core::sample_weight;
 use crate::sampler::procsum::ProcSum;
 use crate::units::{MemUnit, TimeUnit, Units};
 
@@ -127,9 +128,11 @@ pub(super) fn sample(
         .and_then(|r| r.cpu_ns)
         .map_or(cpu_sum, |ns| ns as f64 / 1e9);
     let now = Instant::now();
-    if let Some((t, c)) = work.last_cpu {
-        acc.max_cpu
-            .interval(cpu_now - c, now.duration_since(t).as_secs_f64());
+    let since_previous = work
+        .last_cpu
+        .map(|(t, _)| now.duration_since(t).as_secs_f64());
+    if let (Some((_, c)), Some(dt)) = (work.last_cpu, since_previous) {
+        acc.max_cpu.interval(cpu_now - c, dt);
     }
     work.last_cpu = Some((now, cpu_now));
 
@@ -166,7 +169,15 @@ pub(super) fn sample(
     let mut unavailable = None;
     if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
         // NVML may open descriptors at any call: those too are marked close-on-exec.
-        let ((), marked) = crate::gpu::cloexec::marking(|| gpu_sample(s, acc, src, &all_members));
+        let ((), marked) = crate::gpu::cloexec::marking(|| {
+            gpu_sample(
+                s,
+                acc,
+                src,
+                &all_members,
+                sample_weight(since_previous, s.interval),
+            )
+        });
         acc.nvml_cloexec += marked as u64;
     }
     if let Some(m) = unavailable {
@@ -244,12 +255,14 @@ fn cgroup_fault(e: CgroupError, tasks_left: bool) -> Option<CgroupError> {
     }
 }
 
-/// Reads the step's GPUs once (narrowing the source to them at the first reading).
+/// Reads the step's GPUs once (narrowing the source to them at the first reading); the
+/// readings stand for `weight` seconds.
 fn gpu_sample(
     s: &StepSetup,
     acc: &mut Acc,
     src: &mut Box<dyn GpuSource>,
     all_members: &std::collections::HashSet<u32>,
+    weight: f64,
 ) {
     if !acc.gpu_opened {
         // First reading: narrow the source to the step's GPUs, once.
@@ -295,7 +308,7 @@ fn gpu_sample(
         src.as_mut(),
         0,
         all_members,
-        acc.pace.current.as_secs_f64(),
+        weight,
         &units,
         &mut tp,
         &mut notes,
