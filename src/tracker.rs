@@ -358,6 +358,7 @@ fn run(
     // The interval asked for, lengthened while samples cost more than a tenth of it (a tree of
     // thousands of processes, a slow driver): said in the notes (`sampler::pace`).
     let mut pace = crate::sampler::pace::Pace::new(interval);
+    let mut schedule = crate::sampler::pace::Schedule::new(std::time::Instant::now());
     let end = loop {
         let started = std::time::Instant::now();
         let mut unavailable = None;
@@ -388,25 +389,24 @@ fn run(
         }
         // Wait for the next sample, a stop, or a phase mark: a mark ends a phase with a
         // sample. Samples start an interval apart, whatever each cost.
-        pace.after_sample(started.elapsed());
-        let due = started + pace.current;
+        schedule.sampled(&mut pace, started, started.elapsed());
         let mut st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let now = std::time::Instant::now();
-            if st.end.is_some() || now >= due {
+            if st.end.is_some() || schedule.is_due(now) {
                 break;
             }
             let mut waited = false;
             if let (Some(fd), Some(w)) = (&mark_fd, &stop.wake) {
                 // A stop signalled before this wait leaves the wake readable: no stop is lost.
                 drop(st);
-                waited = w.wait_with(&[fd.as_fd()], due - now).is_ok();
+                waited = w.wait_with(&[fd.as_fd()], schedule.due() - now).is_ok();
                 st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             if !waited {
                 st = stop
                     .cv
-                    .wait_timeout_while(st, due - now, |s| s.end.is_none())
+                    .wait_timeout_while(st, schedule.due() - now, |s| s.end.is_none())
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
@@ -415,6 +415,7 @@ fn run(
                 for (t, name) in marks {
                     story.mark(t, &name);
                 }
+                schedule.at_once(std::time::Instant::now());
                 break;
             }
         }

@@ -1,6 +1,7 @@
 //! CPU accounting over sampling intervals: the machine's (from `/proc/stat`), and the tracked
 //! tree's from cumulative CPU times, so a process that ended between two samples still counts.
 
+use super::core::CpuMax;
 use super::stats::PercentAcc;
 use crate::proc::CpuTotals;
 use crate::sys::Rusage;
@@ -20,9 +21,9 @@ pub struct CpuAccumulator {
     combined: f64,
     main: f64,
     sys: PercentAcc,
-    main_pct: PercentAcc,
-    desc_pct: PercentAcc,
-    comb_pct: PercentAcc,
+    main_pct: CpuMax,
+    desc_pct: CpuMax,
+    comb_pct: CpuMax,
 }
 
 /// The four utilization blocks of a result.
@@ -38,11 +39,15 @@ pub struct CpuFigures {
 }
 
 impl CpuAccumulator {
-    /// For a machine of `ncores` CPUs, with hardware percentages against `expected` cores.
-    pub fn new(ncores: u32, expected: f64) -> Self {
+    /// For a machine of `ncores` CPUs, with hardware percentages against `expected` cores, and
+    /// samples `interval` apart (the tree's maxima follow [`CpuMax`]'s rule).
+    pub fn new(ncores: u32, expected: f64, interval: std::time::Duration) -> Self {
         CpuAccumulator {
             ncores: f64::from(ncores),
             expected,
+            main_pct: CpuMax::new(interval),
+            desc_pct: CpuMax::new(interval),
+            comb_pct: CpuMax::new(interval),
             ..Default::default()
         }
     }
@@ -76,8 +81,8 @@ impl CpuAccumulator {
         };
         self.combined += comb_delta.unwrap_or(0.0);
         self.main += main_delta.unwrap_or(0.0);
-        if let (Some(dt), Some(c)) = (dt.filter(|d| *d > 0.0), comb_delta) {
-            self.interval(main_delta.unwrap_or(0.0).min(c), c, dt, tp);
+        if let (Some(dt), Some(c)) = (dt, comb_delta) {
+            self.interval(main_delta.unwrap_or(0.0).min(c), c, dt, false, tp);
         }
         self.prev_cum = Some(cum);
         if main_own.is_some() {
@@ -85,13 +90,25 @@ impl CpuAccumulator {
         }
     }
 
-    fn interval(&mut self, main: f64, comb: f64, dt: f64, tp: &mut Timepoint) {
-        let pct = |cpu: f64| crate::units::cores_busy(cpu, dt) * 100.0;
-        let (m, c) = (pct(main), pct(comb));
-        let d = (c - m).max(0.0);
-        self.main_pct.add(m, dt);
-        self.desc_pct.add(d, dt);
-        self.comb_pct.add(c, dt);
+    /// One interval of `dt` seconds in which the main process used `main` CPU seconds and the
+    /// tree `comb`; `last`: the run's last (see [`CpuMax::last_interval`]).
+    fn interval(&mut self, main: f64, comb: f64, dt: f64, last: bool, tp: &mut Timepoint) {
+        let desc = comb - main;
+        let [m, d, c] = [
+            (&mut self.main_pct, main),
+            (&mut self.desc_pct, desc),
+            (&mut self.comb_pct, comb),
+        ]
+        .map(|(acc, cpu)| {
+            if last {
+                acc.last_interval(cpu, dt)
+            } else {
+                acc.interval(cpu, dt)
+            }
+        });
+        let (Some(m), Some(d), Some(c)) = (m, d, c) else {
+            return;
+        };
         for (i, v) in [(15, m), (17, d), (19, c)] {
             tp.values[i] = v;
             tp.values[i + 1] = if self.expected > 0.0 {
@@ -105,15 +122,14 @@ impl CpuAccumulator {
     /// Accounts the last, partial interval (`since` seconds) of a command that has ended, from
     /// the exact total CPU seconds of everything the tracker reaped (`exact`), the main
     /// process's own final CPU seconds where known (`main_own`), else `wait4`'s usage of it
-    /// (its own plus its reaped children's). An interval shorter than `min_interval` only
-    /// sets maxima when it is the only one. Returns the run's total CPU seconds.
+    /// (its own plus its reaped children's). A short interval only sets maxima when it is the
+    /// only one ([`CpuMax::last_interval`]). Returns the run's total CPU seconds.
     pub fn finish_tree(
         &mut self,
         exact: f64,
         main_own: Option<f64>,
         main: Option<Rusage>,
         since: f64,
-        min_interval: f64,
         saw_descendants: bool,
     ) -> f64 {
         let comb_delta = self.prev_cum.map_or(exact, |p| (exact - p).max(0.0));
@@ -132,10 +148,13 @@ impl CpuAccumulator {
         self.main += main_delta;
         // A last interval much shorter than the others counts in totals and means, but does
         // not set the maximum: a tick or two of CPU time (10 ms) over a few ms is noise.
-        if since >= min_interval || (since > 0.0 && self.comb_pct.is_empty()) {
-            let mut tp = Timepoint::default();
-            self.interval(main_delta, comb_delta, since, &mut tp);
-        }
+        self.interval(
+            main_delta,
+            comb_delta,
+            since,
+            true,
+            &mut Timepoint::default(),
+        );
         (self.combined + comb_delta).max(exact)
     }
 
@@ -148,13 +167,26 @@ impl CpuAccumulator {
     pub fn finish(&self, wall: f64, total: f64) -> CpuFigures {
         let mean = |cpu: f64| if wall > 0.0 { cpu / wall * 100.0 } else { 0.0 };
         let (main_mean, comb_mean) = (mean(self.main), mean(total));
+        let figures = |max: &CpuMax, mean: f64| {
+            let hw = |v: f64| {
+                if self.expected > 0.0 {
+                    v / self.expected
+                } else {
+                    0.0
+                }
+            };
+            ProcessingUnitPercentages {
+                max_sum_percent: max.percent(),
+                max_hardware_percent: hw(max.percent()),
+                mean_sum_percent: mean,
+                mean_hardware_percent: hw(mean),
+            }
+        };
         CpuFigures {
             system: self.sys.finish(self.ncores),
-            main: self.main_pct.finish_with_mean(self.expected, main_mean),
-            descendants: self
-                .desc_pct
-                .finish_with_mean(self.expected, (comb_mean - main_mean).max(0.0)),
-            combined: self.comb_pct.finish_with_mean(self.expected, comb_mean),
+            main: figures(&self.main_pct, main_mean),
+            descendants: figures(&self.desc_pct, (comb_mean - main_mean).max(0.0)),
+            combined: figures(&self.comb_pct, comb_mean),
         }
     }
 }
@@ -163,9 +195,11 @@ impl CpuAccumulator {
 mod tests {
     use super::*;
 
+    const SECOND: std::time::Duration = std::time::Duration::from_secs(1);
+
     #[test]
     fn an_ended_child_still_counts() {
-        let mut c = CpuAccumulator::new(4, 2.0);
+        let mut c = CpuAccumulator::new(4, 2.0, SECOND);
         let mut tp = Timepoint::default();
         c.tree(None, 0.0, Some(0.0), &mut tp);
         // One second later: main used 0.5 s; a child used 1 s and was reaped by main.
@@ -176,7 +210,7 @@ mod tests {
             tp.values[20], 75.0,
             "hardware percent against 2 expected cores"
         );
-        let total = c.finish_tree(2.0, Some(0.5), None, 1.0, 0.5, true);
+        let total = c.finish_tree(2.0, Some(0.5), None, 1.0, true);
         assert_eq!(total, 2.0);
         let f = c.finish(2.0, total);
         assert_eq!(f.combined.mean_sum_percent, 100.0);
@@ -187,25 +221,40 @@ mod tests {
 
     #[test]
     fn a_very_short_last_interval_does_not_set_the_max() {
-        let mut c = CpuAccumulator::new(2, 1.0);
+        let mut c = CpuAccumulator::new(2, 1.0, SECOND);
         let mut tp = Timepoint::default();
         c.tree(None, 0.0, Some(0.0), &mut tp);
         c.tree(Some(1.0), 1.0, Some(1.0), &mut tp);
         // 20 ms of CPU counted in the last 10 ms: a tick of rounding, not 200 %.
-        let total = c.finish_tree(1.02, Some(1.02), None, 0.01, 0.5, false);
+        let total = c.finish_tree(1.02, Some(1.02), None, 0.01, false);
         assert_eq!(total, 1.02);
         let f = c.finish(1.01, total);
         assert_eq!(f.main.max_sum_percent, 100.0);
         assert!((f.main.mean_sum_percent - 1.02 / 1.01 * 100.0).abs() < 1e-9);
         // With no other interval, even a short one counts.
-        let mut c = CpuAccumulator::new(2, 1.0);
-        c.finish_tree(0.05, Some(0.05), None, 0.1, 0.5, false);
+        let mut c = CpuAccumulator::new(2, 1.0, SECOND);
+        c.finish_tree(0.05, Some(0.05), None, 0.1, false);
         assert!(c.finish(0.1, 0.05).main.max_sum_percent > 0.0);
     }
 
     #[test]
+    fn a_short_interval_mid_run_does_not_set_the_max() {
+        let mut c = CpuAccumulator::new(2, 1.0, SECOND);
+        let mut tp = Timepoint::default();
+        c.tree(None, 0.0, Some(0.0), &mut tp);
+        c.tree(Some(1.0), 0.5, Some(0.5), &mut tp);
+        // A sample at once for a phase mark: a tick over 5 ms. The row shows it; the max not.
+        c.tree(Some(0.005), 0.51, Some(0.51), &mut tp);
+        assert!(tp.values[15] > 150.0);
+        c.tree(Some(1.0), 1.01, Some(1.01), &mut tp);
+        let f = c.finish(2.005, 1.01);
+        assert_eq!(f.main.max_sum_percent, 50.0);
+        assert_eq!(f.combined.max_sum_percent, 50.0);
+    }
+
+    #[test]
     fn machine_utilization() {
-        let mut c = CpuAccumulator::new(2, 2.0);
+        let mut c = CpuAccumulator::new(2, 2.0, SECOND);
         c.system(CpuTotals { busy: 0, total: 0 }, None, None);
         let mut tp = Timepoint::default();
         c.system(

@@ -67,7 +67,8 @@ impl GpuAccumulator {
         )
     }
 
-    /// Reads every device of `src` once. `weight` is the interval the readings stand for.
+    /// Reads every device of `src` once. `weight`: the seconds the readings stand for in the
+    /// means ([`super::core::sample_weight`]).
     #[allow(clippy::too_many_arguments)]
     pub fn sample(
         &mut self,
@@ -239,5 +240,68 @@ impl GpuAccumulator {
             gpu_percentages: self.util.finish(f64::from(n_sel)),
         };
         (gpus, max, util, notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuReading;
+
+    /// One GPU whose utilization is the next of `pcts` at each reading.
+    struct Fake {
+        devices: Vec<GpuInfo>,
+        pcts: Vec<u32>,
+    }
+
+    impl GpuSource for Fake {
+        fn devices(&self) -> &[GpuInfo] {
+            &self.devices
+        }
+        fn read(&mut self, _: usize) -> Option<GpuReading> {
+            Some(GpuReading {
+                used: Some(1),
+                utilization: Some(self.pcts.remove(0)),
+                energy_mj: None,
+                processes: Vec::new(),
+            })
+        }
+    }
+
+    #[test]
+    fn utilization_means_weigh_each_reading_by_the_time_it_stands_for() {
+        let info = GpuInfo {
+            index: 0,
+            minor: Some(0),
+            uuid: "GPU-0".into(),
+            name: "G".into(),
+            memory_total: 10,
+        };
+        let mut src = Fake {
+            devices: vec![info],
+            pcts: vec![100, 0, 90],
+        };
+        let mut acc = GpuAccumulator::new(None);
+        let u = Units::default();
+        let interval = std::time::Duration::from_secs(1);
+        // Samples 1 s (the first), 3 s (backed off) and 0.5 s (a mark) apart.
+        for since in [None, Some(3.0), Some(0.5)] {
+            let w = super::super::core::sample_weight(since, interval);
+            let mut tp = Timepoint::default();
+            acc.sample(
+                &mut src,
+                1,
+                &HashSet::new(),
+                w,
+                &u,
+                &mut tp,
+                &mut Vec::new(),
+            );
+        }
+        let (gpus, _, util, _) = acc.finish(&u);
+        let mean = (100.0 + 0.0 * 3.0 + 90.0 * 0.5) / 4.5;
+        assert_eq!(gpus[0].mean_utilization_percent, Some(mean));
+        assert_eq!(util.gpu_percentages.mean_sum_percent, mean);
+        assert_eq!(gpus[0].max_utilization_percent, Some(100.0));
     }
 }

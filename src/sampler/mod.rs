@@ -18,6 +18,7 @@ mod cpu;
 pub(crate) mod gpus;
 mod options;
 pub mod pace;
+pub mod procsum;
 pub mod stats;
 pub(crate) mod tree;
 
@@ -38,6 +39,7 @@ pub use options::{EndInfo, MemoryDetail, SamplerOptions, Target};
 use self::core::{HistoryFeed, MemSum, RssPeak};
 use cpu::CpuAccumulator;
 use gpus::GpuAccumulator;
+use procsum::ProcReading;
 
 /// The machine's CPU and memory (`/proc/stat`, `/proc/meminfo`: 50 to 100 µs together, more
 /// on machines with many CPUs and interrupts) are read at most this often; so are the cgroups
@@ -124,7 +126,11 @@ impl Sampler {
             samples: 0,
             procs: HashMap::new(),
             base_children_cpu,
-            cpu: CpuAccumulator::new(ncores, f64::from(opts.n_expected_cores.unwrap_or(ncores))),
+            cpu: CpuAccumulator::new(
+                ncores,
+                f64::from(opts.n_expected_cores.unwrap_or(ncores)),
+                opts.interval,
+            ),
             threads: [0; 3],
             mem: [RssPeak::default(); 3],
             largest_hwm: 0,
@@ -240,10 +246,9 @@ impl Sampler {
         )
         .0;
         let mut seen = HashSet::with_capacity(members.len());
-        let mut mem = [MemSum::default(); 3];
-        let mut cum = 0.0;
+        // (0: the main process, 1: a descendant; its reading).
+        let mut readings = Vec::with_capacity(members.len());
         let mut main_own = None;
-        let mut threads_now = [0u64; 2];
         // Reading splits from smaps_rollup may take this long per sample; past it, they are
         // estimated and read first next time (see `proc::watch`). The main process always reads.
         let smaps_budget = self.opts.interval.mul_f64(SMAPS_TIME_SHARE);
@@ -256,56 +261,42 @@ impl Sampler {
                 continue;
             };
             smaps_spent += t_read.elapsed();
-            let st = r.stat;
             if !is_main {
                 self.saw_descendants = true;
             }
-            let own = st.own_ticks() as f64 / self.tps;
-            let reaped = st.reaped_ticks() as f64 / self.tps;
+            let mut pr = ProcReading::of(&r, self.tps);
             let rec = match self.procs.get(&pid) {
-                Some(r) if r.starttime == st.starttime => *r,
+                Some(rec) if rec.starttime == r.stat.starttime => *rec,
                 _ => {
                     let existed_before = first && self.target.in_process;
-                    let r = ProcRecord {
-                        starttime: st.starttime,
-                        base_cpu: if existed_before { own + reaped } else { 0.0 },
-                        base_own: if existed_before { own } else { 0.0 },
+                    let rec = ProcRecord {
+                        starttime: r.stat.starttime,
+                        base_cpu: if existed_before { pr.cpu() } else { 0.0 },
+                        base_own: if existed_before { pr.own_cpu } else { 0.0 },
                     };
-                    self.procs.insert(pid, r);
-                    r
+                    self.procs.insert(pid, rec);
+                    rec
                 }
             };
             seen.insert(pid);
-            let mut threads = st.threads;
-            let mut own_counted = own - rec.base_own;
-            cum += own + reaped - rec.base_cpu;
+            // Only the CPU time since tracking began counts.
+            pr.own_cpu -= rec.base_own;
+            pr.reaped_cpu -= rec.base_cpu - rec.base_own;
             if is_main && self.target.in_process {
                 // The sampler thread is not the code being measured.
-                threads = threads.saturating_sub(1);
-                own_counted -= sampler_cpu;
-                cum -= sampler_cpu;
+                pr.threads = pr.threads.saturating_sub(1);
+                pr.own_cpu -= sampler_cpu;
             }
             if is_main {
-                main_own = Some(own_counted);
-                self.cpu.main_last_reaped = reaped - (rec.base_cpu - rec.base_own);
+                main_own = Some(pr.own_cpu);
+                self.cpu.main_last_reaped = pr.reaped_cpu;
+                let own = MemSum {
+                    private: pr.private,
+                    shared: pr.shared,
+                };
+                self.mem[0].update(own, pr.hwm);
             }
-            let s = r.split;
-            self.largest_hwm = self.largest_hwm.max(r.hwm);
-            let group = if is_main { 0 } else { 1 };
-            for g in [group, 2] {
-                mem[g].add(s.private, s.shared);
-            }
-            tp.values[group] += u.ram.from_bytes(s.total());
-            threads_now[group] += threads;
-            if is_main {
-                self.mem[0].update(
-                    MemSum {
-                        private: s.private,
-                        shared: s.shared,
-                    },
-                    r.hwm,
-                );
-            }
+            readings.push((usize::from(!is_main), pr));
         }
         self.watch.end_sample(|p| seen.contains(&p));
         if let Some(e) = self.watch.take_smaps_error() {
@@ -314,20 +305,22 @@ impl Sampler {
             ));
         }
         self.procs.retain(|pid, _| seen.contains(pid));
+        let groups = procsum::sum_groups(2, readings.iter().map(|(g, r)| (*g, Some(r))));
+        let mut all = groups[0];
+        all.merge(&groups[1]);
+        let mut cum = all.cpu;
+        self.largest_hwm = self.largest_hwm.max(all.hwm);
         // Descendants and combined: private pages summed, shared pages counted once.
-        self.mem[1].update(mem[1], 0);
-        self.mem[2].update(mem[2], self.largest_hwm);
-        tp.values[2] = u.ram.from_bytes(mem[2].total());
-        tp.values[10] = threads_now[0] as f64;
-        tp.values[11] = threads_now[1] as f64;
-        tp.values[12] = (threads_now[0] + threads_now[1]) as f64;
-        for g in 0..3 {
-            let now = if g == 2 {
-                threads_now[0] + threads_now[1]
-            } else {
-                threads_now[g]
-            };
-            self.threads[g] = self.threads[g].max(now);
+        self.mem[1].update(groups[1].mem, 0);
+        self.mem[2].update(all.mem, self.largest_hwm);
+        tp.values[0] = u.ram.from_bytes(groups[0].resident_sum);
+        tp.values[1] = u.ram.from_bytes(groups[1].resident_sum);
+        tp.values[2] = u.ram.from_bytes(all.mem.total());
+        tp.values[10] = groups[0].threads as f64;
+        tp.values[11] = groups[1].threads as f64;
+        tp.values[12] = all.threads as f64;
+        for (g, s) in [groups[0], groups[1], all].iter().enumerate() {
+            self.threads[g] = self.threads[g].max(s.threads);
         }
 
         if !self.target.in_process {
@@ -353,7 +346,7 @@ impl Sampler {
             None
         };
         self.cpu.tree(dt, cum, main_own, &mut tp);
-        self.latest = (mem[2].total(), cum);
+        self.latest = (all.mem.total(), cum);
 
         if let Some(m) = meminfo {
             self.sys_used = self.sys_used.max(m.used);
@@ -361,14 +354,14 @@ impl Sampler {
             tp.values[3] = u.ram.from_bytes(m.used);
             self.machine_row.1 = tp.values[3];
         }
-        let gpu_interval = self.opts.interval.as_secs_f64();
+        let gpu_weight = self::core::sample_weight(dt, self.opts.interval);
         let mut notes = Vec::new();
         if let Some(src) = gpu {
             self.gpu.sample(
                 src.as_mut(),
                 self.target.main,
                 &seen,
-                gpu_interval,
+                gpu_weight,
                 &u,
                 &mut tp,
                 &mut notes,
@@ -408,7 +401,6 @@ impl Sampler {
                 end.main_own_cpu,
                 end.main,
                 since,
-                min_interval,
                 self.saw_descendants,
             );
             self.largest_hwm = self.largest_hwm.max(ch.maxrss_bytes);

@@ -10,7 +10,7 @@
 //! does not swing back and forth. The cost is the sample's wall time: it counts a driver call
 //! that blocks as well as CPU spent.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A sample costing more than this share of the interval in use lengthens the interval.
 pub const OVERRUN_SHARE: f64 = 0.10;
@@ -86,6 +86,49 @@ impl Pace {
     }
 }
 
+/// When a sampler samples next, for both samplers' loops (`gpu-tracker -e`'s and the step's
+/// thread, which wait on [`Schedule::due`] each their own way): the first at once, then one
+/// interval of the [`Pace`] after the start of the last, at once for a phase mark (the phase
+/// ends with a reading), sooner for a new task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    next: Instant,
+}
+
+impl Schedule {
+    /// The first sample is due at `now`.
+    pub fn new(now: Instant) -> Schedule {
+        Schedule { next: now }
+    }
+
+    /// When the next sample is due.
+    pub fn due(&self) -> Instant {
+        self.next
+    }
+
+    /// Whether a sample is due at `now`.
+    pub fn is_due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Something must be read at once (a phase mark came in at `now`).
+    pub fn at_once(&mut self, now: Instant) {
+        self.next = now;
+    }
+
+    /// The next sample is due at `t` at the latest (a new task).
+    pub fn by(&mut self, t: Instant) {
+        self.next = self.next.min(t);
+    }
+
+    /// A sample started at `started` and cost `cost`: `pace` accounts it, and the next sample
+    /// is due an interval of it after that start, whatever the sample cost.
+    pub fn sampled(&mut self, pace: &mut Pace, started: Instant, cost: Duration) {
+        pace.after_sample(cost);
+        self.next = started + pace.current;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +178,25 @@ mod tests {
         p.after_sample(Duration::from_secs(20));
         assert_eq!((p.current, p.overruns, p.backoffs), (p.requested, 1, 0));
         assert!(Pace::new(ms(100)).note().is_none());
+    }
+
+    #[test]
+    fn the_next_sample_is_an_interval_after_the_last_start_or_at_once() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        assert!(s.is_due(t0));
+        let mut p = Pace::new(ms(100));
+        s.sampled(&mut p, t0, ms(5));
+        assert_eq!(s.due(), t0 + ms(100));
+        assert!(!s.is_due(t0 + ms(99)));
+        // A new task: sooner, never later.
+        s.by(t0 + ms(20));
+        s.by(t0 + ms(50));
+        assert_eq!(s.due(), t0 + ms(20));
+        // A costly sample backs off from its start.
+        s.sampled(&mut p, t0 + ms(20), ms(30));
+        assert_eq!(s.due(), t0 + ms(220));
+        s.at_once(t0 + ms(60));
+        assert!(s.is_due(t0 + ms(60)));
     }
 }

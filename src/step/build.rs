@@ -174,7 +174,8 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         utilization_percent: 100.0 * mean_cores / f64::from(alloc_cpus),
         mean_cores,
         max_cores: acc
-            .max_cores
+            .max_cpu
+            .cores()
             .max(if acc.samples <= 1 { mean_cores } else { 0.0 }),
     };
 

@@ -9,7 +9,8 @@
 //! `/proc` still moves on).
 //! The next sample goes on where this one stopped, in pid order, round the list: every process
 //! is read within `ceil(n / read per sample)` samples. A task's sums (resident memory, threads,
-//! CPU) use each of its processes' latest reading; its process count is the listing's, exact.
+//! CPU: [`crate::sampler::procsum`], as for `gpu-tracker -e`) use each of its processes' latest
+//! reading; its process count is the listing's, exact.
 //! The exact figures (the cgroups' peak, CPU and OOM counters) are the kernel's and read in full
 //! at every sample elsewhere: this bound touches only the sampled ones.
 //!
@@ -24,7 +25,7 @@ use crate::proc::ProcFs;
 use crate::proc::files::FdLimit;
 use crate::proc::watch::{Watch, WatchCounts};
 use crate::sampler::Target;
-use crate::sampler::core::MemSum;
+use crate::sampler::procsum::{ProcReading, ProcSum, sum_groups};
 use crate::sampler::tree;
 
 /// Most processes read (`stat` and `status`) in one sample.
@@ -37,37 +38,16 @@ pub const PROCESS_TIME_SHARE: f64 = 0.05;
 /// Most processes visited in one sample when walking process trees (tasks without a cgroup).
 pub const MAX_PROCESSES_WALKED: usize = 2000;
 
-/// One process's latest reading.
-#[derive(Debug, Clone, Copy)]
-struct Reading {
-    private: u64,
-    shared: u64,
-    hwm: u64,
-    threads: u64,
-    cpu: f64,
-}
-
 /// One task's figures at one sample.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TaskFigures {
     /// The task's pid.
     pub pid: u32,
-    /// Private resident memory summed over its processes, bytes.
-    pub private: u64,
-    /// The largest shared resident memory of one of its processes, bytes.
-    pub shared: u64,
-    /// The largest peak resident memory (`VmHWM`) of one of its processes, bytes.
-    pub hwm: u64,
-    /// CPU seconds of its processes, with their reaped children's.
-    pub cpu: f64,
-    /// Threads of its processes that have a reading (`read` of them).
-    pub threads: u64,
-    /// Its processes (listed, not only read).
-    pub processes: u64,
-    /// Its processes that have a reading, this sample's or an earlier one's: the memory,
-    /// CPU and thread figures are theirs. Fewer than `processes` while a large step is read in
-    /// turns; 0 for a task listed but not read yet, whose thread count is unknown, not 0.
-    pub read: u64,
+    /// Its processes: every one listed is counted (`processes`), exact; memory, CPU and
+    /// threads are those of the ones with a reading, this sample's or an earlier one's
+    /// (`read`: fewer while a large step is read in turns; 0 for a task listed but not read
+    /// yet, whose thread count is unknown, not 0).
+    pub procs: ProcSum,
 }
 
 /// What one sample found.
@@ -93,7 +73,7 @@ impl Found {
 /// Reads the tasks' processes in turns over samples.
 #[derive(Debug)]
 pub struct ProcReader {
-    latest: HashMap<u32, Reading>,
+    latest: HashMap<u32, ProcReading>,
     /// The last pid read: the next sample starts after it.
     cursor: u32,
     watch: Watch,
@@ -180,16 +160,7 @@ impl ProcReader {
             self.cursor = p;
             match self.watch.read(p, now, false) {
                 Ok(r) => {
-                    self.latest.insert(
-                        p,
-                        Reading {
-                            private: r.split.private,
-                            shared: r.split.shared,
-                            hwm: r.hwm,
-                            threads: r.stat.threads,
-                            cpu: (r.stat.own_ticks() + r.stat.reaped_ticks()) as f64 / tps,
-                        },
-                    );
+                    self.latest.insert(p, ProcReading::of(&r, tps));
                 }
                 Err(_) => {
                     self.latest.remove(&p);
@@ -200,33 +171,18 @@ impl ProcReader {
         self.watch
             .end_sample(|p| owner.contains_key(&p) && !gone.contains(&p));
         self.latest.retain(|p, _| owner.contains_key(p));
+        // Gone before it could be read: neither listed nor counted.
+        owner.retain(|p, _| !gone.contains(p));
+        found.members = owner.keys().copied().collect();
+        let sums = sum_groups(
+            tasks.len(),
+            owner.iter().map(|(p, &i)| (i, self.latest.get(p))),
+        );
         found.tasks = tasks
             .iter()
-            .map(|(pid, _)| TaskFigures {
-                pid: *pid,
-                ..TaskFigures::default()
-            })
+            .zip(sums)
+            .map(|((pid, _), procs)| TaskFigures { pid: *pid, procs })
             .collect();
-        let mut mems = vec![MemSum::default(); tasks.len()];
-        for (p, i) in owner {
-            if gone.contains(&p) {
-                continue;
-            }
-            found.members.insert(p);
-            let t = &mut found.tasks[i];
-            t.processes += 1;
-            if let Some(r) = self.latest.get(&p) {
-                t.read += 1;
-                mems[i].add(r.private, r.shared);
-                t.hwm = t.hwm.max(r.hwm);
-                t.threads += r.threads;
-                t.cpu += r.cpu;
-            }
-        }
-        for (t, m) in found.tasks.iter_mut().zip(mems) {
-            (t.private, t.shared) = (m.private, m.shared);
-        }
-        // Gone before it could be read: neither listed nor counted.
         found.read -= gone.len();
         found
     }
@@ -280,17 +236,21 @@ mod tests {
         // No time at all: only the minimum.
         let third = r.sample(&procfs, &tasks, Duration::ZERO);
         kill_group(task);
-        assert_eq!(first.tasks[0].processes, n as u64 + 1);
+        assert_eq!(first.tasks[0].procs.processes, n as u64 + 1);
         assert_eq!(first.read, MAX_PROCESSES_PER_SAMPLE);
         assert!(first.partial() && !first.walk_cut);
         // The second sample reads the rest first: every process has a reading now.
         assert_eq!(second.read, MAX_PROCESSES_PER_SAMPLE);
-        assert_eq!(second.tasks[0].threads, n as u64 + 1, "one thread each");
-        assert!(second.tasks[0].private > first.tasks[0].private);
+        assert_eq!(
+            second.tasks[0].procs.threads,
+            n as u64 + 1,
+            "one thread each"
+        );
+        assert!(second.tasks[0].procs.mem.private > first.tasks[0].procs.mem.private);
         assert_eq!(third.read, MIN_PROCESSES_PER_SAMPLE);
-        assert_eq!(third.tasks[0].threads, n as u64 + 1);
-        assert_eq!(first.tasks[0].read, MAX_PROCESSES_PER_SAMPLE as u64);
-        assert_eq!(second.tasks[0].read, n as u64 + 1);
+        assert_eq!(third.tasks[0].procs.threads, n as u64 + 1);
+        assert_eq!(first.tasks[0].procs.read, MAX_PROCESSES_PER_SAMPLE as u64);
+        assert_eq!(second.tasks[0].procs.read, n as u64 + 1);
     }
 
     #[test]
@@ -310,15 +270,15 @@ mod tests {
             let _ = c.wait();
         }
         assert_eq!(f.read, MIN_PROCESSES_PER_SAMPLE);
-        assert!(f.tasks.iter().all(|t| t.processes == 1));
-        let unread: Vec<&TaskFigures> = f.tasks.iter().filter(|t| t.read == 0).collect();
+        assert!(f.tasks.iter().all(|t| t.procs.processes == 1));
+        let unread: Vec<&TaskFigures> = f.tasks.iter().filter(|t| t.procs.read == 0).collect();
         assert_eq!(unread.len(), n - MIN_PROCESSES_PER_SAMPLE);
-        assert!(unread.iter().all(|t| t.threads == 0));
+        assert!(unread.iter().all(|t| t.procs.threads == 0));
         assert!(
             f.tasks
                 .iter()
-                .filter(|t| t.read == 1)
-                .all(|t| t.threads == 1)
+                .filter(|t| t.procs.read == 1)
+                .all(|t| t.procs.threads == 1)
         );
     }
 
@@ -334,9 +294,9 @@ mod tests {
         let f = r.sample(&procfs, &[(task.id(), None)], Duration::from_secs(1));
         let id = task.id();
         kill_group(task);
-        assert_eq!((f.read, f.tasks[0].processes), (4, 4));
+        assert_eq!((f.read, f.tasks[0].procs.processes), (4, 4));
         assert!(!f.partial());
         assert!(f.members.contains(&id));
-        assert!(f.tasks[0].hwm > 0 && f.tasks[0].threads == 4);
+        assert!(f.tasks[0].procs.hwm > 0 && f.tasks[0].procs.threads == 4);
     }
 }

@@ -11,7 +11,8 @@ use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
-use crate::sampler::core::MemSum;
+use crate::sampler::core::sample_weight;
+use crate::sampler::procsum::ProcSum;
 use crate::units::{MemUnit, TimeUnit, Units};
 
 /// A GPU source restricted to the step's allocated devices.
@@ -97,11 +98,11 @@ pub(super) fn sample(
         ));
     }
     let mut all_members = found.members.clone();
-    let mut step_mem = MemSum::default();
+    let mut step_procs = ProcSum::default();
     for t in &found.tasks {
-        step_mem.add(t.private, t.shared);
+        step_procs.merge(&t.procs);
     }
-    let cpu_sum: f64 = found.tasks.iter().map(|t| t.cpu).sum();
+    let (step_mem, cpu_sum) = (step_procs.mem, step_procs.cpu);
     acc.sampled_peak_rss.update(step_mem, 0);
     let step_reading = match step_cg.as_ref().map(|c| c.read()) {
         Some(Ok(r)) => Some(r),
@@ -127,11 +128,11 @@ pub(super) fn sample(
         .and_then(|r| r.cpu_ns)
         .map_or(cpu_sum, |ns| ns as f64 / 1e9);
     let now = Instant::now();
-    if let Some((t, c)) = work.last_cpu {
-        let dt = now.duration_since(t).as_secs_f64();
-        if dt >= s.interval.as_secs_f64() / 2.0 {
-            acc.max_cores = acc.max_cores.max(crate::units::cores_busy(cpu_now - c, dt));
-        }
+    let since_previous = work
+        .last_cpu
+        .map(|(t, _)| now.duration_since(t).as_secs_f64());
+    if let (Some((_, c)), Some(dt)) = (work.last_cpu, since_previous) {
+        acc.max_cpu.interval(cpu_now - c, dt);
     }
     work.last_cpu = Some((now, cpu_now));
 
@@ -146,11 +147,8 @@ pub(super) fn sample(
         }
         for f in &found.tasks {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {
-                let task_mem = MemSum {
-                    private: f.private,
-                    shared: f.shared,
-                };
-                t.peak_rss.update(task_mem, f.hwm);
+                let f = f.procs;
+                t.peak_rss.update(f.mem, f.hwm);
                 t.largest_hwm = t.largest_hwm.max(f.hwm);
                 t.cpu_sampled = t.cpu_sampled.max(f.cpu);
                 // A task listed with no process (it ended between its exit and this sample, or
@@ -171,7 +169,15 @@ pub(super) fn sample(
     let mut unavailable = None;
     if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {
         // NVML may open descriptors at any call: those too are marked close-on-exec.
-        let ((), marked) = crate::gpu::cloexec::marking(|| gpu_sample(s, acc, src, &all_members));
+        let ((), marked) = crate::gpu::cloexec::marking(|| {
+            gpu_sample(
+                s,
+                acc,
+                src,
+                &all_members,
+                sample_weight(since_previous, s.interval),
+            )
+        });
         acc.nvml_cloexec += marked as u64;
     }
     if let Some(m) = unavailable {
@@ -249,12 +255,14 @@ fn cgroup_fault(e: CgroupError, tasks_left: bool) -> Option<CgroupError> {
     }
 }
 
-/// Reads the step's GPUs once (narrowing the source to them at the first reading).
+/// Reads the step's GPUs once (narrowing the source to them at the first reading); the
+/// readings stand for `weight` seconds.
 fn gpu_sample(
     s: &StepSetup,
     acc: &mut Acc,
     src: &mut Box<dyn GpuSource>,
     all_members: &std::collections::HashSet<u32>,
+    weight: f64,
 ) {
     if !acc.gpu_opened {
         // First reading: narrow the source to the step's GPUs, once.
@@ -300,7 +308,7 @@ fn gpu_sample(
         src.as_mut(),
         0,
         all_members,
-        acc.pace.current.as_secs_f64(),
+        weight,
         &units,
         &mut tp,
         &mut notes,

@@ -14,7 +14,7 @@ use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
-use crate::sampler::core::{HistoryFeed, RssPeak};
+use crate::sampler::core::{CpuMax, HistoryFeed, RssPeak};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
 use crate::sys::Wake;
@@ -67,7 +67,8 @@ pub(super) struct Acc {
     pub(super) sample_us_max: f64,
     pub(super) sampled_peak_rss: RssPeak,
     pub(super) largest_hwm: u64,
-    pub(super) max_cores: f64,
+    /// The busiest interval's CPU use.
+    pub(super) max_cpu: CpuMax,
     pub(super) gpu: GpuAccumulator,
     pub(super) gpu_opened: bool,
     pub(super) gpu_mapping: Option<String>,
@@ -105,7 +106,7 @@ impl Acc {
             sample_us_max: 0.0,
             sampled_peak_rss: RssPeak::default(),
             largest_hwm: 0,
-            max_cores: 0.0,
+            max_cpu: CpuMax::new(interval),
             gpu: GpuAccumulator::default(),
             gpu_opened: false,
             gpu_mapping: None,

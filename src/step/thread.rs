@@ -13,6 +13,7 @@ use crate::gpu::{GpuConfig, LazyGpu};
 use crate::history::Event;
 use crate::history::mark::Inbox;
 use crate::proc::ProcFs;
+use crate::sampler::pace::Schedule;
 use crate::sys;
 
 /// How soon after a task starts the sampler reads it: time for slurmstepd to start the step's
@@ -45,7 +46,7 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
     // The file slurmstepd runs: a task still running it has not been let go (see nvml_gate).
     let stepd_exe = nvml_gate::exe_of(&s.proc_root, "self").ok();
     let mut next_checkpoint = s.checkpoint_interval.map(|d| Instant::now() + d);
-    let mut next_sample = Instant::now();
+    let mut schedule = Schedule::new(Instant::now());
     let mut tasks_seen = 0;
     let mut tasks_scheduled = 0;
     // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
@@ -80,21 +81,21 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
                         for (t, name) in marks {
                             h.mark(t, &name);
                         }
-                        next_sample = Instant::now();
+                        schedule.at_once(Instant::now());
                     }
                 }
                 // New tasks are sampled soon, not an interval later: a short task would
                 // otherwise end unseen (no thread or process count).
                 if sh.tasks.len() != tasks_scheduled {
                     tasks_scheduled = sh.tasks.len();
-                    next_sample = next_sample.min(Instant::now() + NEW_TASK_SAMPLE_DELAY);
+                    schedule.by(Instant::now() + NEW_TASK_SAMPLE_DELAY);
                 }
                 // A new task may be the last one NVML waits for.
                 if nvml_pending.is_some() && sh.tasks.len() != tasks_seen {
                     break;
                 }
                 let now = Instant::now();
-                let due = next_checkpoint.map_or(next_sample, |c| c.min(next_sample));
+                let due = next_checkpoint.map_or(schedule.due(), |c| c.min(schedule.due()));
                 if now >= due && !sh.tasks.is_empty() {
                     break;
                 }
@@ -129,11 +130,10 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
             }
         }
         let now = Instant::now();
-        if now >= next_sample {
+        if schedule.is_due(now) {
             let t0 = Instant::now();
             sample(inner, &procfs, &mut acc, &mut work, &mut gpu);
-            acc.pace.after_sample(t0.elapsed());
-            next_sample = now + acc.pace.current;
+            schedule.sampled(&mut acc.pace, now, t0.elapsed());
             acc.thread_cpu = sys::thread_cpu_seconds();
             let alerts = inner.history().take_alerts();
             for a in alerts.into_iter().take(warn_left) {
