@@ -170,6 +170,10 @@ struct StopState {
 
 struct Stop {
     state: Mutex<StopState>,
+    /// Held by the sampler thread for each sample, and by whoever reaps the command's
+    /// processes ([`Tracker::hold_samples`]): a process reaped in the middle of a sample would
+    /// be counted twice, once in `/proc` as a zombie and once in the reaped children's usage.
+    sampling: Mutex<()>,
     cv: Condvar,
     /// Wakes a sampler thread that waits on the mark socket (`None`: no socket, or no wake
     /// could be made; then it waits on `cv` alone, and a mark waits for the next sample).
@@ -180,6 +184,7 @@ impl Stop {
     fn new(opts: &TrackerOptions) -> Stop {
         Stop {
             state: Mutex::new(StopState::default()),
+            sampling: Mutex::new(()),
             cv: Condvar::new(),
             wake: opts.marks.as_ref().and_then(|_| Wake::new().ok()),
         }
@@ -235,6 +240,13 @@ impl Tracker {
             stop,
             handle: Some(handle),
         })
+    }
+
+    /// Holds off the next sample until the guard is dropped (a sample under way finishes
+    /// first). Reap a child of the tracked command while holding it: a sample then sees the
+    /// child either in `/proc` or in the reaped children's usage, never in both.
+    pub fn hold_samples(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.stop.sampling.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stops tracking and returns the figures.
@@ -364,7 +376,10 @@ fn run(
         let mut unavailable = None;
         let _ = gpu.get(false, &mut |m| unavailable = Some(m));
         let gpu_known = gpu.is_settled();
-        let tp = sampler.sample(gpu.get(false, &mut |_| {}));
+        let tp = {
+            let _no_reap = stop.sampling.lock().unwrap_or_else(|p| p.into_inner());
+            sampler.sample(gpu.get(false, &mut |_| {}))
+        };
         sampler.record(&mut story, unix_now());
         if let Some(m) = unavailable {
             warn(&format!("no GPU figures: {m}"));
@@ -534,5 +549,29 @@ mod tests {
         // The first sample, the mark's, and the last (of the process itself, at the stop).
         let samples: u32 = story.timeline.buckets.iter().map(|b| b.samples).sum();
         assert_eq!(samples, 3, "{:?}", story.timeline);
+    }
+
+    #[test]
+    fn no_sample_is_taken_while_samples_are_held() {
+        let opts = TrackerOptions::default()
+            .sleep_time(0.1)
+            .no_gpu()
+            .disable_logs();
+        let tracker = Tracker::start(opts).unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        {
+            let _held = tracker.hold_samples();
+            // Twenty samples would be due in these 2 s.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        std::thread::sleep(Duration::from_millis(350));
+        let (_, story) = tracker.stop_with_story(EndInfo::default()).unwrap();
+        let samples: u32 = story.timeline.buckets.iter().map(|b| b.samples).sum();
+        // Before the hold (2), the one that waited for it, after it (about 3), and the last.
+        assert!(
+            (3..=10).contains(&samples),
+            "{samples} samples: {:?}",
+            story.timeline
+        );
     }
 }

@@ -356,6 +356,8 @@ fn run(args: Args) -> Result<u8, Fail> {
     let wait_err = |e| Fail::Runtime(anyhow::Error::new(e).context("waiting for the command"));
     let (status, main_usage, main_own) = loop {
         let ended = sys::wait_any_ended().map_err(wait_err)?;
+        // Reaped between two samples, never during one (Tracker::hold_samples).
+        let _no_sample = tracker.hold_samples();
         let own = (ended as u32 == pid)
             .then(|| procfs.pid_stat(pid).ok())
             .flatten()
