@@ -568,10 +568,20 @@ fn the_sampler_thread_sleeps_between_samples_and_wakes_for_a_mark() {
     let t = StepTracker::start(f.setup.clone()).unwrap();
     let task = sleeper();
     t.task_started(Some(0), Some(0), task.id());
-    let mine: Vec<String> = threads_named("gpu-tracker")
-        .into_iter()
-        .filter(|t| !before.contains(t))
-        .collect();
+    // A thread starts with its creator's name and renames itself a moment later: the NVML
+    // opener, which the sampler starts, reads "gpu-tracker" for that moment. Wait for it.
+    let new_ones = || -> Vec<String> {
+        threads_named("gpu-tracker")
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect()
+    };
+    let mut mine = new_ones();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while mine.len() != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        mine = new_ones();
+    }
     assert_eq!(mine.len(), 1, "{mine:?}");
     // After the first sample, nothing to do for 5 s: the thread sleeps (it used to wake ten
     // times a second to look for marks).
