@@ -1,10 +1,13 @@
 //! GPUs, behind a small trait. The real source is NVML through `nvml-wrapper`
 //! ([`nvml::NvmlSource`]); tests drive the same code with the project's fake `libnvidia-ml.so.1`.
 //! A machine without GPUs or without the NVIDIA library is normal: [`open_lazily`] logs one line
-//! and the tracker reports zeros.
+//! and the tracker reports no GPU figures (null, with why).
 
 pub mod cloexec;
+pub mod figures;
+mod live;
 pub mod nvml;
+mod query;
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -27,8 +30,32 @@ pub struct GpuInfo {
     pub memory_total: u64,
 }
 
-/// One reading of one GPU. `None` where the device does not support a query.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// GPM's figures over the time since the device's previous reading, percent; `None` where
+/// the driver gave no value for one.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmReading {
+    /// SM activity.
+    pub sm_active: Option<f64>,
+    /// SM occupancy.
+    pub sm_occupancy: Option<f64>,
+    /// Tensor pipes active (any).
+    pub tensor_active: Option<f64>,
+    /// DRAM bandwidth.
+    pub dram_bandwidth: Option<f64>,
+}
+
+/// A figure a reading lacks: its key ([`figures::figure`]) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Missing {
+    /// Which figure.
+    pub figure: &'static str,
+    /// Why.
+    pub why: figures::NoData,
+}
+
+/// One reading of one GPU. `None` where the device does not support a query; then `missing`
+/// says why.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuReading {
     /// Device memory in use by anyone, in bytes.
     pub used: Option<u64>,
@@ -38,6 +65,14 @@ pub struct GpuReading {
     pub energy_mj: Option<u64>,
     /// Compute processes on the device: host pid and memory used, where the driver tells it.
     pub processes: Vec<(u32, Option<u64>)>,
+    /// GPM's figures since the previous reading (none at the first: GPM needs two samples).
+    pub gpm: Option<GpmReading>,
+    /// Clock event (throttle) reasons active now: NVML's bit mask.
+    pub throttle: Option<u64>,
+    /// Volatile ECC error counts since the driver loaded: corrected, uncorrected.
+    pub ecc: Option<(u64, u64)>,
+    /// Figures this reading lacks, and why.
+    pub missing: Vec<Missing>,
 }
 
 /// A failure of a GPU source as a whole (not of one query).
@@ -78,6 +113,11 @@ pub trait GpuSource: Send {
     /// What went wrong since the last call, once per device and query (a figure the device
     /// does not report, say), for the record's notes.
     fn take_problems(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Critical Xid errors reported since the last call: the device (an index into
+    /// [`GpuSource::devices`]) and the Xid. Never blocks.
+    fn take_xids(&mut self) -> Vec<(usize, u64)> {
         Vec::new()
     }
 }

@@ -9,11 +9,15 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
-use super::{GpuError, GpuInfo, GpuReading, GpuSource};
+use super::figures::{NoData, figure};
+use super::live::{Live, Session};
+use super::query::{Optional, no_data};
+use super::{GpuError, GpuInfo, GpuReading, GpuSource, Missing};
 
 /// GPUs read through NVML.
 pub struct NvmlSource {
-    nvml: Nvml,
+    /// The library, and what borrows it (GPM samples, the Xid event set).
+    session: Session,
     devices: Vec<GpuInfo>,
     lost: Vec<bool>,
     cloexec_marked: usize,
@@ -27,29 +31,6 @@ fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuEr
         what: what.into(),
         source,
     })
-}
-
-/// One reading's optional queries: a device that does not support one (or fails it) gives
-/// `None`, not an error; the failures are kept for a note.
-struct Optional {
-    lost: bool,
-    failed: Vec<(&'static str, NvmlError)>,
-}
-
-impl Optional {
-    fn get<T>(&mut self, what: &'static str, r: Result<T, NvmlError>) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(NvmlError::GpuLost) => {
-                self.lost = true;
-                None
-            }
-            Err(e) => {
-                self.failed.push((what, e));
-                None
-            }
-        }
-    }
 }
 
 impl NvmlSource {
@@ -88,9 +69,10 @@ impl NvmlSource {
                 memory_total: query(format!("memory of device {i}"), d.memory_info())?.total,
             });
         }
+        let session = Session::open(nvml, devices.len());
         Ok(NvmlSource {
             lost: vec![false; devices.len()],
-            nvml,
+            session,
             devices,
             cloexec_marked: 0,
             reported: Vec::new(),
@@ -100,17 +82,13 @@ impl NvmlSource {
 
     /// Keeps only the devices `keep` accepts (a Slurm step's allocation, say).
     pub fn retain(&mut self, keep: impl Fn(&GpuInfo) -> bool) {
-        let mut lost = self.lost.iter();
-        let mut kept_lost = Vec::new();
-        self.devices.retain(|d| {
-            let l = *lost.next().unwrap_or(&false);
-            let k = keep(d);
-            if k {
-                kept_lost.push(l);
-            }
-            k
-        });
-        self.lost = kept_lost;
+        let kept: Vec<bool> = self.devices.iter().map(&keep).collect();
+        let mut flags = kept.iter();
+        self.devices.retain(|_| *flags.next().unwrap_or(&false));
+        let mut flags = kept.iter();
+        self.lost.retain(|_| *flags.next().unwrap_or(&false));
+        let indices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
+        self.session.keep(&kept, &indices);
     }
 }
 
@@ -127,6 +105,12 @@ impl GpuSource for NvmlSource {
         std::mem::take(&mut self.problems)
     }
 
+    fn take_xids(&mut self) -> Vec<(usize, u64)> {
+        let (xids, problem) = self.session.take_xids(&self.devices);
+        self.problems.extend(problem);
+        xids
+    }
+
     fn read(&mut self, i: usize) -> Option<GpuReading> {
         if *self.lost.get(i)? {
             return None;
@@ -136,34 +120,85 @@ impl GpuSource for NvmlSource {
             failed: Vec::new(),
         };
         let index = self.devices[i].index;
-        let reading = match self.nvml.device_by_index(index) {
-            Ok(d) => GpuReading {
-                used: q.get("memory in use", d.memory_info()).map(|m| m.used),
-                utilization: q.get("utilization", d.utilization_rates()).map(|u| u.gpu),
-                energy_mj: q.get("energy", d.total_energy_consumption()),
-                processes: q
-                    .get("processes", d.running_compute_processes())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|p| {
-                        let mem = match p.used_gpu_memory {
-                            UsedGpuMemory::Used(b) => Some(b),
-                            UsedGpuMemory::Unavailable => None,
-                        };
-                        (p.pid, mem)
-                    })
-                    .collect(),
-            },
-            Err(NvmlError::GpuLost) => {
-                q.lost = true;
-                GpuReading::default()
+        let mut reading =
+            self.session
+                .with_dependent_mut(|nvml: &Nvml, live: &mut Live| {
+                    match nvml.device_by_index(index) {
+                        Ok(d) => {
+                            let mut r = GpuReading {
+                                used: q
+                                    .get(figure::MEMORY, "memory in use", d.memory_info())
+                                    .map(|m| m.used),
+                                utilization: q
+                                    .get(figure::UTILIZATION, "utilization", d.utilization_rates())
+                                    .map(|u| u.gpu),
+                                energy_mj: q.get(
+                                    figure::ENERGY,
+                                    "energy",
+                                    d.total_energy_consumption(),
+                                ),
+                                processes: q
+                                    .get(
+                                        figure::PROCESS_MEMORY,
+                                        "processes",
+                                        d.running_compute_processes(),
+                                    )
+                                    .unwrap_or_default()
+                                    .into_iter()
+                                    .map(|p| {
+                                        let mem = match p.used_gpu_memory {
+                                            UsedGpuMemory::Used(b) => Some(b),
+                                            UsedGpuMemory::Unavailable => None,
+                                        };
+                                        (p.pid, mem)
+                                    })
+                                    .collect(),
+                                throttle: q
+                                    .get(
+                                        figure::THROTTLE,
+                                        "clock event reasons",
+                                        d.current_throttle_reasons(),
+                                    )
+                                    .map(|r| r.bits()),
+                                ..GpuReading::default()
+                            };
+                            live.read_extra(i, nvml, &d, &mut r, &mut q);
+                            r
+                        }
+                        Err(NvmlError::GpuLost) => {
+                            q.lost = true;
+                            GpuReading::default()
+                        }
+                        Err(e) => {
+                            q.failed.push((figure::MEMORY, "handle", e));
+                            GpuReading::default()
+                        }
+                    }
+                });
+        if reading.processes.iter().any(|(_, m)| m.is_none()) {
+            reading.missing.push(Missing {
+                figure: figure::PROCESS_MEMORY,
+                why: NoData::not_supported(
+                    "the driver does not tell a process's GPU memory here (MIG, or a container)",
+                ),
+            });
+        }
+        for (fig, what, e) in q.failed {
+            reading.missing.push(Missing {
+                figure: fig,
+                why: no_data(what, &e),
+            });
+            if [
+                figure::THROTTLE,
+                figure::ECC,
+                figure::SM_ACTIVITY,
+                figure::XID,
+            ]
+            .contains(&fig)
+            {
+                // Most GPUs lack one of these: the figure's "no data" says why, not a note.
+                continue;
             }
-            Err(e) => {
-                q.failed.push(("handle", e));
-                GpuReading::default()
-            }
-        };
-        for (what, e) in q.failed {
             if !self.reported.contains(&(i, what)) {
                 self.reported.push((i, what));
                 let d = &self.devices[i];

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 pub struct Event {
     /// Seconds since [`crate::history::Timeline::start_unix`].
     pub t: f64,
-    /// `task_start`, `task_exit`, `oom_kill`, `memory_limit_hit`, `gpu_lost`, `mark`,
-    /// `alert_memory` or `alert_gpu_idle`.
+    /// `task_start`, `task_exit`, `oom_kill`, `memory_limit_hit`, `gpu_lost`, `gpu_xid`,
+    /// `gpu_slowdown`, `gpu_slowdown_end`, `mark`, `alert_memory` or `alert_gpu_idle`.
     pub kind: String,
     /// The task (its id in the step), for task events.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -36,6 +36,12 @@ pub struct GpuObservation {
     pub utilization_percent: Option<f64>,
     /// Energy counter, millijoules.
     pub energy_mj: Option<u64>,
+    /// GPM's SM activity since the previous reading, percent.
+    pub sm_active_percent: Option<f64>,
+    /// Clock event (throttle) reasons active: NVML's bit mask.
+    pub throttle: Option<u64>,
+    /// A critical Xid error read at this sample (the last, when several).
+    pub xid: Option<u64>,
     /// The device is lost (no readings from now on).
     pub lost: bool,
 }
@@ -75,6 +81,8 @@ pub struct Recorder {
     last_oom: Option<u64>,
     last_hits: Option<u64>,
     memory_alerted: bool,
+    /// Per GPU: since when it has been slowed down (thermal, power), while it is.
+    slowed: Vec<Option<f64>>,
     /// Alert lines not yet handed to [`Recorder::take_alerts`].
     pending_alerts: Vec<String>,
 }
@@ -102,6 +110,7 @@ impl Recorder {
             last_oom: None,
             last_hits: None,
             memory_alerted: false,
+            slowed: Vec::new(),
             pending_alerts: Vec::new(),
         }
     }
@@ -269,10 +278,63 @@ impl Recorder {
                 },
             );
         }
+        self.health(i, id, unix, g);
         GpuStat {
             memory_bytes: g.memory_bytes.map(|b| Stat::one(b as f64)),
             utilization_percent: g.utilization_percent.map(Stat::one),
             power_watts: power.map(Stat::one),
+            sm_active_percent: g.sm_active_percent.map(Stat::one),
+        }
+    }
+
+    /// Events for an Xid error, and for the start and end of a slowdown (thermal, power).
+    fn health(&mut self, i: usize, id: u32, unix: f64, g: &GpuObservation) {
+        if let Some(xid) = g.xid {
+            self.event(
+                unix,
+                Event {
+                    gpu: Some(id),
+                    value: Some(xid as f64),
+                    ..Event::new("gpu_xid", format!("GPU {id} reported Xid {xid}"))
+                },
+            );
+        }
+        let Some(bits) = g.throttle else { return };
+        let slow: Vec<&str> = crate::gpu::figures::throttle_names(bits)
+            .filter(|n| crate::gpu::figures::SLOWDOWN_REASONS.contains(n))
+            .collect();
+        if self.slowed.len() <= i {
+            self.slowed.resize(i + 1, None);
+        }
+        match (self.slowed[i].take(), slow.is_empty()) {
+            (None, false) => {
+                self.event(
+                    unix,
+                    Event {
+                        gpu: Some(id),
+                        ..Event::new(
+                            "gpu_slowdown",
+                            format!("GPU {id} slowed down: {}", slow.join(", ")),
+                        )
+                    },
+                );
+                self.slowed[i] = Some(unix);
+            }
+            (Some(since), true) => {
+                let secs = ((unix - since) * 10.0).round() / 10.0;
+                self.event(
+                    unix,
+                    Event {
+                        gpu: Some(id),
+                        value: Some(secs),
+                        ..Event::new(
+                            "gpu_slowdown_end",
+                            format!("GPU {id} back to full clocks after {secs} s"),
+                        )
+                    },
+                );
+            }
+            (since, _) => self.slowed[i] = since,
         }
     }
 
@@ -342,6 +404,7 @@ pub(crate) mod tests {
                 utilization_percent: util,
                 energy_mj: Some((unix * 100_000.0) as u64),
                 lost: false,
+                ..GpuObservation::default()
             }],
             oom_kills: Some(0),
             limit_hits: Some(0),

@@ -76,6 +76,9 @@ pub struct GpuStat {
     pub utilization_percent: Option<Stat>,
     /// Power, watts (the energy counter's change over the interval).
     pub power_watts: Option<Stat>,
+    /// GPM's SM activity, percent (Hopper and newer). Absent in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active_percent: Option<Stat>,
 }
 
 /// The readings of one stretch of time.
@@ -150,6 +153,7 @@ fn merge_bucket(b: &mut Bucket, n: u32, other: Bucket) {
         g.memory_bytes = merge_opt(g.memory_bytes, n, o.memory_bytes, m);
         g.utilization_percent = merge_opt(g.utilization_percent, n, o.utilization_percent, m);
         g.power_watts = merge_opt(g.power_watts, n, o.power_watts, m);
+        g.sm_active_percent = merge_opt(g.sm_active_percent, n, o.sm_active_percent, m);
     }
     b.samples = n + m;
 }

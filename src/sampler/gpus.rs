@@ -1,13 +1,18 @@
 //! Per-GPU and whole-machine GPU figures accumulated over samples.
 
 use crate::history::GpuObservation;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use super::stats::PercentAcc;
-use crate::gpu::{GpuInfo, GpuSource};
+use crate::gpu::figures::{EccCounts, GpuDepth, NoData, Spread, XidError, figure};
+use crate::gpu::{GpuInfo, GpuReading, GpuSource};
 use crate::tracking_file::Timepoint;
 use crate::units::{MemUnit, Units};
 use crate::usage::{GpuUsage, GpuUtilization, MaxGpuRam};
+
+/// Most Xid errors a GPU's figures keep (a failing GPU can raise one per sample); the rest are
+/// counted in a note.
+pub const MAX_XIDS_KEPT: usize = 50;
 
 #[derive(Debug, Clone)]
 struct DeviceAcc {
@@ -21,6 +26,157 @@ struct DeviceAcc {
     /// Readings of the energy counter: one reading measures nothing.
     energy_readings: u32,
     lost: bool,
+    /// Readings that gave the device's memory in use.
+    memory_readings: u32,
+    /// GPM's SM active, SM occupancy, tensor active, DRAM bandwidth.
+    gpm: [PercentAcc; 4],
+    gpm_readings: u32,
+    /// Seconds in each clock event reason, and readings of the reasons.
+    throttle: BTreeMap<&'static str, f64>,
+    throttle_readings: u32,
+    ecc_first: Option<(u64, u64)>,
+    ecc_last: Option<(u64, u64)>,
+    xids: Vec<XidError>,
+    /// Xid errors past [`MAX_XIDS_KEPT`], counted only.
+    xids_dropped: u64,
+    /// Why a figure had no value, the first time it had none.
+    missing: BTreeMap<&'static str, NoData>,
+}
+
+impl DeviceAcc {
+    fn new(info: GpuInfo, selected: bool) -> DeviceAcc {
+        DeviceAcc {
+            info,
+            selected,
+            max_used: 0,
+            max_tracked: 0,
+            util: PercentAcc::default(),
+            energy_first: None,
+            energy_last: None,
+            energy_readings: 0,
+            lost: false,
+            memory_readings: 0,
+            gpm: Default::default(),
+            gpm_readings: 0,
+            throttle: BTreeMap::new(),
+            throttle_readings: 0,
+            ecc_first: None,
+            ecc_last: None,
+            xids: Vec::new(),
+            xids_dropped: 0,
+            missing: BTreeMap::new(),
+        }
+    }
+
+    /// Adds the figures beyond memory and utilization of one reading that stands for `weight`
+    /// seconds.
+    fn add_depth(&mut self, r: &GpuReading, weight: f64) {
+        for m in &r.missing {
+            self.missing
+                .entry(m.figure)
+                .or_insert_with(|| m.why.clone());
+        }
+        if r.used.is_some() {
+            self.memory_readings += 1;
+        }
+        if let Some(g) = r.gpm {
+            let vals = [
+                g.sm_active,
+                g.sm_occupancy,
+                g.tensor_active,
+                g.dram_bandwidth,
+            ];
+            for (acc, v) in self.gpm.iter_mut().zip(vals) {
+                if let Some(v) = v {
+                    acc.add(v.clamp(0.0, 100.0), weight);
+                }
+            }
+            self.gpm_readings += 1;
+        }
+        if let Some(bits) = r.throttle {
+            self.throttle_readings += 1;
+            for name in crate::gpu::figures::throttle_names(bits) {
+                *self.throttle.entry(name).or_default() += weight;
+            }
+        }
+        if let Some(e) = r.ecc {
+            self.ecc_first.get_or_insert(e);
+            self.ecc_last = Some(e);
+        }
+    }
+
+    /// The figures beyond memory and utilization, each with a value or why it has none.
+    fn depth(&self) -> GpuDepth {
+        let mut no_data = BTreeMap::new();
+        let mut why = |fig: &'static str, sampled: bool, short: &str| {
+            if sampled {
+                return;
+            }
+            let nd = self.missing.get(fig).cloned().unwrap_or_else(|| {
+                NoData::not_sampled(if self.lost {
+                    format!("the GPU was lost before {short}")
+                } else {
+                    format!("no reading {short} (the run ended before the sampler read it)")
+                })
+            });
+            no_data.insert(fig.to_string(), nd);
+        };
+        why(figure::MEMORY, self.memory_readings > 0, "of its memory");
+        why(
+            figure::UTILIZATION,
+            !self.util.is_empty(),
+            "of its utilization",
+        );
+        why(
+            figure::ENERGY,
+            self.energy_readings >= 2,
+            "of energy at two samples",
+        );
+        why(
+            figure::SM_ACTIVITY,
+            self.gpm_readings > 0,
+            "of GPM (it needs two samples)",
+        );
+        why(
+            figure::THROTTLE,
+            self.throttle_readings > 0,
+            "of clock event reasons",
+        );
+        why(figure::ECC, self.ecc_first.is_some(), "of ECC counters");
+        if let Some(nd) = self.missing.get(figure::XID) {
+            no_data.insert(figure::XID.to_string(), nd.clone());
+        }
+        if let Some(nd) = self.missing.get(figure::PROCESS_MEMORY) {
+            no_data.insert(figure::PROCESS_MEMORY.to_string(), nd.clone());
+        }
+        let spread = |a: &PercentAcc| {
+            (self.gpm_readings > 0 && !a.is_empty()).then(|| Spread {
+                mean: a.mean(),
+                max: a.max(),
+            })
+        };
+        GpuDepth {
+            sm_active_percent: spread(&self.gpm[0]),
+            sm_occupancy_percent: spread(&self.gpm[1]),
+            tensor_active_percent: spread(&self.gpm[2]),
+            dram_bandwidth_percent: spread(&self.gpm[3]),
+            throttle_seconds: (self.throttle_readings > 0).then(|| {
+                self.throttle
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), (v * 1000.0).round() / 1000.0))
+                    .collect()
+            }),
+            xid_errors: (!no_data.contains_key(figure::XID)).then(|| self.xids.clone()),
+            ecc_errors: match (self.ecc_first, self.ecc_last) {
+                (Some(a), Some(b)) => Some(EccCounts {
+                    corrected: b.0.saturating_sub(a.0),
+                    uncorrected: b.1.saturating_sub(a.1),
+                }),
+                _ => None,
+            },
+            no_data,
+        }
+    }
 }
 
 /// GPU figures over a run.
@@ -84,16 +240,9 @@ impl GpuAccumulator {
         let devices = self.devices.get_or_insert_with(|| {
             src.devices()
                 .iter()
-                .map(|d| DeviceAcc {
-                    info: d.clone(),
-                    selected: select.as_ref().is_none_or(|s| s.contains(&d.uuid)),
-                    max_used: 0,
-                    max_tracked: 0,
-                    util: PercentAcc::default(),
-                    energy_first: None,
-                    energy_last: None,
-                    energy_readings: 0,
-                    lost: false,
+                .map(|d| {
+                    let selected = select.as_ref().is_none_or(|s| s.contains(&d.uuid));
+                    DeviceAcc::new(d.clone(), selected)
                 })
                 .collect()
         });
@@ -122,10 +271,14 @@ impl GpuAccumulator {
                 ));
                 continue;
             };
+            d.add_depth(&r, weight);
             self.last.push(GpuObservation {
                 memory_bytes: r.used,
                 utilization_percent: r.utilization.map(f64::from),
                 energy_mj: r.energy_mj,
+                sm_active_percent: r.gpm.and_then(|g| g.sm_active),
+                throttle: r.throttle,
+                xid: None,
                 lost: false,
             });
             let used = r.used.unwrap_or(0);
@@ -154,6 +307,25 @@ impl GpuAccumulator {
                 d.energy_first.get_or_insert(e);
                 d.energy_last = Some(e);
                 d.energy_readings = d.energy_readings.saturating_add(1);
+            }
+        }
+        let xids = src.take_xids();
+        if !xids.is_empty() {
+            let at = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            for (i, xid) in xids {
+                if let Some(d) = devices.get_mut(i) {
+                    if d.xids.len() < MAX_XIDS_KEPT {
+                        d.xids.push(XidError {
+                            at: at.clone(),
+                            xid,
+                        });
+                    } else {
+                        d.xids_dropped += 1;
+                    }
+                }
+                if let Some(o) = self.last.get_mut(i) {
+                    o.xid = Some(xid);
+                }
             }
         }
         let n_sel = devices.iter().filter(|d| d.selected).count() as f64;
@@ -199,6 +371,12 @@ impl GpuAccumulator {
         let capacity: u64 = devices.iter().map(|d| d.info.memory_total).sum();
         let n_sel = devices.iter().filter(|d| d.selected).count() as u32;
         let mut notes = Vec::new();
+        for d in devices.iter().filter(|d| d.xids_dropped > 0) {
+            notes.push(format!(
+                "GPU {} ({}) reported {} more Xid error(s) than the {MAX_XIDS_KEPT} kept",
+                d.info.index, d.info.uuid, d.xids_dropped
+            ));
+        }
         if devices.iter().any(|d| d.util.is_empty() && !d.lost) {
             notes.push(
                 "a GPU did not report utilization (MIG instances, for one, do not)".to_string(),
@@ -224,6 +402,7 @@ impl GpuAccumulator {
                     _ => None,
                 },
                 lost: d.lost,
+                depth: d.depth(),
             })
             .collect();
         let max = MaxGpuRam {
@@ -246,7 +425,6 @@ impl GpuAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::GpuReading;
 
     /// One GPU whose utilization is the next of `pcts` at each reading.
     struct Fake {
@@ -262,8 +440,7 @@ mod tests {
             Some(GpuReading {
                 used: Some(1),
                 utilization: Some(self.pcts.remove(0)),
-                energy_mj: None,
-                processes: Vec::new(),
+                ..GpuReading::default()
             })
         }
     }

@@ -217,6 +217,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                     energy_joules: g.energy_joules,
                     lost: g.lost,
                     idle: None,
+                    depth: g.depth.clone(),
                 }
             })
             .collect()

@@ -263,6 +263,9 @@ pub struct StepGpu {
     /// Its idle time. Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<crate::history::GpuIdle>,
+    /// SM activity, clock event reasons, Xid and ECC errors, and why a figure has no value.
+    #[serde(flatten)]
+    pub depth: crate::gpu::figures::GpuDepth,
 }
 
 /// How the figures were taken.

@@ -390,6 +390,42 @@ mod tests {
         assert_eq!(d.entries().unwrap().len(), 0);
     }
 
+    /// A GPU's figures beyond memory at their largest: every clock event reason, every Xid kept.
+    fn largest_depth() -> crate::gpu::figures::GpuDepth {
+        use crate::gpu::figures::{EccCounts, GpuDepth, NoData, Spread, THROTTLE_BITS, XidError};
+        let sp = Some(Spread {
+            mean: 99.999_999_999,
+            max: 100.0,
+        });
+        GpuDepth {
+            sm_active_percent: sp,
+            sm_occupancy_percent: sp,
+            tensor_active_percent: sp,
+            dram_bandwidth_percent: sp,
+            throttle_seconds: Some(
+                THROTTLE_BITS
+                    .iter()
+                    .map(|(_, n)| (n.to_string(), 123_456_789.123))
+                    .collect(),
+            ),
+            xid_errors: Some(vec![
+                XidError {
+                    at: "2026-11-25T12:00:00.000+01:00".into(),
+                    xid: u64::MAX,
+                };
+                crate::sampler::gpus::MAX_XIDS_KEPT
+            ]),
+            ecc_errors: Some(EccCounts {
+                corrected: u64::MAX,
+                uncorrected: u64::MAX,
+            }),
+            no_data: [crate::gpu::figures::figure::XID]
+                .iter()
+                .map(|f| (f.to_string(), NoData::not_supported("x".repeat(200))))
+                .collect(),
+        }
+    }
+
     /// The bound holds a record far larger than any the plugin writes.
     #[test]
     fn the_largest_record_fits_the_bound() {
@@ -407,6 +443,7 @@ mod tests {
             .map(|i| StepGpu {
                 uuid: format!("GPU-{i:08}-aaaa-bbbb-cccc-dddddddddddd"),
                 name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".into(),
+                depth: largest_depth(),
                 ..Default::default()
             })
             .collect();
@@ -427,6 +464,7 @@ mod tests {
                             memory_bytes: s,
                             utilization_percent: s,
                             power_watts: s,
+                            sm_active_percent: s,
                         };
                         gpus
                     ],

@@ -166,6 +166,10 @@ pub struct GpuUsage {
     pub energy_joules: Option<f64>,
     /// Whether the device fell off the bus during the run (figures stop there).
     pub lost: bool,
+    /// Added: SM activity, clock event reasons, Xid and ECC errors, and why a figure has no
+    /// value.
+    #[serde(flatten)]
+    pub depth: crate::gpu::figures::GpuDepth,
 }
 
 /// Added: how the figures were obtained.

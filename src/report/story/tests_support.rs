@@ -28,6 +28,7 @@ pub fn rec(
                 utilization_percent: Some(if busy(i) { 90.0 } else { 0.0 }),
                 energy_mj: None,
                 lost: false,
+                ..GpuObservation::default()
             }],
             oom_kills: None,
             limit_hits: None,
