@@ -97,6 +97,9 @@ pub struct Config {
     /// Write one line to the job's stderr when an alert fires in the batch step (the job's
     /// memory near its limit, a GPU idle), while the job runs. Off unless the admin turns it on.
     pub warn_user: bool,
+    /// Grams of CO2 per kWh of the site's electricity: the summary adds the emissions of the
+    /// job's GPU energy. 0 (the default): no emissions line.
+    pub co2_grams_per_kwh: f64,
 }
 
 impl Default for Config {
@@ -118,6 +121,7 @@ impl Default for Config {
             alert_gpu_idle_seconds: 600.0,
             gpu_idle_percent: 5.0,
             warn_user: false,
+            co2_grams_per_kwh: 0.0,
         }
     }
 }
@@ -135,6 +139,9 @@ pub enum ConfigError {
     #[error("{0}: `{1}` {2}")]
     Value(PathBuf, &'static str, String),
 }
+
+/// Highest grams of CO2 per kWh accepted (coal is about 1000).
+pub const MAX_CO2_GRAMS_PER_KWH: f64 = 2000.0;
 
 /// Largest settings file read (a real one is a few hundred bytes).
 pub const MAX_SETTINGS_BYTES: u64 = 1 << 20;
@@ -246,6 +253,15 @@ impl Config {
             return bad(
                 "mark_dir",
                 format!("must be \"\" or an absolute path, not {:?}", c.mark_dir),
+            );
+        }
+        if !within(c.co2_grams_per_kwh, 0.0, MAX_CO2_GRAMS_PER_KWH) {
+            return bad(
+                "co2_grams_per_kwh",
+                format!(
+                    "must be from 0 (off) to {MAX_CO2_GRAMS_PER_KWH} grams per kWh, not {:?}",
+                    c.co2_grams_per_kwh
+                ),
             );
         }
         if !within(c.alert_memory_percent, 0.0, 100.0) {
@@ -463,6 +479,8 @@ mod tests {
             ("alert_memory_percent = nan", "`alert_memory_percent`"),
             ("alert_gpu_idle_seconds = -5", "`alert_gpu_idle_seconds`"),
             ("gpu_idle_percent = 101", "`gpu_idle_percent`"),
+            ("co2_grams_per_kwh = -1", "`co2_grams_per_kwh`"),
+            ("co2_grams_per_kwh = nan", "`co2_grams_per_kwh`"),
         ] {
             let e = parse(t).unwrap_err().to_string();
             assert!(e.contains(key), "{t}: {e}");

@@ -236,3 +236,39 @@ fn gpu_figures_in_the_text_report() {
     assert!(t.contains("   Main: 2000.0\n"), "{t}");
     assert!(t.contains(&format!("GPUs:\n   {GPU0}:\n")), "{t}");
 }
+
+#[test]
+fn sm_activity_health_and_no_data_through_the_command() {
+    // GPU0 has GPM and ECC; GPU1 neither. The holder's command line carries the fault marker:
+    // each GPU it is on reports one Xid 79 and a thermal slowdown.
+    let marker = "gpu-hold-XIDFAULT-c3";
+    let mut scn = scenario(
+        marker,
+        json!({
+            "gpm": {"sm_active": 40, "sm_occupancy": 20, "tensor_active": 10, "dram_bandwidth": 5},
+            "ecc": {"corrected": 7, "uncorrected": 0},
+            "fault_throttle_ms": 400
+        }),
+    );
+    scn["fault_marker"] = json!("XIDFAULT");
+    let r = run_with(&scn, marker, &[]);
+    assert!(r.out.status.success(), "{}", stderr(&r.out));
+    let v = json(&r.out);
+    let (g0, g1) = (gpu(&v, 0), gpu(&v, 1));
+    assert_eq!(g0["sm_active_percent"]["max"], 40.0, "{g0:#}");
+    assert_eq!(g0["dram_bandwidth_percent"]["max"], 5.0, "{g0:#}");
+    assert!(g0["no_data"].get("sm_activity").is_none(), "{g0:#}");
+    // No GPM: null and why, never 0.
+    assert!(g1["sm_active_percent"].is_null(), "{g1:#}");
+    assert_eq!(g1["no_data"]["sm_activity"]["kind"], "not_supported");
+    assert!(g1["ecc_errors"].is_null());
+    assert_eq!(g1["no_data"]["ecc"]["kind"], "not_supported");
+    // The ECC counter grew by one during the run (it stood at 7 before).
+    assert_eq!(g0["ecc_errors"]["corrected"], 1, "{g0:#}");
+    for g in [g0, g1] {
+        assert_eq!(g["xid_errors"][0]["xid"], 79, "{g:#}");
+        assert_eq!(g["xid_errors"].as_array().unwrap().len(), 1, "{g:#}");
+        let t = g["throttle_seconds"]["hw_thermal_slowdown"].as_f64();
+        assert!(t.is_some_and(|t| (0.2..=0.8).contains(&t)), "{g:#}");
+    }
+}

@@ -38,11 +38,15 @@ write_tracker_config() {
         mv -f "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1"
         nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
         # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
+        # Slurm's GPU 0 has GPM (SM activity follows its processes) and ECC; GPU 1 has neither
+        # (pre-Hopper). A holder whose command line also holds SIMGPU_XID raises one Xid 79 and a
+        # 2 s thermal slowdown (and, on GPU 0, one corrected ECC error) on each GPU it holds.
         # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
         # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i.
         put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
 {
   "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
+  "fault_marker": "SIMGPU_XID",
   "devices": [
     {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
      "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
@@ -51,6 +55,8 @@ write_tracker_config() {
     {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
      "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
      "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
+     "gpm": {"sm_active": 60, "sm_occupancy": 35, "tensor_active": 20, "dram_bandwidth": 15},
+     "ecc": {"corrected": 0, "uncorrected": 0},
      "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]}
   ]
 }

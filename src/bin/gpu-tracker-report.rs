@@ -357,10 +357,11 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             ));
         }
     }
-    let summary = match &spec.step {
+    let mut summary = match &spec.step {
         Some(st) => Summary::of_step(&records.records, st),
         None => Summary::from_records(&records.records),
     };
+    summary.set_co2(site.cfg.co2_grams_per_kwh);
     let recs = &records.records;
     let has_story = recs.iter().any(|r| r.timeline.is_some());
     if (args.timeline.is_some() || args.events.is_some() || args.plot.is_some()) && !has_story {

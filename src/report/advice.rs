@@ -35,6 +35,11 @@ fn gib(bytes: u64) -> String {
     }
 }
 
+/// A GPU busy (NVML's duty cycle) at least this percent of the time on average ...
+pub const FEW_SMS_BUSY_PERCENT: f64 = 50.0;
+/// ... with fewer of its SMs active than this on average (GPM) is told it runs small kernels.
+pub const FEW_SMS_ACTIVE_PERCENT: f64 = 25.0;
+
 /// The advice the figures support.
 pub fn advise(s: &Summary) -> Vec<Advice> {
     let mut out = Vec::new();
@@ -129,6 +134,23 @@ pub fn advise(s: &Summary) -> Vec<Advice> {
                     g.mean_utilization_percent.unwrap_or(0.0)
                 ),
             });
+        }
+        for g in s.gpus.iter() {
+            let (Some(busy), Some(sm)) = (g.mean_utilization_percent, g.depth.sm_active_percent)
+            else {
+                continue;
+            };
+            if busy >= FEW_SMS_BUSY_PERCENT && sm.mean < FEW_SMS_ACTIVE_PERCENT {
+                out.push(Advice {
+                    code: "gpu-few-sms",
+                    message: format!(
+                        "GPU {} on {} ran kernels {busy:.0}% of the time, but only {:.0}% of its SMs were active: the kernels are too small to fill it (small batches, many tiny launches, one sample at a time). Larger batches, fused operations or CUDA graphs use it better.",
+                        g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
+                        g.node,
+                        sm.mean
+                    ),
+                });
+            }
         }
         let per_node = s.cpu.alloc_cpus / (s.nodes.len().max(1) as u32);
         if let Some(eff) = s.cpu.efficiency_percent {
@@ -247,6 +269,24 @@ mod tests {
             "{}",
             s.advice[2].message
         );
+        // A GPU busy 80% of the time: with most SMs active no advice, with few a line that says
+        // so; without GPM figures nothing is said about SMs at all.
+        let sm = |mean: f64| crate::gpu::figures::GpuDepth {
+            sm_active_percent: Some(crate::gpu::figures::Spread { mean, max: mean }),
+            ..Default::default()
+        };
+        let mut busy = r.clone();
+        busy.gpus = vec![StepGpu {
+            depth: sm(70.0),
+            ..gpu(0, 80.0)
+        }];
+        let few = |s: &Summary| s.advice.iter().filter(|a| a.code == "gpu-few-sms").count();
+        assert_eq!(few(&Summary::from_records(&[busy.clone()])), 0);
+        busy.gpus[0].depth = sm(8.0);
+        let s = Summary::from_records(&[busy.clone()]);
+        assert_eq!(few(&s), 1, "{:?}", s.advice);
+        busy.gpus[0].depth = Default::default();
+        assert_eq!(few(&Summary::from_records(&[busy])), 0);
         // A short job gets no CPU advice: start-up dominates.
         r.step.elapsed_seconds = 10.0;
         let s = Summary::from_records(&[r]);

@@ -159,6 +159,10 @@ pub struct GpuSummary {
     pub max_utilization_percent: Option<f64>,
     /// Energy over the longest step that had it, joules.
     pub energy_joules: Option<f64>,
+    /// SM activity, clock event reasons, Xid and ECC errors over the longest step that had the
+    /// figure (Xid errors of every step), and why a figure has none.
+    #[serde(flatten)]
+    pub depth: crate::gpu::figures::GpuDepth,
 }
 
 /// One step on one node.
@@ -182,6 +186,8 @@ pub struct StepSummary {
     pub peak_memory_bytes: u64,
     /// Memory limit, bytes.
     pub limit_bytes: Option<u64>,
+    /// Energy of the step's GPUs over the step, joules (`None`: no GPU measured it).
+    pub gpu_energy_joules: Option<f64>,
     /// Tasks on this node.
     pub tasks: usize,
     /// Tasks that exited non-zero or were killed.
@@ -239,6 +245,14 @@ pub struct Totals {
     pub gpus: usize,
     /// Peak GPU memory of the job's processes, added up over the GPUs, bytes.
     pub gpu_memory_peak_bytes: u64,
+    /// Energy of the job's GPUs, added up, joules (`None` when no GPU measured it).
+    pub gpu_energy_joules: Option<f64>,
+    /// Emissions of that energy at the site's grams of CO2 per kWh, when the site set one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub co2_grams: Option<f64>,
+    /// The site's grams of CO2 per kWh behind `co2_grams`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub co2_grams_per_kwh: Option<f64>,
     /// Mean of the GPUs' mean utilization, percent.
     pub gpu_mean_utilization_percent: Option<f64>,
     /// Tasks over the steps' records.

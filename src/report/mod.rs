@@ -13,6 +13,7 @@
 pub mod advice;
 pub mod args;
 pub mod figures;
+pub mod gpu_text;
 pub mod listing;
 pub mod nodes;
 pub mod plot;
@@ -375,6 +376,7 @@ pub fn end_of_job_text(
     instance: &crate::step::spool::Instance,
     step: Option<&str>,
     wait: std::time::Duration,
+    co2_grams_per_kwh: f64,
 ) -> Option<String> {
     let begun = std::time::Instant::now();
     let deadline = begun + wait;
@@ -408,10 +410,11 @@ pub fn end_of_job_text(
         });
         if settled || std::time::Instant::now() >= deadline {
             let j = j.filter(|j| !j.records.is_empty())?;
-            let s = match step {
+            let mut s = match step {
                 Some(st) => Summary::of_step(&j.records, st),
                 None => Summary::from_records(&j.records),
             };
+            s.set_co2(co2_grams_per_kwh);
             let text = text::render(&s, &j.problems, &text::TextOptions::default());
             return Some(crate::step::record::terminal_safe(&text).into_owned());
         }

@@ -64,6 +64,13 @@ fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
         gpu_mean_utilization_percent: (!means.is_empty())
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
         tasks: records.iter().map(|r| r.tasks.len()).sum(),
+        gpu_energy_joules: s
+            .gpus
+            .iter()
+            .filter_map(|g| g.energy_joules)
+            .reduce(|a, b| a + b),
+        co2_grams: None,
+        co2_grams_per_kwh: None,
     }
 }
 

@@ -11,6 +11,7 @@ pub use super::figures::{
     Advice, CpuSummary, GpuSummary, MAX_SUMMARY_EVENTS, MAX_SUMMARY_FAULTS, NodeSummary, OomEvent,
     StepSummary, Summary, TaskFailure,
 };
+use crate::gpu::figures::{GpuDepth, Spread};
 use crate::step::record::{StepRecord, TaskRecord, clean_text};
 
 fn parse_time(s: &str) -> Option<DateTime<FixedOffset>> {
@@ -151,7 +152,7 @@ impl Summary {
             });
 
             // GPUs, merged by UUID over the node's steps.
-            let mut by_uuid: BTreeMap<&str, (GpuSummary, f64)> = BTreeMap::new();
+            let mut by_uuid: BTreeMap<&str, (GpuSummary, f64, f64)> = BTreeMap::new();
             for r in &on {
                 for g in &r.gpus {
                     let e = by_uuid.entry(g.uuid.as_str()).or_insert_with(|| {
@@ -164,9 +165,10 @@ impl Summary {
                                 ..GpuSummary::default()
                             },
                             -1.0,
+                            -1.0,
                         )
                     });
-                    let (sum, longest) = e;
+                    let (sum, longest, gpm_longest) = e;
                     sum.slurm_index = sum.slurm_index.or(g.slurm_index);
                     sum.job_peak_bytes = sum.job_peak_bytes.max(g.peak_step_memory_bytes);
                     sum.device_peak_bytes = sum.device_peak_bytes.max(g.peak_device_memory_bytes);
@@ -180,9 +182,15 @@ impl Summary {
                         sum.mean_utilization_percent = g.mean_utilization_percent;
                         sum.energy_joules = g.energy_joules;
                     }
+                    let longer = g.depth.sm_active_percent.is_some()
+                        && r.step.elapsed_seconds > *gpm_longest;
+                    if longer {
+                        *gpm_longest = r.step.elapsed_seconds;
+                    }
+                    merge_depth(&mut sum.depth, &g.depth, longer);
                 }
             }
-            let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, _)| g).collect();
+            let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, _, _)| g).collect();
             gpus.sort_by_key(|g| (g.slurm_index, g.uuid.clone()));
             s.gpus.extend(gpus);
         }
@@ -209,6 +217,11 @@ impl Summary {
                 },
                 peak_memory_bytes: r.memory.peak_bytes,
                 limit_bytes: r.memory.limit_bytes,
+                gpu_energy_joules: r
+                    .gpus
+                    .iter()
+                    .filter_map(|g| g.energy_joules)
+                    .reduce(|a, b| a + b),
                 tasks: r.tasks.len(),
                 failed: r
                     .tasks
@@ -247,6 +260,17 @@ impl Summary {
         s
     }
 
+    /// Adds the emissions of the GPUs' energy at the site's `grams_per_kwh` (0: the site set
+    /// none, and the summary has no emissions line).
+    pub fn set_co2(&mut self, grams_per_kwh: f64) {
+        if grams_per_kwh > 0.0
+            && let Some(j) = self.totals.gpu_energy_joules
+        {
+            self.totals.co2_grams = Some(j / 3.6e6 * grams_per_kwh);
+            self.totals.co2_grams_per_kwh = Some(grams_per_kwh);
+        }
+    }
+
     /// The summary of one step's records (`<job>.<step>`): like [`Summary::from_records`], but
     /// memory is the step's own peak, not the whole job's.
     pub fn of_step(records: &[StepRecord], step: &str) -> Summary {
@@ -257,6 +281,69 @@ impl Summary {
         let mut s = Summary::from_records(&own);
         s.only_step = Some(step.to_string());
         s
+    }
+}
+
+/// Merges one step's figures of a GPU into the job's (`longer`: the step is longer than every
+/// one merged before that measured SM activity): SM activity from the longest step that
+/// measured it (the batch step sees the whole job), Xid errors from every step once, and "no
+/// data" only for the figures no step measured.
+fn merge_depth(job: &mut GpuDepth, step: &GpuDepth, longer: bool) {
+    let take = |a: &mut Option<Spread>, b: &Option<Spread>| {
+        if b.is_some() && (a.is_none() || longer) {
+            *a = *b;
+        }
+    };
+    take(&mut job.sm_active_percent, &step.sm_active_percent);
+    take(&mut job.sm_occupancy_percent, &step.sm_occupancy_percent);
+    take(&mut job.tensor_active_percent, &step.tensor_active_percent);
+    take(
+        &mut job.dram_bandwidth_percent,
+        &step.dram_bandwidth_percent,
+    );
+    if let Some(t) = &step.throttle_seconds {
+        let mine = job.throttle_seconds.get_or_insert_with(Default::default);
+        for (k, v) in t {
+            let e = mine.entry(k.clone()).or_default();
+            *e = e.max(*v);
+        }
+    }
+    if let Some(x) = &step.xid_errors {
+        let mine = job.xid_errors.get_or_insert_with(Vec::new);
+        for e in x {
+            if !mine.contains(e) {
+                mine.push(e.clone());
+            }
+        }
+    }
+    if let Some(e) = step.ecc_errors {
+        let mine = job.ecc_errors.get_or_insert_with(Default::default);
+        mine.corrected = mine.corrected.max(e.corrected);
+        mine.uncorrected = mine.uncorrected.max(e.uncorrected);
+    }
+    for (k, v) in &step.no_data {
+        job.no_data.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    let measured: Vec<String> = job
+        .no_data
+        .keys()
+        .filter(|k| job_has(job, k))
+        .cloned()
+        .collect();
+    for k in measured {
+        job.no_data.remove(&k);
+    }
+}
+
+/// Whether the job's figures have a value for `figure`.
+fn job_has(d: &GpuDepth, figure: &str) -> bool {
+    use crate::gpu::figures::figure as f;
+    match figure {
+        f::SM_ACTIVITY => d.sm_active_percent.is_some(),
+        f::THROTTLE => d.throttle_seconds.is_some(),
+        f::XID => d.xid_errors.is_some(),
+        f::ECC => d.ecc_errors.is_some(),
+        _ => false,
     }
 }
 

@@ -380,32 +380,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     } else if !s.per_node.is_empty() {
         per_node_table(w, s, o);
     }
-    for g in &s.gpus {
-        let idx = g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string());
-        let node = if s.nodes.len() > 1 {
-            format!(" on {}", g.node)
-        } else {
-            String::new()
-        };
-        let label = format!("GPU {idx}{node}:");
-        let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
-        let energy = g
-            .energy_joules
-            .map_or_else(|| "n/a".into(), |j| format!("{:.1} kJ", j / 1e3));
-        let _ = writeln!(
-            w,
-            "               memory: {} by the job's processes, {} in use on the device (of {})",
-            o.mem(g.job_peak_bytes),
-            o.mem(g.device_peak_bytes),
-            o.mem(g.memory_total_bytes)
-        );
-        let _ = writeln!(
-            w,
-            "               utilization: mean {}, max {}; energy {energy}",
-            pct(g.mean_utilization_percent),
-            pct(g.max_utilization_percent)
-        );
-    }
+    super::gpu_text::gpu_section(w, s, &|b| o.mem(b));
     if !s.steps.is_empty() && (s.steps.len() > 1 || s.nodes.len() > 1 || o.tasks) {
         let _ = writeln!(w, "Steps:");
         let _ = writeln!(

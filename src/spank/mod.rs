@@ -60,6 +60,8 @@ struct State {
     /// Where the tracked step's records go, and whether the site wants end-of-job summaries.
     spool_dir: Option<PathBuf>,
     summary: bool,
+    /// The site's grams of CO2 per kWh for the summary's emissions line (0: none).
+    co2_grams_per_kwh: f64,
     /// In `srun` (local context): the job and step it launched, from `local_user_init`.
     launched: Option<(u32, u32)>,
     /// The tracked step's job instance: the end-of-job summary covers its records only.
@@ -72,6 +74,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     tracker: None,
     spool_dir: None,
     summary: false,
+    co2_grams_per_kwh: 0.0,
     launched: None,
     instance: None,
 });

@@ -126,6 +126,7 @@ pub(super) fn start_step(
     st.spool_dir = Some(cfg.spool_dir.join(&cluster));
     st.instance = Some(instance);
     st.summary = cfg.summary;
+    st.co2_grams_per_kwh = cfg.co2_grams_per_kwh;
     Ok(())
 }
 

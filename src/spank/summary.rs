@@ -21,13 +21,14 @@ const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// then appends the job's summary to the job's output through the descriptor slurmstepd
 /// already holds (never by path).
 pub(super) fn finish_step() -> Result<(), String> {
-    let (tracker, spool_dir, summary, instance) = {
+    let (tracker, spool_dir, summary, instance, co2) = {
         let mut st = state();
         (
             st.tracker.take(),
             st.spool_dir.take(),
             st.summary,
             st.instance.take(),
+            st.co2_grams_per_kwh,
         )
     };
     let Some(t) = tracker else {
@@ -80,7 +81,8 @@ pub(super) fn finish_step() -> Result<(), String> {
     let (Some(root), Some(instance)) = (spool_dir, instance) else {
         return Ok(());
     };
-    let Some(text) = crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT)
+    let Some(text) =
+        crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT, co2)
     else {
         return Ok(());
     };
@@ -139,7 +141,13 @@ pub(super) fn srun_summary() -> Result<(), String> {
             .unwrap_or_default(),
     };
     let root = cfg.spool_dir.join(&cluster);
-    let text = crate::report::end_of_job_text(&root, &instance, Some(&name), SRUN_SUMMARY_WAIT)
+    let text = crate::report::end_of_job_text(
+        &root,
+        &instance,
+        Some(&name),
+        SRUN_SUMMARY_WAIT,
+        cfg.co2_grams_per_kwh,
+    )
         .unwrap_or_else(|| {
             format!(
                 "gpu-tracker: no record of job {job} step {name} readable on this host; run gpu-tracker-report {job}.{name} on the node\n"

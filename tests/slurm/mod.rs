@@ -2,6 +2,7 @@
 //! `tests/run-all.sh` tells them from every other test of the workspace.
 
 mod faults;
+mod gpu_depth;
 mod hostile;
 mod load;
 mod nodes;

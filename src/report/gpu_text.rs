@@ -1,0 +1,213 @@
+//! The GPU lines of a job's summary: each GPU's memory, utilization beside its SM activity,
+//! energy and health, then the job's energy and, where the site set a factor, its emissions.
+//! A figure without a value says why ("no data" is never shown as 0).
+
+use std::fmt::Write;
+
+use super::figures::{GpuSummary, Summary};
+use crate::gpu::figures::{GpuDepth, NoData, Spread, figure};
+
+/// Most Xid errors a GPU's health line names.
+const XIDS_SHOWN: usize = 5;
+
+/// Energy in the unit a reader expects: Wh below a kWh, kWh above.
+pub fn energy(joules: f64) -> String {
+    let wh = joules / 3600.0;
+    if wh < 1000.0 {
+        format!("{wh:.1} Wh")
+    } else {
+        format!("{:.2} kWh", wh / 1000.0)
+    }
+}
+
+/// `n/a` and why, for a figure in `d.no_data` (or plain `n/a`).
+fn why(d: &GpuDepth, fig: &str) -> String {
+    match d.no_data.get(fig) {
+        Some(NoData { kind, why }) if kind == crate::gpu::figures::NOT_SUPPORTED => {
+            format!("n/a, not supported: {why}")
+        }
+        Some(nd) => format!("n/a, not sampled: {}", nd.why),
+        None => "n/a".into(),
+    }
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+}
+
+/// SM activity and the other GPM figures, or why there are none.
+fn sm_activity(d: &GpuDepth) -> String {
+    let Some(Spread { mean, max }) = d.sm_active_percent else {
+        return format!("SM active {}", why(d, figure::SM_ACTIVITY));
+    };
+    let others: Vec<String> = [
+        ("occupancy", d.sm_occupancy_percent),
+        ("tensor", d.tensor_active_percent),
+        ("DRAM", d.dram_bandwidth_percent),
+    ]
+    .iter()
+    .filter_map(|(n, s)| s.map(|s| format!("{n} {:.0}%", s.mean)))
+    .collect();
+    let others = if others.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", others.join(", "))
+    };
+    format!("SM active mean {mean:.0}%, max {max:.0}%{others}")
+}
+
+/// The health line: Xid errors, time slowed down, ECC errors; `None` when all is well.
+fn health(d: &GpuDepth) -> Option<String> {
+    if !d.has_health_news() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(x) = d.xid_errors.as_ref().filter(|x| !x.is_empty()) {
+        let shown: Vec<String> = x
+            .iter()
+            .take(XIDS_SHOWN)
+            .map(|e| {
+                let at = e.at.get(11..19).unwrap_or(&e.at);
+                format!("Xid {} at {at}", e.xid)
+            })
+            .collect();
+        let more = if x.len() > XIDS_SHOWN {
+            format!(" and {} more", x.len() - XIDS_SHOWN)
+        } else {
+            String::new()
+        };
+        parts.push(format!("{}{more}", shown.join(", ")));
+    }
+    let slow = d.slowdowns();
+    if !slow.is_empty() {
+        let each: Vec<String> = slow
+            .iter()
+            .map(|(n, s)| format!("{} {s:.1} s", n.replace('_', " ")))
+            .collect();
+        parts.push(format!("slowed down: {}", each.join(", ")));
+    }
+    if let Some(e) = d.ecc_errors.filter(|e| e.corrected + e.uncorrected > 0) {
+        parts.push(format!(
+            "ECC errors: {} corrected, {} uncorrected",
+            e.corrected, e.uncorrected
+        ));
+    }
+    Some(parts.join("; "))
+}
+
+fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> String) {
+    let idx = g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string());
+    let node = if s.nodes.len() > 1 {
+        format!(" on {}", g.node)
+    } else {
+        String::new()
+    };
+    let label = format!("GPU {idx}{node}:");
+    let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
+    let _ = writeln!(
+        w,
+        "               memory: {} by the job's processes, {} in use on the device (of {})",
+        mem(g.job_peak_bytes),
+        mem(g.device_peak_bytes),
+        mem(g.memory_total_bytes)
+    );
+    let util = match g.mean_utilization_percent {
+        Some(_) => format!(
+            "mean {}, max {}",
+            pct(g.mean_utilization_percent),
+            pct(g.max_utilization_percent)
+        ),
+        None => why(&g.depth, figure::UTILIZATION),
+    };
+    let _ = writeln!(
+        w,
+        "               utilization: {util}; {}",
+        sm_activity(&g.depth)
+    );
+    let e = g
+        .energy_joules
+        .map_or_else(|| why(&g.depth, figure::ENERGY), energy);
+    let _ = writeln!(w, "               energy: {e}");
+    if let Some(h) = health(&g.depth) {
+        let _ = writeln!(w, "               health: {h}");
+    }
+}
+
+/// Every GPU's lines, then the job's energy line when any GPU measured energy.
+pub fn gpu_section(w: &mut String, s: &Summary, mem: &dyn Fn(u64) -> String) {
+    for g in &s.gpus {
+        one_gpu(w, s, g, mem);
+    }
+    if let Some(j) = s.totals.gpu_energy_joules {
+        let measured = s.gpus.iter().filter(|g| g.energy_joules.is_some()).count();
+        let co2 = match (s.totals.co2_grams, s.totals.co2_grams_per_kwh) {
+            (Some(g), Some(f)) => format!("; about {g:.0} g CO2 at the site's {f:.0} g/kWh"),
+            _ => String::new(),
+        };
+        let _ = writeln!(w, "GPU energy:    {} on {measured} GPU(s){co2}", energy(j));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::figures::{EccCounts, XidError};
+
+    #[test]
+    fn energy_is_in_wh_for_small_jobs_and_kwh_for_large() {
+        assert_eq!(energy(3600.0), "1.0 Wh");
+        assert_eq!(energy(3.6e6 * 2.5), "2.50 kWh");
+    }
+
+    #[test]
+    fn no_data_is_never_shown_as_zero() {
+        let mut d = GpuDepth::default();
+        d.no_data.insert(
+            figure::SM_ACTIVITY.into(),
+            NoData::not_supported("this GPU has no GPM"),
+        );
+        assert_eq!(
+            sm_activity(&d),
+            "SM active n/a, not supported: this GPU has no GPM"
+        );
+        d.no_data.insert(
+            figure::SM_ACTIVITY.into(),
+            NoData::not_sampled("no reading of GPM"),
+        );
+        assert_eq!(
+            sm_activity(&d),
+            "SM active n/a, not sampled: no reading of GPM"
+        );
+        d.sm_active_percent = Some(Spread {
+            mean: 0.0,
+            max: 0.0,
+        });
+        assert_eq!(sm_activity(&d), "SM active mean 0%, max 0%");
+    }
+
+    #[test]
+    fn health_names_xids_slowdowns_and_ecc_and_is_quiet_otherwise() {
+        let mut d = GpuDepth::default();
+        assert_eq!(health(&d), None);
+        d.xid_errors = Some(vec![XidError {
+            at: "2026-11-25T12:00:01.000+00:00".into(),
+            xid: 79,
+        }]);
+        d.throttle_seconds = Some(
+            [
+                ("hw_thermal_slowdown".to_string(), 2.0),
+                ("gpu_idle".into(), 9.0),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        d.ecc_errors = Some(EccCounts {
+            corrected: 1,
+            uncorrected: 0,
+        });
+        assert_eq!(
+            health(&d).unwrap(),
+            "Xid 79 at 12:00:01; slowed down: hw thermal slowdown 2.0 s; ECC errors: 1 corrected, 0 uncorrected"
+        );
+    }
+}
