@@ -134,6 +134,8 @@ pub struct NodeSummary {
     pub requested_bytes: Option<u64>,
     /// `peak_bytes` / `requested_bytes`, percent.
     pub percent_of_request: Option<f64>,
+    /// Energy of the job's GPUs on the node, joules (`None`: no GPU measured it).
+    pub gpu_energy_joules: Option<f64>,
 }
 
 /// One GPU of the job.

@@ -108,8 +108,8 @@ pub fn find_array_task(root: &Path, array: u32, task: u32) -> io::Result<Option<
 /// Header of [`line`].
 pub fn header() -> String {
     format!(
-        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5}  {}",
-        "JOBID", "USER", "ELAPSED", "PEAK MEM/REQUESTED", "CPU", "GPU", "ADVICE"
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {}",
+        "JOBID", "USER", "ELAPSED", "PEAK MEM/REQUESTED", "CPU", "GPU", "SM", "ADVICE"
     )
 }
 
@@ -124,18 +124,28 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
     let peak = s.per_node.iter().map(|m| m.peak_bytes).max().unwrap_or(0);
     let req = s.per_node.iter().filter_map(|m| m.requested_bytes).max();
     let mem = format!("{}/{}", gib(peak), req.map_or_else(|| "-".into(), gib));
-    let gpu = {
-        let u: Vec<f64> = s
-            .gpus
-            .iter()
-            .filter_map(|g| g.mean_utilization_percent)
-            .collect();
-        if u.is_empty() {
+    // No GPU: `-`; GPUs without the figure: `n/a` (never 0).
+    let mean_of = |u: Vec<f64>| -> String {
+        if s.gpus.is_empty() {
             "-".into()
+        } else if u.is_empty() {
+            "n/a".into()
         } else {
             format!("{:.0}%", u.iter().sum::<f64>() / u.len() as f64)
         }
     };
+    let gpu = mean_of(
+        s.gpus
+            .iter()
+            .filter_map(|g| g.mean_utilization_percent)
+            .collect(),
+    );
+    let sm = mean_of(
+        s.gpus
+            .iter()
+            .filter_map(|g| g.depth.sm_active_percent.map(|x| x.mean))
+            .collect(),
+    );
     let mut codes: Vec<&str> = s.advice.iter().map(|a| a.code).collect();
     codes.dedup();
     if incomplete {
@@ -144,9 +154,12 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
     if s.any_failed() {
         codes.push("failed-tasks");
     }
+    if s.gpus.iter().any(|g| g.depth.has_health_news()) {
+        codes.push("gpu-health");
+    }
     let secs = s.elapsed_seconds.round() as u64;
     format!(
-        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5}  {}",
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {}",
         id,
         s.user,
         format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60),
@@ -155,6 +168,7 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
             .efficiency_percent
             .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
         gpu,
+        sm,
         if codes.is_empty() {
             "-".into()
         } else {
@@ -471,5 +485,42 @@ mod tests {
         )
         .unwrap();
         assert!(later.jobs.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+    use crate::gpu::figures::{GpuDepth, Spread, XidError};
+    use crate::report::figures::GpuSummary;
+
+    /// The columns of a job's line after the memory column: CPU, GPU, SM, advice.
+    fn tail(s: &Summary) -> Vec<String> {
+        let l = line(s, false);
+        l.split_whitespace().skip(4).map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_gpu_figure_without_a_value_is_n_a_and_no_gpu_is_a_dash() {
+        let mut s = Summary {
+            user: "u".into(),
+            ..Summary::default()
+        };
+        assert_eq!(tail(&s)[1..3], ["-", "-"]);
+        s.gpus = vec![GpuSummary::default()];
+        assert_eq!(tail(&s)[1..3], ["n/a", "n/a"]);
+        s.gpus[0].mean_utilization_percent = Some(0.0);
+        s.gpus[0].depth = GpuDepth {
+            sm_active_percent: Some(Spread {
+                mean: 0.0,
+                max: 0.0,
+            }),
+            xid_errors: Some(vec![XidError {
+                at: String::new(),
+                xid: 79,
+            }]),
+            ..GpuDepth::default()
+        };
+        assert_eq!(tail(&s)[1..], ["0%", "0%", "gpu-health"]);
     }
 }

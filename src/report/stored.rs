@@ -234,6 +234,7 @@ impl Stored {
                 includes_page_cache: true,
                 requested_bytes: requested,
                 percent_of_request: requested.map(|r| 100.0 * *peak as f64 / r as f64),
+                gpu_energy_joules: None,
             });
         }
         s.nodes = s.per_node.iter().map(|n| n.node.clone()).collect();

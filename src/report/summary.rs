@@ -149,6 +149,7 @@ impl Summary {
                 percent_of_request: requested
                     .filter(|r| *r > 0)
                     .map(|r| 100.0 * peak as f64 / r as f64),
+                gpu_energy_joules: None,
             });
 
             // GPUs, merged by UUID over the node's steps.
@@ -192,6 +193,12 @@ impl Summary {
             }
             let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, _, _)| g).collect();
             gpus.sort_by_key(|g| (g.slurm_index, g.uuid.clone()));
+            if let Some(n) = s.per_node.last_mut() {
+                n.gpu_energy_joules = gpus
+                    .iter()
+                    .filter_map(|g| g.energy_joules)
+                    .reduce(|a, b| a + b);
+            }
             s.gpus.extend(gpus);
         }
         s.nodes = nodes;
@@ -358,6 +365,42 @@ mod tests {
         let mut r = record("n1", "1");
         r.memory.job_peak_bytes = Some(3 * GIB);
         r
+    }
+
+    #[test]
+    fn gpu_energy_adds_up_per_step_node_and_job_and_emissions_only_where_the_site_says() {
+        use crate::step::record::StepGpu;
+        let gpu = |uuid: &str, j: Option<f64>| StepGpu {
+            uuid: uuid.into(),
+            energy_joules: j,
+            mean_utilization_percent: Some(50.0),
+            ..StepGpu::default()
+        };
+        let mut b1 = job(GIB, 4 * GIB);
+        b1.gpus = vec![gpu("GPU-a", Some(3600.0)), gpu("GPU-b", Some(7200.0))];
+        let mut b2 = job(GIB, 4 * GIB);
+        b2.step.node = "n2".into();
+        b2.gpus = vec![gpu("GPU-c", None)];
+        let mut s = Summary::from_records(&[b1, b2]);
+        assert_eq!(s.steps[0].gpu_energy_joules, Some(10800.0));
+        assert_eq!(s.per_node[0].gpu_energy_joules, Some(10800.0));
+        assert_eq!(
+            s.per_node[1].gpu_energy_joules, None,
+            "not measured is not 0"
+        );
+        assert_eq!(s.totals.gpu_energy_joules, Some(10800.0));
+        s.set_co2(0.0);
+        assert_eq!(s.totals.co2_grams, None);
+        s.set_co2(400.0);
+        // 3 Wh at 400 g/kWh.
+        assert!((s.totals.co2_grams.unwrap() - 1.2).abs() < 1e-9);
+        let text = super::super::text::render(&s, &[], &Default::default());
+        assert!(
+            text.contains(
+                "GPU energy:    3.0 Wh on 2 GPU(s); about 1 g CO2 at the site's 400 g/kWh"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
