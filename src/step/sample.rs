@@ -32,6 +32,14 @@ impl GpuSource for Allocated {
     fn take_problems(&mut self) -> Vec<String> {
         self.inner.take_problems()
     }
+    fn take_xids(&mut self) -> Vec<(usize, u64)> {
+        // Another job's GPU's errors are not this step's news.
+        self.inner
+            .take_xids()
+            .into_iter()
+            .filter_map(|(i, x)| Some((self.map.iter().position(|&m| m == i)?, x)))
+            .collect()
+    }
 }
 
 /// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
