@@ -353,6 +353,32 @@ mod tests {
         }
     }
 
+    /// Three GPUs, each reporting an Xid (79 + its index) at once.
+    struct Xids(Vec<GpuInfo>);
+
+    impl GpuSource for Xids {
+        fn devices(&self) -> &[GpuInfo] {
+            &self.0
+        }
+        fn read(&mut self, _: usize) -> Option<GpuReading> {
+            None
+        }
+        fn take_xids(&mut self) -> Vec<(usize, u64)> {
+            (0..self.0.len()).map(|i| (i, 79 + i as u64)).collect()
+        }
+    }
+
+    #[test]
+    fn a_step_sees_the_xid_errors_of_its_own_gpus_only() {
+        let all = vec![gpu(0, None), gpu(1, None), gpu(2, None)];
+        let mut a = Allocated {
+            inner: Box::new(Xids(all.clone())),
+            map: vec![2, 0],
+            devices: vec![all[2].clone(), all[0].clone()],
+        };
+        assert_eq!(a.take_xids(), vec![(1, 79), (0, 81)]);
+    }
+
     #[test]
     fn slurm_indices_map_through_the_minor_table() {
         // NVML index 0 is minor 7, index 1 is minor 4; Slurm's index 0 is the minor-4 file.
