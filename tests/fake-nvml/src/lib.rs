@@ -109,11 +109,14 @@
 //! * **Faults.** A live process matched by one of a device's `processes` entries whose command
 //!   line also contains `fault_marker` makes the device fault, once per pid. The device
 //!   notices it at its next call that looks at processes (memory, process lists, process
-//!   utilization, GPM samples), throttle reasons, events (registration, waits) or ECC, and at
-//!   `nvmlDeviceRegisterEvents` itself. A fault queues one critical Xid **79** event on every
-//!   event set that registered the device for Xids by then (like NVML, a set registered later
-//!   does not get it), starts a throttle period of `fault_throttle_ms`, and adds 1 to the
-//!   volatile and aggregate corrected ECC counts when the device has `ecc`.
+//!   utilization, GPM samples), throttle reasons, events (registration, waits) or ECC. The
+//!   fault starts a throttle period of `fault_throttle_ms` and adds 1 to the volatile and
+//!   aggregate corrected ECC counts when the device has `ecc`, and queues one critical Xid
+//!   **79** event on every event set registered for the device's Xids. A set registered later
+//!   gets that Xid too, at its registration, as long as the process still runs (so a tracker
+//!   that registers at its start never misses it, whatever it asked before); the Xid of a
+//!   process that has ended before a set was registered never reaches that set, as NVML
+//!   delivers only events after registration.
 //! * **Events**: only `nvmlEventTypeXidCriticalError` (0x8) is supported; registering any
 //!   other bit is `NOT_SUPPORTED`. `nvmlEventSetWait_v2` delivers the oldest queued event of a
 //!   device registered on the set (`eventData` = the Xid, instance ids `0xFFFFFFFF`), polling

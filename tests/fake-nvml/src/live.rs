@@ -44,6 +44,8 @@ pub(crate) struct EventSet {
     /// (device index, event type bits) registered on this set.
     registered: Vec<(u32, u64)>,
     queue: VecDeque<Event>,
+    /// (device, pid) of the faults already queued on this set.
+    delivered: BTreeSet<(u32, u32)>,
 }
 
 impl EventSet {
@@ -68,10 +70,55 @@ struct Health {
     ecc: Option<(Ecc, Ecc)>,
 }
 
+/// Objects handed out by address: boxed, so an address stays put while the vector changes,
+/// and found by address, so a handle that is not live is never dereferenced.
+pub(crate) struct Handles<T> {
+    items: Vec<Box<T>>,
+}
+
+impl<T: Default> Handles<T> {
+    /// A new default object and its handle.
+    pub fn add(&mut self) -> *mut T {
+        let mut item = Box::<T>::default();
+        let handle: *mut T = &mut *item;
+        self.items.push(item);
+        handle
+    }
+}
+
+impl<T> Handles<T> {
+    fn new() -> Self {
+        Handles { items: Vec::new() }
+    }
+
+    /// Frees object `handle`; false when it is not live.
+    pub fn remove(&mut self, handle: *const T) -> bool {
+        let before = self.items.len();
+        self.items.retain(|item| !std::ptr::eq(&**item, handle));
+        self.items.len() < before
+    }
+
+    /// The live object `handle`.
+    pub fn get(&self, handle: *const T) -> Option<&T> {
+        self.items
+            .iter()
+            .map(|item| &**item)
+            .find(|item| std::ptr::eq(*item, handle))
+    }
+
+    /// The live object `handle`, to change.
+    pub fn get_mut(&mut self, handle: *const T) -> Option<&mut T> {
+        self.items
+            .iter_mut()
+            .map(|item| &mut **item)
+            .find(|item| std::ptr::eq(&**item, handle))
+    }
+}
+
 /// The mutable part of a session.
 pub(crate) struct Live {
-    samples: Vec<Box<Sample>>,
-    sets: Vec<Box<EventSet>>,
+    pub samples: Handles<Sample>,
+    pub sets: Handles<EventSet>,
     health: Vec<Health>,
     next_seq: u64,
 }
@@ -88,44 +135,17 @@ impl Live {
             })
             .collect();
         Live {
-            samples: Vec::new(),
-            sets: Vec::new(),
+            samples: Handles::new(),
+            sets: Handles::new(),
             health,
             next_seq: 0,
         }
     }
 
-    /// A new, empty sample buffer and its handle.
-    pub fn alloc_sample(&mut self) -> *mut Sample {
-        let mut sample = Box::<Sample>::default();
-        let handle: *mut Sample = &mut *sample;
-        self.samples.push(sample);
-        handle
-    }
-
-    /// Frees sample `handle`; false when it is not a live sample.
-    pub fn free_sample(&mut self, handle: *const Sample) -> bool {
-        let before = self.samples.len();
-        self.samples.retain(|s| !std::ptr::eq(&**s, handle));
-        self.samples.len() < before
-    }
-
-    /// The live sample `handle` (never dereferences the handle itself).
-    pub fn sample(&self, handle: *const Sample) -> Option<&Sample> {
-        self.samples
-            .iter()
-            .find(|s| std::ptr::eq(&***s, handle))
-            .map(|s| &**s)
-    }
-
     /// Stores a sample of `device` with `values` in sample `handle`; false when not live.
     pub fn fill_sample(&mut self, handle: *const Sample, device: u32, values: Gpm) -> bool {
         let seq = self.next_seq;
-        let Some(sample) = self
-            .samples
-            .iter_mut()
-            .find(|s| std::ptr::eq(&***s, handle))
-        else {
+        let Some(sample) = self.samples.get_mut(handle) else {
             return false;
         };
         self.next_seq += 1;
@@ -137,32 +157,9 @@ impl Live {
         true
     }
 
-    /// A new, empty event set and its handle.
-    pub fn create_set(&mut self) -> *mut EventSet {
-        let mut set = Box::<EventSet>::default();
-        let handle: *mut EventSet = &mut *set;
-        self.sets.push(set);
-        handle
-    }
-
-    /// Frees event set `handle`; false when it is not a live set.
-    pub fn free_set(&mut self, handle: *const EventSet) -> bool {
-        let before = self.sets.len();
-        self.sets.retain(|s| !std::ptr::eq(&**s, handle));
-        self.sets.len() < before
-    }
-
-    /// The live event set `handle`.
-    pub fn set_mut(&mut self, handle: *const EventSet) -> Option<&mut EventSet> {
-        self.sets
-            .iter_mut()
-            .find(|s| std::ptr::eq(&***s, handle))
-            .map(|s| &mut **s)
-    }
-
     /// Adds `types` of `device` to the event set `handle`; false when it is not a live set.
     pub fn register(&mut self, handle: *const EventSet, device: u32, types: u64) -> bool {
-        let Some(set) = self.set_mut(handle) else {
+        let Some(set) = self.sets.get_mut(handle) else {
             return false;
         };
         match set.registered.iter_mut().find(|(d, _)| *d == device) {
@@ -172,29 +169,29 @@ impl Live {
         true
     }
 
-    /// Records that `device` runs faulting process `pid`; the first time for that pid the
-    /// device faults: an Xid event on every set that registered it for Xids, a throttle period
-    /// of `throttle` from now, one more corrected ECC error.
+    /// Records that `device` runs faulting process `pid`. The first time for that pid the
+    /// device faults: a throttle period of `throttle` from now, one more corrected ECC error.
+    /// Every set registered for the device's Xids that has not had this fault yet gets its Xid
+    /// event, so a set registered while the process still runs gets it too.
     pub fn notice_fault(&mut self, device: u32, pid: u32, throttle: Duration) {
         let health = &mut self.health[device as usize];
-        if !health.noticed.insert(pid) {
-            return;
-        }
-        health.throttled_until = Some(Instant::now() + throttle);
-        if let Some((volatile, aggregate)) = &mut health.ecc {
-            volatile.corrected = volatile.corrected.saturating_add(1);
-            aggregate.corrected = aggregate.corrected.saturating_add(1);
+        if health.noticed.insert(pid) {
+            health.throttled_until = Some(Instant::now() + throttle);
+            if let Some((volatile, aggregate)) = &mut health.ecc {
+                volatile.corrected = volatile.corrected.saturating_add(1);
+                aggregate.corrected = aggregate.corrected.saturating_add(1);
+            }
         }
         let event = Event {
             device,
             xid: FAULT_XID,
         };
-        for set in &mut self.sets {
+        for set in self.sets.items.iter_mut() {
             let wants = set
                 .registered
                 .iter()
                 .any(|&(d, bits)| d == device && bits & XID_CRITICAL_EVENT != 0);
-            if wants {
+            if wants && set.delivered.insert((device, pid)) {
                 set.queue.push_back(event);
             }
         }

@@ -40,7 +40,7 @@ pub extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
         if set.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let created = s.live.borrow_mut().create_set();
+        let created = s.live.borrow_mut().sets.add();
         put(set, created.cast())
     })
 }
@@ -48,7 +48,7 @@ pub extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> Ret {
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> Ret {
     with_session("nvmlEventSetFree", |s| {
-        let freed = s.live.borrow_mut().free_set(set.cast_const().cast());
+        let freed = s.live.borrow_mut().sets.remove(set.cast_const().cast());
         if freed { Ok(()) } else { Err(INVALID_ARGUMENT) }
     })
 }
@@ -71,7 +71,7 @@ pub extern "C" fn nvmlDeviceRegisterEvents(
 ) -> Ret {
     with_device("nvmlDeviceRegisterEvents", device, |s, i| {
         let handle: *const EventSet = set.cast_const().cast();
-        if s.live.borrow_mut().set_mut(handle).is_none() {
+        if s.live.borrow_mut().sets.get_mut(handle).is_none() {
             return Err(INVALID_ARGUMENT);
         }
         if eventTypes & !XID_CRITICAL_EVENT != 0 {
@@ -142,7 +142,8 @@ fn wait(
 fn next_event(s: &Session, set: *const EventSet, name: &str) -> Result<Option<Event>, Ret> {
     let devices: Vec<u32> = {
         let mut live = s.live.borrow_mut();
-        live.set_mut(set)
+        live.sets
+            .get_mut(set)
             .ok_or(INVALID_ARGUMENT)?
             .devices()
             .collect()
@@ -162,7 +163,8 @@ fn next_event(s: &Session, set: *const EventSet, name: &str) -> Result<Option<Ev
     let event = s
         .live
         .borrow_mut()
-        .set_mut(set)
+        .sets
+        .get_mut(set)
         .ok_or(INVALID_ARGUMENT)?
         .pop();
     match event {

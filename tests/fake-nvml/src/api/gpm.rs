@@ -104,7 +104,7 @@ pub extern "C" fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> Ret {
         if gpmSample.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let sample = s.live.borrow_mut().alloc_sample();
+        let sample = s.live.borrow_mut().samples.add();
         put(gpmSample, sample.cast())
     })
 }
@@ -112,7 +112,7 @@ pub extern "C" fn nvmlGpmSampleAlloc(gpmSample: *mut nvmlGpmSample_t) -> Ret {
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> Ret {
     with_session("nvmlGpmSampleFree", |s| {
-        let freed = s.live.borrow_mut().free_sample(gpmSample.cast());
+        let freed = s.live.borrow_mut().samples.remove(gpmSample.cast());
         if freed { Ok(()) } else { Err(INVALID_ARGUMENT) }
     })
 }
@@ -121,7 +121,7 @@ pub extern "C" fn nvmlGpmSampleFree(gpmSample: nvmlGpmSample_t) -> Ret {
 pub extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, gpmSample: nvmlGpmSample_t) -> Ret {
     with_device("nvmlGpmSampleGet", device, |s, i| {
         let sample: *const Sample = gpmSample.cast_const().cast();
-        if s.live.borrow().sample(sample).is_none() {
+        if s.live.borrow().samples.get(sample).is_none() {
             return Err(INVALID_ARGUMENT);
         }
         let values = s.gpm(i).ok_or(NOT_SUPPORTED)?;
@@ -140,7 +140,8 @@ pub extern "C" fn nvmlGpmMigSampleGet(
     with_device("nvmlGpmMigSampleGet", device, |s, _| {
         if s.live
             .borrow()
-            .sample(gpmSample.cast_const().cast())
+            .samples
+            .get(gpmSample.cast_const().cast())
             .is_none()
         {
             return Err(INVALID_ARGUMENT);
@@ -174,7 +175,7 @@ pub extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> Ret
             return Err(INVALID_ARGUMENT);
         }
         let live = s.live.borrow();
-        let taken = |h: nvmlGpmSample_t| live.sample(h.cast_const().cast())?.taken;
+        let taken = |h: nvmlGpmSample_t| live.samples.get(h.cast_const().cast())?.taken;
         let (Some(first), Some(second)) = (taken(sample1), taken(sample2)) else {
             return Err(INVALID_ARGUMENT);
         };
