@@ -11,6 +11,10 @@ use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+mod events;
+mod gpm;
+mod health;
+
 /// Opaque device type; `nvmlDevice_t` is a pointer to it.
 #[repr(C)]
 pub struct nvmlDevice_st {
@@ -397,7 +401,8 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infos: *mut nvmlProcessInfo_t,
 ) -> Ret {
     with_device("nvmlDeviceGetComputeRunningProcesses_v3", device, |s, i| {
-        let items = state::matched_processes(s.spec(i))
+        let items = s
+            .matched(i)
             .into_iter()
             .map(|m| nvmlProcessInfo_t {
                 pid: m.pid,
@@ -452,7 +457,7 @@ pub extern "C" fn nvmlDeviceGetProcessUtilization(
         let now_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let matched = state::matched_processes(s.spec(i));
+        let matched = s.matched(i);
         if matched.is_empty() || now_us <= lastSeenTimeStamp {
             return Err(NOT_FOUND);
         }

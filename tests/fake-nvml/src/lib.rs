@@ -44,9 +44,15 @@
 //!       ],
 //!       "lost_after_ms": null,         // after this many ms since init: GPU_IS_LOST everywhere
 //!       "errors": {"nvmlDeviceGetUtilizationRates": "NOT_SUPPORTED"},
-//!       "device_file": "/tmp/t/nvidia0" // opened when the handle is first handed out
+//!       "device_file": "/tmp/t/nvidia0", // opened when the handle is first handed out
+//!       "gpm": {"sm_active": 55, "sm_occupancy": 30,   // GPM metrics (percent, 0..=100, each
+//!               "tensor_active": 20, "dram_bandwidth": 15}, // default 0); absent: no GPM
+//!       "ecc": {"corrected": 0, "uncorrected": 0},     // ECC counts at init; absent: no ECC
+//!       "fault_throttle_ms": 2000      // how long a fault throttles the clocks (default 2000)
 //!     }
 //!   ],
+//!   "fault_marker": "SIMGPU_XID",      // a device's process with this in its command line
+//!                                      // makes the device fault (default: none)
 //!   "control_file": "/tmp/t/nvidiactl", // opened at init
 //!   "delays_ms": {"nvmlDeviceGetUtilizationRates": 30},   // every call sleeps this long
 //!   "hang": {"call": "nvmlDeviceGetUtilizationRates",     // this call stops answering
@@ -87,10 +93,53 @@
 //!   answers; a hung one blocks its calling thread (holding no lock of the fake) for `for_ms`,
 //!   or for ever. A hang or delay on `nvmlInit_v2` applies once the scenario is loaded.
 //!
+//! * **GPM** (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleAlloc`/`Free`, `nvmlGpmSampleGet`,
+//!   `nvmlGpmMetricsGet`): a device with `gpm` reports `isSupportedDevice` = 1, one without
+//!   reports 0 (as a pre-Hopper GPU does) and `NOT_SUPPORTED` from `nvmlGpmSampleGet`. A
+//!   sample stores the device and its metrics at that moment: the `gpm` values while at least
+//!   one of the device's `processes` entries matches ("the SMs follow the load"), else 0.
+//!   `nvmlGpmMetricsGet` answers `NVML_GPM_METRIC_SM_UTIL` (2) from `sm_active`, `SM_OCCUPANCY`
+//!   (3), `ANY_TENSOR_UTIL` (5) from `tensor_active` and `DRAM_BW_UTIL` (10) from
+//!   `dram_bandwidth`, each the mean of the two samples' values; any other metric gets
+//!   `NOT_SUPPORTED` in its own `nvmlReturn`; metric names are null. Both samples must be
+//!   filled, of one device, the second taken after the first, else `INVALID_ARGUMENT`.
+//!   `nvmlGpmMigSampleGet` is `NOT_SUPPORTED` (no MIG). Sample handles are checked against the
+//!   live ones (a foreign or freed handle is `INVALID_ARGUMENT`); samples left are freed at the
+//!   last `nvmlShutdown`. Versioned structs with another version: `ARGUMENT_VERSION_MISMATCH`.
+//! * **Faults.** A live process matched by one of a device's `processes` entries whose command
+//!   line also contains `fault_marker` makes the device fault, once per pid. The device
+//!   notices it at its next call that looks at processes (memory, process lists, process
+//!   utilization, GPM samples), throttle reasons, events (registration, waits) or ECC. The
+//!   fault starts a throttle period of `fault_throttle_ms` and adds 1 to the volatile and
+//!   aggregate corrected ECC counts when the device has `ecc`, and queues one critical Xid
+//!   **79** event on every event set registered for the device's Xids. A set registered later
+//!   gets that Xid too, at its registration, as long as the process still runs (so a tracker
+//!   that registers at its start never misses it, whatever it asked before); the Xid of a
+//!   process that has ended before a set was registered never reaches that set, as NVML
+//!   delivers only events after registration.
+//! * **Events**: only `nvmlEventTypeXidCriticalError` (0x8) is supported; registering any
+//!   other bit is `NOT_SUPPORTED`. `nvmlEventSetWait_v2` delivers the oldest queued event of a
+//!   device registered on the set (`eventData` = the Xid, instance ids `0xFFFFFFFF`), polling
+//!   every 10 ms without holding the fake's lock, and answers `TIMEOUT` when none came within
+//!   `timeoutms` (0: at once) or `GPU_IS_LOST` when none is queued and a registered device is
+//!   lost. The pre-MIG `nvmlEventSetWait` fills only `device`, `eventType` and `eventData`.
+//! * **Throttle reasons** (`nvmlDeviceGetCurrentClocksThrottleReasons`, and the same answer
+//!   from `...ClocksEventReasons`): during a throttle period `HwSlowdown | SwThermalSlowdown
+//!   | HwThermalSlowdown` (0x68), else `GpuIdle` (0x1) when no process of the device matches,
+//!   else 0. The supported reasons are every defined bit (0x1FF).
+//! * **ECC** (`nvmlDeviceGetTotalEccErrors`): `INVALID_ARGUMENT` for an unknown error or
+//!   counter type or a null pointer, else `NOT_SUPPORTED` without `ecc`, else the count;
+//!   volatile and aggregate counts both start at the scenario's values at init.
+//! * `errors` may name every device function above. `nvmlGpmMetricsGet` takes the injection of
+//!   its samples' device, `nvmlEventSetWait_v2`/`nvmlEventSetWait` that of any device
+//!   registered on the set; `nvmlGpmSampleAlloc`/`Free` and `nvmlEventSetCreate`/`Free` have
+//!   no device, so only `delays_ms` and `hang` can name them.
+//!
 //! If the environment variable `FAKE_NVML_LOG` names a file, one line with the
 //! function name is appended to it for every exported call.
 
 mod api;
+mod live;
 mod scenario;
 mod state;
 
@@ -105,6 +154,7 @@ pub(crate) const NO_PERMISSION: Ret = 4;
 pub(crate) const NOT_FOUND: Ret = 6;
 pub(crate) const INSUFFICIENT_SIZE: Ret = 7;
 pub(crate) const DRIVER_NOT_LOADED: Ret = 9;
+pub(crate) const TIMEOUT: Ret = 10;
 pub(crate) const GPU_IS_LOST: Ret = 15;
 pub(crate) const ARGUMENT_VERSION_MISMATCH: Ret = 25;
 pub(crate) const UNKNOWN: Ret = 999;

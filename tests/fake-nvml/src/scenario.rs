@@ -15,6 +15,10 @@ pub(crate) const SYSTEM_FUNCTIONS: &[&str] = &[
     "nvmlErrorString",
     "nvmlSystemGetDriverVersion",
     "nvmlDeviceGetCount_v2",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleFree",
+    "nvmlEventSetCreate",
+    "nvmlEventSetFree",
 ];
 
 /// Device functions whose result can be injected through `errors`.
@@ -34,6 +38,21 @@ pub(crate) const DEVICE_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetMigMode",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMigSampleGet",
+    // Applies when the first sample's device has it injected.
+    "nvmlGpmMetricsGet",
+    "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceRegisterEvents",
+    // Apply when a device registered on the set has them injected.
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetWait",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+    "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetTotalEccErrors",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -51,6 +70,8 @@ struct RawScenario {
     hang: Option<Hang>,
     #[serde(default)]
     delays_ms: BTreeMap<String, u64>,
+    #[serde(default)]
+    fault_marker: Option<String>,
 }
 
 /// A call that stops answering: `call` blocks once it has been called `after_calls` times
@@ -91,6 +112,40 @@ struct RawDevice {
     errors: BTreeMap<String, String>,
     #[serde(default)]
     device_file: Option<PathBuf>,
+    #[serde(default)]
+    gpm: Option<Gpm>,
+    #[serde(default)]
+    ecc: Option<Ecc>,
+    #[serde(default = "default_fault_throttle_ms")]
+    fault_throttle_ms: u64,
+}
+
+fn default_fault_throttle_ms() -> u64 {
+    2000
+}
+
+/// GPM metrics (percent) of a device while one of its processes runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Gpm {
+    #[serde(default)]
+    pub sm_active: u32,
+    #[serde(default)]
+    pub sm_occupancy: u32,
+    #[serde(default)]
+    pub tensor_active: u32,
+    #[serde(default)]
+    pub dram_bandwidth: u32,
+}
+
+/// ECC error counts a device starts with (volatile and aggregate alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Ecc {
+    #[serde(default)]
+    pub corrected: u64,
+    #[serde(default)]
+    pub uncorrected: u64,
 }
 
 /// One step of the utilization timeline.
@@ -124,6 +179,8 @@ pub(crate) struct Scenario {
     pub control_file: Option<PathBuf>,
     pub hang: Option<Hang>,
     pub delays: BTreeMap<String, Duration>,
+    /// A process of a device with this in its command line makes the device fault.
+    pub fault_marker: Option<String>,
 }
 
 /// A validated device.
@@ -142,6 +199,12 @@ pub(crate) struct DeviceSpec {
     pub errors: BTreeMap<String, Ret>,
     /// Opened when the device's handle is first handed out, held until the last shutdown.
     pub device_file: Option<PathBuf>,
+    /// GPM support and the metrics while a process runs; `None`: a pre-Hopper device.
+    pub gpm: Option<Gpm>,
+    /// ECC counters at init; `None`: ECC not supported.
+    pub ecc: Option<Ecc>,
+    /// How long a fault throttles the device's clocks.
+    pub fault_throttle: Duration,
 }
 
 /// Parses an error name such as `NOT_SUPPORTED` or `NVML_ERROR_NOT_SUPPORTED`.
@@ -207,6 +270,9 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
         }
         delays.insert(function, Duration::from_millis(ms));
     }
+    if raw.fault_marker.as_deref() == Some("") {
+        return Err("fault_marker is empty".to_owned());
+    }
     let mut uuids = HashSet::new();
     let mut devices = Vec::with_capacity(raw.devices.len());
     for (index, d) in raw.devices.into_iter().enumerate() {
@@ -238,6 +304,17 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
             }
             errors.insert(function, parse_code(&name)?);
         }
+        if let Some(g) = &d.gpm {
+            let values = [
+                g.sm_active,
+                g.sm_occupancy,
+                g.tensor_active,
+                g.dram_bandwidth,
+            ];
+            if values.iter().any(|&v| v > 100) {
+                return Err(format!("{at}: gpm above 100%"));
+            }
+        }
         let mut utilization = d.utilization;
         utilization.sort_by_key(|u| u.at_ms);
         devices.push(DeviceSpec {
@@ -253,6 +330,9 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
             lost_after_ms: d.lost_after_ms,
             errors,
             device_file: d.device_file,
+            gpm: d.gpm,
+            ecc: d.ecc,
+            fault_throttle: Duration::from_millis(d.fault_throttle_ms),
         });
     }
     Ok(Scenario {
@@ -262,6 +342,7 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
         control_file: raw.control_file,
         hang: raw.hang,
         delays,
+        fault_marker: raw.fault_marker,
     })
 }
 
@@ -310,6 +391,78 @@ mod tests {
             assert!(parse(bad).is_err(), "accepted {bad}");
         }
         assert_eq!(parse("{}").unwrap().devices.len(), 0);
+    }
+
+    #[test]
+    fn parses_gpm_ecc_and_faults() {
+        let s = parse(
+            r#"{"fault_marker": "SIMGPU_XID", "devices": [
+                {"uuid": "a", "name": "n", "memory_total": 1, "fault_throttle_ms": 50,
+                 "gpm": {"sm_active": 55, "sm_occupancy": 30, "tensor_active": 20,
+                         "dram_bandwidth": 15},
+                 "ecc": {"corrected": 3, "uncorrected": 1},
+                 "errors": {"nvmlGpmSampleGet": "UNKNOWN", "nvmlEventSetWait_v2": "TIMEOUT"}},
+                {"uuid": "b", "name": "n", "memory_total": 1, "gpm": {"sm_active": 100},
+                 "ecc": {}},
+                {"uuid": "c", "name": "n", "memory_total": 1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.fault_marker.as_deref(), Some("SIMGPU_XID"));
+        let [a, b, c] = &s.devices[..] else {
+            panic!("3 devices")
+        };
+        let gpm = Gpm {
+            sm_active: 55,
+            sm_occupancy: 30,
+            tensor_active: 20,
+            dram_bandwidth: 15,
+        };
+        assert_eq!(a.gpm, Some(gpm));
+        assert_eq!(
+            a.ecc,
+            Some(Ecc {
+                corrected: 3,
+                uncorrected: 1
+            })
+        );
+        assert_eq!(a.fault_throttle, Duration::from_millis(50));
+        assert_eq!(a.errors["nvmlEventSetWait_v2"], 10);
+        let b_gpm = Gpm {
+            sm_active: 100,
+            ..Gpm::default()
+        };
+        assert_eq!((b.gpm, b.ecc), (Some(b_gpm), Some(Ecc::default())));
+        assert_eq!((c.gpm, c.ecc), (None, None));
+        assert_eq!(c.fault_throttle, Duration::from_millis(2000));
+        assert!(parse("{}").unwrap().fault_marker.is_none());
+        let s = parse(r#"{"delays_ms": {"nvmlEventSetCreate": 5, "nvmlGpmSampleFree": 1}}"#);
+        assert_eq!(s.unwrap().delays.len(), 2);
+    }
+
+    #[test]
+    fn rejects_bad_gpm_ecc_and_faults() {
+        for bad in [
+            r#"{"fault_marker": ""}"#,
+            r#"{"fault_marker": 5}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "gpm": {"sm_active": 101}}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "gpm": {"dram_bandwidth": -1}}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "gpm": {"sm_util": 5}}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "ecc": {"corrected": 1, "double_bit": 1}}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1, "ecc": 3}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "fault_throttle_ms": null}]}"#,
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "fault_marker": "x"}]}"#,
+            // Functions without a device handle take no injected errors.
+            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
+                "errors": {"nvmlEventSetCreate": "UNKNOWN"}}]}"#,
+        ] {
+            assert!(parse(bad).is_err(), "accepted {bad}");
+        }
     }
 
     #[test]

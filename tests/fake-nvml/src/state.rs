@@ -1,6 +1,7 @@
 //! Global library state: init reference count, the loaded scenario and live queries.
 
-use crate::scenario::{DeviceSpec, Scenario};
+use crate::live::Live;
+use crate::scenario::{DeviceSpec, Gpm, Scenario};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::ffi::CString;
@@ -24,6 +25,8 @@ pub(crate) struct Session {
     device_fds: RefCell<Vec<Option<OwnedFd>>>,
     /// Calls of the scenario's `hang.call` so far.
     hang_calls: Cell<u64>,
+    /// GPM samples, event sets and fault state.
+    pub live: RefCell<Live>,
 }
 
 /// How long a call waits before it answers.
@@ -46,7 +49,14 @@ pub(crate) struct Device {
 pub(crate) struct Matched {
     pub pid: u32,
     pub used_memory: Option<u64>,
+    /// Its command line contains the scenario's `fault_marker`.
+    pub faulty: bool,
 }
+
+/// `nvmlClocksThrottleReasonGpuIdle`.
+pub(crate) const REASON_GPU_IDLE: u64 = 0x1;
+/// What a fault throttles with: `HwSlowdown` | `SwThermalSlowdown` | `HwThermalSlowdown`.
+pub(crate) const REASONS_FAULT: u64 = 0x8 | 0x20 | 0x40;
 
 static STATE: Mutex<Option<Session>> = Mutex::new(None);
 
@@ -85,6 +95,7 @@ impl Session {
             refcount: 1,
             epoch: Instant::now(),
             device_fds: RefCell::new((0..scenario.devices.len()).map(|_| None).collect()),
+            live: RefCell::new(Live::new(&scenario.devices)),
             scenario,
             devices,
             _control: control,
@@ -176,7 +187,8 @@ impl Session {
     /// (total, used, free) memory in bytes of device `index`.
     pub fn memory(&self, index: u32) -> (u64, u64, u64) {
         let spec = self.spec(index);
-        let used = matched_processes(spec)
+        let used = self
+            .matched(index)
             .iter()
             .filter_map(|m| m.used_memory)
             .fold(spec.memory_used_base, u64::saturating_add);
@@ -188,8 +200,47 @@ impl Session {
     }
 }
 
-/// The processes that currently match the device's process entries (live scan).
-pub(crate) fn matched_processes(spec: &DeviceSpec) -> Vec<Matched> {
+impl Session {
+    /// The processes that currently match device `index`'s entries; a faulty one the device
+    /// has not noticed yet makes it fault now (see `Live::notice_fault`). Every call that looks
+    /// at the device's processes, throttling, events or ECC goes through here first.
+    pub fn matched(&self, index: u32) -> Vec<Matched> {
+        let spec = self.spec(index);
+        let matched = matched_processes(spec, self.scenario.fault_marker.as_deref());
+        let mut live = self.live.borrow_mut();
+        for m in matched.iter().filter(|m| m.faulty) {
+            live.notice_fault(index, m.pid, spec.fault_throttle);
+        }
+        matched
+    }
+
+    /// Device `index`'s GPM metrics now: the scenario's while a process of it runs, else 0;
+    /// `None` when the device has no GPM.
+    pub fn gpm(&self, index: u32) -> Option<Gpm> {
+        let gpm = self.spec(index).gpm?;
+        Some(if self.matched(index).is_empty() {
+            Gpm::default()
+        } else {
+            gpm
+        })
+    }
+
+    /// Device `index`'s current clock throttle reasons.
+    pub fn throttle_reasons(&self, index: u32) -> u64 {
+        let idle = self.matched(index).is_empty();
+        if self.live.borrow().throttled(index) {
+            REASONS_FAULT
+        } else if idle {
+            REASON_GPU_IDLE
+        } else {
+            0
+        }
+    }
+}
+
+/// The processes that currently match the device's process entries (live scan), each marked
+/// `faulty` when its command line contains `fault_marker`.
+fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Matched> {
     let me = std::process::id();
     let needs_scan = spec.processes.iter().any(|p| p.cmdline_contains.is_some());
     let cmdlines = if needs_scan { cmdlines() } else { Vec::new() };
@@ -209,9 +260,17 @@ pub(crate) fn matched_processes(spec: &DeviceSpec) -> Vec<Matched> {
         };
         for pid in pids {
             if seen.insert(pid) {
+                let faulty = fault_marker.is_some_and(|marker| {
+                    let cmdline = match cmdlines.binary_search_by_key(&pid, |(p, _)| *p) {
+                        Ok(at) => Some(cmdlines[at].1.clone()),
+                        Err(_) => read_cmdline(pid),
+                    };
+                    cmdline.is_some_and(|c| c.contains(marker))
+                });
                 out.push(Matched {
                     pid,
                     used_memory: p.used_memory,
+                    faulty,
                 });
             }
         }
@@ -228,11 +287,16 @@ fn cmdlines() -> Vec<(u32, String)> {
         .flatten()
         .filter_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
-            Some((pid, text.trim_end().to_owned()))
+            Some((pid, read_cmdline(pid)?))
         })
         .collect();
     out.sort_unstable_by_key(|(pid, _)| *pid);
     out
+}
+
+/// The command line of `pid`, NUL separators turned into spaces.
+fn read_cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text = String::from_utf8_lossy(&raw).replace('\0', " ");
+    Some(text.trim_end().to_owned())
 }

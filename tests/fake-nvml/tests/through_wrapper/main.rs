@@ -4,6 +4,9 @@
 //! The fake reads `FAKE_NVML_SCENARIO` at init and keeps a process-wide init
 //! reference count, so every test holds `LOCK` for its whole duration.
 
+mod faults;
+mod gpm;
+
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -94,9 +97,14 @@ fn sleeper(seconds: u32) -> (Child, String) {
         .arg(&marker)
         .spawn()
         .expect("spawn sleep");
-    // spawn returns once the child has begun its exec, which can be before the kernel has set
-    // up its new arguments: until then /proc/PID/cmdline reads empty and no cmdline_contains
-    // entry can match it.
+    wait_for_cmdline(&child, &marker);
+    (child, marker)
+}
+
+/// Waits until `child`'s command line shows `marker`. spawn returns once the child has begun
+/// its exec, which can be before the kernel has set up its new arguments: until then
+/// /proc/PID/cmdline reads empty and no cmdline_contains entry can match it.
+fn wait_for_cmdline(child: &Child, marker: &str) {
     let cmdline = format!("/proc/{}/cmdline", child.id());
     let started = std::time::Instant::now();
     while !std::fs::read(&cmdline)
@@ -106,11 +114,10 @@ fn sleeper(seconds: u32) -> (Child, String) {
     {
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "sleep {marker}: no cmdline"
+            "{marker}: no cmdline"
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    (child, marker)
 }
 
 fn stop(mut child: Child) {
@@ -308,6 +315,23 @@ struct MemoryV2 {
 }
 
 type Handle = *mut c_void;
+
+/// The fake opened again for raw C calls: the library instance (and state) that
+/// `nvml-wrapper` loaded, as the loader hands out one instance per file.
+fn raw_lib() -> libloading::Library {
+    // SAFETY: loading the fake only runs Rust static initialisation.
+    unsafe { libloading::Library::new(lib_path()) }.expect("dlopen")
+}
+
+/// Function `name` of `lib`.
+///
+/// # Safety
+///
+/// `T` must be the function's C prototype from nvml.h.
+unsafe fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> T {
+    // SAFETY: the caller vouches for the prototype.
+    *unsafe { lib.get::<T>(name.as_bytes()) }.expect(name)
+}
 
 #[test]
 fn raw_c_api_rules() {
