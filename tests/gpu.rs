@@ -42,18 +42,22 @@ struct GpuRun {
 }
 
 fn run_with(scn: &serde_json::Value, marker: &str, extra: &[&str]) -> GpuRun {
-    let dir = TempDir::new("gpu");
-    let scn_path = dir.join("scenario.json");
-    std::fs::write(&scn_path, scn.to_string()).unwrap();
-    let log = dir.join("calls.log");
     let cmd = format!(
         "{} --mb 10 --hold-ms 1000 --marker {marker}",
         hog().display()
     );
+    run_cmd(scn, &cmd, extra)
+}
+
+fn run_cmd(scn: &serde_json::Value, cmd: &str, extra: &[&str]) -> GpuRun {
+    let dir = TempDir::new("gpu");
+    let scn_path = dir.join("scenario.json");
+    std::fs::write(&scn_path, scn.to_string()).unwrap();
+    let log = dir.join("calls.log");
     let lib = fake_nvml();
     let mut args = vec![
         "-e",
-        &cmd,
+        cmd,
         "--st",
         "0.1",
         "-f",
@@ -251,7 +255,14 @@ fn sm_activity_health_and_no_data_through_the_command() {
         }),
     );
     scn["fault_marker"] = json!("XIDFAULT");
-    let r = run_with(&scn, marker, &[]);
+    scn["devices"][1]["fault_throttle_ms"] = json!(400);
+    // The holder starts after the first readings (ECC counters are counted from the first), and
+    // only it carries the marker: the shell's own command line has it split by quotes.
+    let cmd = format!(
+        "sh -c 'sleep 0.4; exec {} --mb 10 --hold-ms 1200 --marker gpu-hold-XID\"FAULT\"-c3'",
+        hog().display()
+    );
+    let r = run_cmd(&scn, &cmd, &[]);
     assert!(r.out.status.success(), "{}", stderr(&r.out));
     let v = json(&r.out);
     let (g0, g1) = (gpu(&v, 0), gpu(&v, 1));
@@ -269,6 +280,6 @@ fn sm_activity_health_and_no_data_through_the_command() {
         assert_eq!(g["xid_errors"][0]["xid"], 79, "{g:#}");
         assert_eq!(g["xid_errors"].as_array().unwrap().len(), 1, "{g:#}");
         let t = g["throttle_seconds"]["hw_thermal_slowdown"].as_f64();
-        assert!(t.is_some_and(|t| (0.2..=0.8).contains(&t)), "{g:#}");
+        assert!(t.is_some_and(|t| (0.1..=1.0).contains(&t)), "{g:#}");
     }
 }
