@@ -85,7 +85,10 @@ fn run(args: Args) -> Result<u8> {
     let (cgroup, cgroup_note) = if args.no_cgroup {
         (
             None,
-            Some("run without a cgroup of its own (--no-cgroup)".to_string()),
+            Some(
+                "run without a cgroup of its own (--no-cgroup): memory and CPU are sampled"
+                    .to_string(),
+            ),
         )
     } else {
         match StepCgroup::create(Path::new(DEFAULT_ROOT), me) {
@@ -163,7 +166,14 @@ fn track(
         checkpoint_interval: None,
         spool,
         nvml_library: Some(args.nvml.clone()),
-        cgroup_root: PathBuf::from(DEFAULT_ROOT),
+        // Without a cgroup of its own the command's cgroup is this program's (a container's, a
+        // login session's): a root where no cgroup can be found makes the tracker sample the
+        // command's processes instead of reading that cgroup as the step's.
+        cgroup_root: PathBuf::from(if cgroup.is_some() {
+            DEFAULT_ROOT
+        } else {
+            "/dev/null/no-cgroup"
+        }),
         proc_root: PathBuf::from(gpu_tracker::proc::DEFAULT_ROOT),
         gpu_order: GpuOrder::NvmlIndex(Vec::new()),
         gres_conf: None,
