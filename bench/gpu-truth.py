@@ -382,8 +382,31 @@ def tool_figures(tool, doc, uuid):
         "utilization_mean_percent": first_number(g, [("mean_utilization_percent",)]),
         "energy_joules": first_number(g, ENERGY_PATHS),
         "sm_active_percent": first_number(g, SM_PATHS),
-        "throttled_percent": first_number(g, THROTTLE_PATHS),
+        "throttled_percent": slowed_percent(doc, g),
     }
+
+
+SLOWDOWN_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
+                    "hw_thermal_slowdown", "hw_power_brake_slowdown")
+TIME_UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+
+
+def slowed_percent(doc, g):
+    """Share of the run the GPU was slowed down (power cap, thermal, ...), percent: the longest
+    time in one slowdown reason (reasons overlap) over the run's elapsed time."""
+    secs = g.get("throttle_seconds")
+    if not isinstance(secs, dict):
+        return first_number(g, THROTTLE_PATHS)
+    elapsed = first_number(doc, [("step", "elapsed_seconds")])
+    if elapsed is None:
+        ct = doc.get("compute_time") or {}
+        t = ct.get("time")
+        if isinstance(t, (int, float)):
+            elapsed = t * TIME_UNITS.get(ct.get("unit"), 1)
+    if not elapsed:
+        return None
+    slow = [v for k, v in secs.items() if k in SLOWDOWN_REASONS and isinstance(v, (int, float))]
+    return 100.0 * max(slow, default=0.0) / elapsed
 
 
 def workload_result(stdout):
