@@ -7,13 +7,15 @@
 //! bucket is wide (the sampling interval, longer for long steps: see `crate::history`).
 //!
 //! The rooms, from the ground up: `words.rs` (GPU health events in words), `events.rs` (the
-//! job's time zero and its events), `phases.rs` (phases and idle GPUs), `export.rs` (the CSV
-//! and JSON exports), `plot_data.rs` (the series `--plot` draws), and `command.rs` (a command's
-//! story as a record, so that all of the above serve `gpu-tracker -e` too).
+//! job's time zero and its events), `phases.rs` (phases and idle GPUs), `health.rs` (each GPU's
+//! Xid errors and slowdowns over time), `export.rs` (the CSV and JSON exports), `plot_data.rs`
+//! (the series `--plot` draws), and `command.rs` (a command's story as a record, so that all of
+//! the above serve `gpu-tracker -e` too).
 
 mod command;
 mod events;
 mod export;
+mod health;
 mod phases;
 mod plot_data;
 #[cfg(test)]
