@@ -180,7 +180,10 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
                 "memory_limit_hit" => ("memory limit".to_string(), EventKind::Failure),
                 "gpu_lost" => (format!("GPU {gpu} lost"), EventKind::Failure),
                 "gpu_xid" => (
-                    format!("GPU {gpu} Xid {}", ev.value.unwrap_or(0.0)),
+                    format!(
+                        "GPU {gpu} Xid {}",
+                        ev.value.map_or_else(|| "?".into(), |v| v.to_string())
+                    ),
                     EventKind::Failure,
                 ),
                 "gpu_slowdown" => (format!("GPU {gpu} slowed down"), EventKind::Alert),
