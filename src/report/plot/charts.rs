@@ -34,28 +34,68 @@ impl TimeUnit {
     }
 }
 
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stroke {
+    /// A solid line through the readings.
+    Solid,
+    /// A dashed line through the readings: a second figure of the same device (SM activity
+    /// beside utilization), in the device's colour.
+    Dashed,
+    /// A dashed horizontal line across the plot: a bound (a memory limit, a GPU's memory).
+    Level,
+}
+
 /// One series of a panel, in the panel's units.
 pub(super) struct Series {
     pub(super) label: String,
     pub(super) color: RGBColor,
     pub(super) points: Vec<(f64, f64)>,
-    pub(super) dashed: bool,
+    pub(super) stroke: Stroke,
 }
 
-/// One panel: a title, a y description, its series.
+/// Shaded stretches of time of one device (a GPU slowed down), in the time axis's units.
+pub(super) struct Band {
+    pub(super) label: String,
+    /// The device's series colour, to tell which device where the panel has several (the band
+    /// itself is the alert colour).
+    pub(super) color: Option<RGBColor>,
+    pub(super) spans: Vec<(f64, f64)>,
+}
+
+/// A vertical marker at one moment (an Xid error), in the time axis's units.
+pub(super) struct Marker {
+    pub(super) label: String,
+    pub(super) x: f64,
+}
+
+/// One panel: a title, a y description, its series, and the bands and markers drawn on it.
 pub(super) struct Panel {
     pub(super) title: &'static str,
     pub(super) y_desc: &'static str,
     pub(super) series: Vec<Series>,
     /// A fixed top of the y range (utilization); else it follows the data.
     pub(super) y_fixed: Option<f64>,
+    pub(super) bands: Vec<Band>,
+    pub(super) markers: Vec<Marker>,
 }
 
 impl Panel {
+    fn new(title: &'static str, y_desc: &'static str, series: Vec<Series>) -> Panel {
+        Panel {
+            title,
+            y_desc,
+            series,
+            y_fixed: None,
+            bands: Vec::new(),
+            markers: Vec::new(),
+        }
+    }
+
     pub(super) fn has_samples(&self) -> bool {
         self.series
             .iter()
-            .any(|s| !s.dashed && !s.points.is_empty())
+            .any(|s| s.stroke != Stroke::Level && !s.points.is_empty())
     }
 
     pub(super) fn y_max(&self, headroom: f64) -> f64 {
@@ -93,7 +133,7 @@ pub(super) fn horizontal(
         label,
         color,
         points: vec![(x_range.0, v), (x_range.1, v)],
-        dashed: true,
+        stroke: Stroke::Level,
     })
 }
 
@@ -106,7 +146,7 @@ pub(super) fn panels(data: &PlotData, unit: TimeUnit, x_range: (f64, f64)) -> Ve
             label: line.label.clone(),
             color,
             points: clean(&line.memory, unit, GIB),
-            dashed: false,
+            stroke: Stroke::Solid,
         });
         memory.extend(horizontal(
             line.memory_limit,
@@ -119,65 +159,98 @@ pub(super) fn panels(data: &PlotData, unit: TimeUnit, x_range: (f64, f64)) -> Ve
             label: line.label.clone(),
             color,
             points: clean(&line.cpu, unit, 1.0),
-            dashed: false,
+            stroke: Stroke::Solid,
         });
     }
     let mut panels = vec![
-        Panel {
-            title: "Memory (GiB)",
-            y_desc: "GiB",
-            series: memory,
-            y_fixed: None,
-        },
-        Panel {
-            title: "CPU (cores busy)",
-            y_desc: "cores",
-            series: cpu,
-            y_fixed: None,
-        },
+        Panel::new("Memory (GiB)", "GiB", memory),
+        Panel::new("CPU (cores busy)", "cores", cpu),
     ];
-
     let gpus: Vec<&PlotGpu> = data.lines.iter().flat_map(|l| &l.gpus).collect();
     if !gpus.is_empty() {
-        let mut gpu_memory = Vec::new();
-        let mut utilization = Vec::new();
-        for (i, gpu) in gpus.iter().enumerate() {
-            // GPU colours continue after the nodes' so a GPU is never mistaken for a node.
-            let color = series_color(data.lines.len() + i);
-            gpu_memory.push(Series {
-                label: gpu.label.clone(),
-                color,
-                points: clean(&gpu.memory, unit, GIB),
-                dashed: false,
-            });
-            gpu_memory.extend(horizontal(
-                gpu.memory_total,
-                GIB,
-                x_range,
-                format!("{} total", gpu.label),
-                color,
-            ));
-            utilization.push(Series {
-                label: gpu.label.clone(),
-                color,
-                points: clean(&gpu.utilization, unit, 1.0),
-                dashed: false,
-            });
-        }
-        panels.push(Panel {
-            title: "GPU memory (GiB)",
-            y_desc: "GiB",
-            series: gpu_memory,
-            y_fixed: None,
-        });
-        panels.push(Panel {
-            title: "GPU utilization (%)",
-            y_desc: "%",
-            series: utilization,
-            y_fixed: Some(100.0),
-        });
+        // GPU colours continue after the nodes' so a GPU is never mistaken for a node.
+        panels.extend(gpu_panels(&gpus, data.lines.len(), unit, x_range));
     }
     panels
+}
+
+/// The GPU memory and GPU utilization panels. Utilization carries each GPU's SM activity as a
+/// dashed line of its colour where it was measured, its slowdowns as bands and its Xid errors
+/// as markers. GPU `i` takes series colour `first_color + i`.
+fn gpu_panels(
+    gpus: &[&PlotGpu],
+    first_color: usize,
+    unit: TimeUnit,
+    x_range: (f64, f64),
+) -> [Panel; 2] {
+    let mut gpu_memory = Vec::new();
+    let mut utilization = Panel {
+        y_fixed: Some(100.0),
+        ..Panel::new("GPU utilization (%)", "%", Vec::new())
+    };
+    let several = gpus.len() > 1;
+    for (i, gpu) in gpus.iter().enumerate() {
+        let color = series_color(first_color + i);
+        gpu_memory.push(Series {
+            label: gpu.label.clone(),
+            color,
+            points: clean(&gpu.memory, unit, GIB),
+            stroke: Stroke::Solid,
+        });
+        gpu_memory.extend(horizontal(
+            gpu.memory_total,
+            GIB,
+            x_range,
+            format!("{} total", gpu.label),
+            color,
+        ));
+        utilization.series.push(Series {
+            label: gpu.label.clone(),
+            color,
+            points: clean(&gpu.utilization, unit, 1.0),
+            stroke: Stroke::Solid,
+        });
+        if !gpu.sm_active.is_empty() {
+            utilization.series.push(Series {
+                label: format!("{} SM active", gpu.label),
+                color,
+                points: clean(&gpu.sm_active, unit, 1.0),
+                stroke: Stroke::Dashed,
+            });
+        }
+        let spans: Vec<(f64, f64)> = gpu
+            .slowdowns
+            .iter()
+            .filter(|(a, b)| a.is_finite() && b.is_finite() && b >= a)
+            .map(|(a, b)| (a / unit.seconds, b / unit.seconds))
+            .collect();
+        if !spans.is_empty() {
+            utilization.bands.push(Band {
+                label: format!("{} slowed down", gpu.label),
+                color: several.then_some(color),
+                spans,
+            });
+        }
+        utilization
+            .markers
+            .extend(
+                gpu.xids
+                    .iter()
+                    .filter(|(t, _)| t.is_finite())
+                    .map(|(t, xid)| Marker {
+                        label: if several {
+                            format!("{}: Xid {xid}", gpu.label)
+                        } else {
+                            format!("Xid {xid}")
+                        },
+                        x: t / unit.seconds,
+                    }),
+            );
+    }
+    [
+        Panel::new("GPU memory (GiB)", "GiB", gpu_memory),
+        utilization,
+    ]
 }
 
 /// A tick label: at most three decimals, no trailing zeros (`0`, `2.5`, `0.125`).

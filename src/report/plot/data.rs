@@ -40,6 +40,14 @@ pub struct PlotGpu {
     pub memory_total: Option<f64>,
     /// Utilization: (t, percent 0..100).
     pub utilization: Vec<(f64, f64)>,
+    /// SM activity (GPM, Hopper and newer): (t, percent 0..100); empty where the GPU gave
+    /// none, so no line is drawn rather than one at 0.
+    pub sm_active: Vec<(f64, f64)>,
+    /// Critical Xid errors: (t, the Xid); a vertical marker each on the utilization chart.
+    pub xids: Vec<(f64, u64)>,
+    /// Times the GPU was slowed down (power cap, heat): (start, end); a shaded band each on
+    /// the utilization chart.
+    pub slowdowns: Vec<(f64, f64)>,
 }
 
 /// A phase marked with `gpu-tracker mark`.

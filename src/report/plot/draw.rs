@@ -1,19 +1,18 @@
 //! Drawing the laid-out plot on any plotters backend: the title, then each panel with its
-//! phase bands, event lines, series, labels and legend.
+//! phase bands, slowdown bands, event lines, series, markers, labels and legend.
 
 use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
-use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::charts::{Panel, Series, tick_label};
+use super::charts::{Series, Stroke, tick_label};
 use super::data::{PlotData, PlotEvent};
+use super::error::DrawResult;
 use super::layout::{Layout, centred_span, event_label_span, event_strip_h, valid_phase};
+use super::legend::draw_legend;
+use super::marks::{draw_bands, draw_markers};
 use super::style::*;
-
-pub(super) type DrawResult<DB> =
-    Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 pub(super) fn render<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -108,6 +107,9 @@ pub(super) fn draw_panel<DB: DrawingBackend>(
             }),
     )?;
 
+    // Slowdown bands, over the phases' and under the rest.
+    draw_bands(&mut chart, panel, y_max)?;
+
     // Event lines.
     chart.draw_series(data.events.iter().filter(|e| e.t.is_finite()).map(|e| {
         let x = e.t / layout.unit.seconds;
@@ -123,11 +125,19 @@ pub(super) fn draw_panel<DB: DrawingBackend>(
     let x_per_px = (x1 - x0) / f64::from((px1 - px0).max(1));
     for (i, s) in panel.series.iter().enumerate() {
         let style = s.color.stroke_width(2);
-        if s.dashed {
+        if s.stroke == Stroke::Dashed && s.points.len() > 1 {
+            chart.draw_series(DashedLineSeries::new(
+                s.points.iter().copied(),
+                DASH,
+                DASH_GAP,
+                style,
+            ))?;
+        } else if s.stroke == Stroke::Level {
             // Dashed lines at the same height (two nodes with the same limit) take turns,
             // each starting a dash later, so that every colour shows.
-            let same =
-                |o: &Series| o.dashed && (o.points[0].1 - s.points[0].1).abs() <= y_max * 0.005;
+            let same = |o: &Series| {
+                o.stroke == Stroke::Level && (o.points[0].1 - s.points[0].1).abs() <= y_max * 0.005
+            };
             let k = panel.series[..i].iter().filter(|o| same(o)).count() as u32;
             let n = panel.series.iter().filter(|o| same(o)).count() as u32;
             let (dash, gap) = if n > 1 {
@@ -145,6 +155,8 @@ pub(super) fn draw_panel<DB: DrawingBackend>(
             chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?;
         }
     }
+
+    draw_markers(root, &chart, panel, y_max)?;
 
     // The panel's title, centred over the plot.
     let title_font = FontDesc::new(FontFamily::SansSerif, PANEL_TITLE_SIZE, FontStyle::Bold)
@@ -248,55 +260,10 @@ pub(super) fn draw_event_labels<DB: DrawingBackend>(
     Ok(())
 }
 
-/// The legend, in the column right of the plot, its first row level with the plot's top
-/// (`plot_top`, in the panel's pixels).
-pub(super) fn draw_legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    panel: &Panel,
-    plot_top: i32,
-) -> DrawResult<DB> {
-    let rows_fit = (PLOT_H as i32 / LEGEND_ROW_H).max(1) as usize;
-    let n = panel.series.len();
-    let shown = if n > rows_fit { rows_fit - 1 } else { n };
-    let sample_w = 30;
-    let x0 = 4;
-    let text_w = LEGEND_W as i32 - x0 - sample_w - 8 - 6;
-    let font = ("sans-serif", LEGEND_SIZE).into_font();
-    for (i, s) in panel.series.iter().take(shown).enumerate() {
-        let y = plot_top + 10 + i as i32 * LEGEND_ROW_H;
-        let style = s.color.stroke_width(2);
-        if s.dashed {
-            area.draw(&DashedPathElement::new(
-                vec![(x0, y), (x0 + sample_w, y)],
-                DASH - 2,
-                DASH_GAP - 2,
-                style,
-            ))?;
-        } else {
-            area.draw(&PathElement::new(vec![(x0, y), (x0 + sample_w, y)], style))?;
-        }
-        area.draw(&Text::new(
-            fit_text(&font, &s.label, text_w),
-            (x0 + sample_w + 8, y),
-            text_style(LEGEND_SIZE, TEXT, HPos::Left, VPos::Center),
-        ))?;
-    }
-    if shown < n {
-        let y = plot_top + 10 + shown as i32 * LEGEND_ROW_H;
-        area.draw(&Text::new(
-            format!("… and {} more", n - shown),
-            (x0 + sample_w + 8, y),
-            text_style(LEGEND_SIZE, MUTED, HPos::Left, VPos::Center),
-        ))?;
-    }
-    Ok(())
-}
 #[cfg(test)]
 mod tests {
-    use std::fs;
 
     use super::super::data::PlotLine;
-    use super::super::output::draw;
     use super::super::tests_support::*;
     use super::*;
 
@@ -319,6 +286,10 @@ mod tests {
             "vm-2 limit",
             "vm GPU 0",
             "vm GPU 0 total",
+            "vm GPU 0 SM active",
+            "vm GPU 0 slowed down",
+            "Xid 79",
+            "Xid error",
             "load",
             "train",
             "save",
@@ -348,12 +319,7 @@ mod tests {
             return;
         }
         let data = sample_data();
-        let path = temp_path("full.PNG");
-        draw(&data, &path).unwrap();
-        let bytes = fs::read(&path).unwrap();
-        fs::remove_file(&path).unwrap();
-        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
-        let image = image::load_from_memory(&bytes).unwrap().to_rgb8();
+        let image = draw_png(&data, "full.PNG");
         assert_eq!(image.dimensions(), (WIDTH, Layout::new(&data).height));
         let colors: std::collections::HashSet<[u8; 3]> = image.pixels().map(|p| p.0).collect();
         assert!(colors.len() > 50, "{} colours", colors.len());

@@ -2,6 +2,13 @@
 
 use std::path::PathBuf;
 
+use plotters::prelude::{DrawingAreaErrorKind, DrawingBackend};
+
+/// What drawing on a plotters backend gives: its errors are the backend's own, turned into a
+/// [`PlotError::Draw`] with the path when the file is written.
+pub(super) type DrawResult<DB> =
+    Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
+
 /// The environment variable naming the font file to use.
 pub(super) const FONT_ENV: &str = "GPU_TRACKER_FONT";
 

@@ -123,7 +123,14 @@ pub(super) fn time_span(data: &PlotData) -> (f64, f64) {
     for line in &data.lines {
         times.extend(line.memory.iter().chain(&line.cpu).map(|p| p.0));
         for gpu in &line.gpus {
-            times.extend(gpu.memory.iter().chain(&gpu.utilization).map(|p| p.0));
+            let series = gpu
+                .memory
+                .iter()
+                .chain(&gpu.utilization)
+                .chain(&gpu.sm_active);
+            times.extend(series.map(|p| p.0));
+            times.extend(gpu.slowdowns.iter().flat_map(|s| [s.0, s.1]));
+            times.extend(gpu.xids.iter().map(|x| x.0));
         }
     }
     for p in data.phases.iter().filter(|p| valid_phase(p)) {

@@ -2,7 +2,9 @@
 //!
 //! One image about 1200 px wide: a title, then panels stacked on one shared time axis: memory,
 //! CPU cores busy, and (when the job had GPUs) GPU memory and GPU utilization. Each panel has
-//! its own legend to the right of the plot, so the labels never cover the data. Phases marked
+//! its own legend to the right of the plot, so the labels never cover the data. The GPU
+//! utilization panel also draws each GPU's SM activity (dashed, where the GPU measures it),
+//! shades the times a GPU was slowed down and marks each Xid error. Phases marked
 //! with `gpu-tracker mark` are pale bands across every panel, named at the top of the first;
 //! events (alerts, failures, marks) are thin vertical lines across every panel, labelled above
 //! the first one.
@@ -27,9 +29,10 @@
 //! # Rooms
 //!
 //! From the ground up: `data.rs` (what to draw, as plain data), `error.rs`, `style.rs` (sizes,
-//! colours, text), `font.rs`, `charts.rs` (each panel's series in its units, the time axis),
-//! `layout.rs` (heights and label rows, fixed before drawing), `draw.rs` (the panels, labels
-//! and legends), and `output.rs` (the file: SVG or PNG by its extension).
+//! colours, text), `font.rs`, `charts.rs` (each panel's series, bands and markers in its
+//! units, the time axis), `layout.rs` (heights and label rows, fixed before drawing), `draw.rs`
+//! (the panels and labels), `marks.rs` (slowdown bands and Xid markers), `legend.rs`, and
+//! `output.rs` (the file: SVG or PNG by its extension).
 
 mod charts;
 mod data;
@@ -37,6 +40,8 @@ mod draw;
 mod error;
 mod font;
 mod layout;
+mod legend;
+mod marks;
 mod output;
 mod style;
 #[cfg(test)]

@@ -78,10 +78,17 @@ pub(super) fn series_color(i: usize) -> RGBColor {
 pub(super) const PHASE_COLORS: [RGBColor; 2] = [RGBColor(214, 230, 245), RGBColor(226, 240, 214)];
 pub(super) const PHASE_ALPHA: f64 = 0.55;
 
+/// The colour of alerts (their lines) and slowdowns (pale bands).
+pub(super) const ALERT: RGBColor = RGBColor(245, 140, 20);
+/// How pale a slowdown band is.
+pub(super) const SLOWDOWN_ALPHA: f64 = 0.22;
+/// The bar of the GPU's colour at a slowdown band's foot: this share of the plot's height.
+pub(super) const BAND_FOOT: f64 = 0.03;
+
 /// The colour of an event's line, and the darker one of its label.
 pub(super) fn event_colors(kind: EventKind) -> (RGBColor, RGBColor) {
     match kind {
-        EventKind::Alert => (RGBColor(245, 140, 20), RGBColor(190, 95, 0)),
+        EventKind::Alert => (ALERT, RGBColor(190, 95, 0)),
         EventKind::Failure => (RGBColor(214, 39, 40), RGBColor(180, 20, 20)),
         EventKind::Mark => (RGBColor(128, 128, 128), RGBColor(90, 90, 90)),
         EventKind::Other => (RGBColor(110, 175, 230), RGBColor(40, 110, 180)),

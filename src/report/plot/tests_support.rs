@@ -9,7 +9,8 @@ use super::font::{find_font, font_candidates};
 use super::output::draw;
 use super::style::GIB;
 
-/// A two-node job over four minutes: one GPU on `vm`, three phases, two alerts.
+/// A two-node job over four minutes: one GPU on `vm` (SM activity from 30 s, slowed down
+/// from 100 s to 130 s, Xid 79 at 200 s), three phases, two alerts.
 pub fn sample_data() -> PlotData {
     let ts: Vec<f64> = (0..=48).map(|i| f64::from(i) * 5.0).collect();
     let ramp = |t: f64, peak: f64| peak * (1.0 - (-t / 60.0).exp());
@@ -23,23 +24,30 @@ pub fn sample_data() -> PlotData {
             .collect(),
         gpus,
     };
+    // Busy (`high`) from 60 s to 180 s, else `low`.
+    let busy = |t: f64, high: f64, low: f64| {
+        (
+            t,
+            if (60.0..180.0).contains(&t) {
+                high
+            } else {
+                low
+            },
+        )
+    };
     let gpu = PlotGpu {
         label: "vm GPU 0".to_string(),
         memory: ts.iter().map(|&t| (t, ramp(t, 10.0) * GIB)).collect(),
         memory_total: Some(16.0 * GIB),
-        utilization: ts
+        utilization: ts.iter().map(|&t| busy(t, 95.0, 5.0)).collect(),
+        // SM activity: measured from 30 s on (none before: no line there, never 0).
+        sm_active: ts
             .iter()
-            .map(|&t| {
-                (
-                    t,
-                    if (60.0..180.0).contains(&t) {
-                        95.0
-                    } else {
-                        5.0
-                    },
-                )
-            })
+            .filter(|&&t| t >= 30.0)
+            .map(|&t| busy(t, 60.0, 2.0))
             .collect(),
+        xids: vec![(200.0, 79)],
+        slowdowns: vec![(100.0, 130.0)],
     };
     PlotData {
         title: "Job 4242 (train) on vm, vm-2".to_string(),
@@ -101,6 +109,16 @@ pub fn draw_svg(data: &PlotData, name: &str) -> String {
     let svg = fs::read_to_string(&path).unwrap();
     fs::remove_file(&path).unwrap();
     svg
+}
+
+/// The plot as PNG, decoded.
+pub fn draw_png(data: &PlotData, name: &str) -> image::RgbImage {
+    let path = temp_path(name);
+    draw(data, &path).unwrap();
+    let bytes = fs::read(&path).unwrap();
+    fs::remove_file(&path).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"));
+    image::load_from_memory(&bytes).unwrap().to_rgb8()
 }
 
 /// The texts of the SVG's `<text>` elements.

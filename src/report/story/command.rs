@@ -58,3 +58,35 @@ pub fn command_record(
         events_dropped: story.events_dropped,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::events;
+    use super::super::tests_support::health_rec;
+    use super::*;
+
+    #[test]
+    fn a_commands_gpu_health_events_are_told_as_a_jobs_are() {
+        let job = health_rec("vm", "batch", 100.0);
+        let story = crate::history::Story {
+            timeline: job.timeline.clone().unwrap(),
+            events: job.events.clone(),
+            events_dropped: 0,
+            idle: vec![None],
+        };
+        let rec = command_record(&story, "python train.py", 10.0, &[]);
+        let told = |r: &StepRecord| -> Vec<(f64, String)> {
+            events(std::slice::from_ref(r))
+                .into_iter()
+                .map(|e| (e.t, e.event.detail))
+                .collect()
+        };
+        assert_eq!(told(&rec).len(), 3);
+        assert_eq!(told(&rec), told(&job));
+        assert!(
+            told(&rec)[0]
+                .1
+                .ends_with("Xid 79: the GPU fell off the bus")
+        );
+    }
+}

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::words::in_words;
 use crate::history::Event;
 use crate::step::record::StepRecord;
 
@@ -34,8 +35,8 @@ pub struct JobEvent {
     pub event: Event,
 }
 
-/// Every event of the job, in time order. The same mark seen by several steps of a node (each
-/// step listening gets it) is kept once.
+/// Every event of the job, in time order, GPU health events in words (see [`in_words`]). The
+/// same mark seen by several steps of a node (each step listening gets it) is kept once.
 pub fn events(records: &[StepRecord]) -> Vec<JobEvent> {
     let Some(t0) = job_start(records) else {
         return Vec::new();
@@ -55,6 +56,7 @@ pub fn events(records: &[StepRecord]) -> Vec<JobEvent> {
             if !dup {
                 let mut event = e.clone();
                 event.t = round3(t);
+                event.detail = in_words(e);
                 out.push(JobEvent {
                     t: round3(t),
                     node: r.step.node.clone(),
@@ -71,4 +73,39 @@ pub fn events(records: &[StepRecord]) -> Vec<JobEvent> {
 /// `v` rounded to thousandths (milliseconds, for times).
 pub(super) fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests_support::health_rec;
+    use super::*;
+
+    #[test]
+    fn gpu_health_events_are_told_in_words() {
+        let e = events(&[health_rec("vm", "batch", 100.0)]);
+        let told: Vec<(&str, f64, &str)> = e
+            .iter()
+            .map(|e| (e.event.kind.as_str(), e.t, e.event.detail.as_str()))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                (
+                    "gpu_xid",
+                    3.0,
+                    "GPU 0 reported Xid 79: the GPU fell off the bus"
+                ),
+                (
+                    "gpu_slowdown",
+                    4.0,
+                    "GPU 0 slowed down: high temperature (hardware)"
+                ),
+                (
+                    "gpu_slowdown_end",
+                    7.0,
+                    "GPU 0 back to full clocks after 3 s"
+                ),
+            ]
+        );
+    }
 }

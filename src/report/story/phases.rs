@@ -43,6 +43,26 @@ pub struct PhaseGpu {
     pub memory_peak_bytes: Option<u64>,
     /// Mean utilization, percent.
     pub utilization_mean_percent: Option<f64>,
+    /// Mean SM activity (GPM, Hopper and newer), percent; `None` (JSON `null`) where the GPU
+    /// gave none in the phase: no data, never 0.
+    pub sm_active_mean_percent: Option<f64>,
+}
+
+impl PhaseGpu {
+    /// The mean SM activity for a table: `37%`, or `n/a` where the GPU gave none.
+    pub fn sm_active_text(&self) -> String {
+        self.sm_active_mean_percent
+            .map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+    }
+}
+
+/// One GPU's figures while a phase is summed up.
+#[derive(Default)]
+struct GpuSums {
+    index: u32,
+    memory_peak: Option<f64>,
+    utilization: Mean,
+    sm_active: Mean,
 }
 
 /// Overlap, in seconds, of a bucket `[b, b + w)` with `[s, e)` (its weight in the phase's
@@ -129,7 +149,7 @@ fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase
     let mut mem: BTreeMap<&str, f64> = BTreeMap::new();
     let mut cpu_mean: BTreeMap<&str, Option<f64>> = BTreeMap::new();
     let mut cpu_max: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut gpus: BTreeMap<(String, String), (u32, Option<f64>, Mean)> = BTreeMap::new();
+    let mut gpus: BTreeMap<(String, String), GpuSums> = BTreeMap::new();
     let mut count = 0;
     for r in records {
         let node = r.step.node.as_str();
@@ -148,16 +168,20 @@ fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase
                     .iter()
                     .find(|x| x.uuid == *uuid)
                     .map_or(0, |x| x.slurm_index.unwrap_or(x.nvml_index));
-                let entry = gpus.entry((node.to_string(), uuid.clone())).or_insert((
-                    index,
-                    None,
-                    Mean::default(),
-                ));
+                let entry = gpus
+                    .entry((node.to_string(), uuid.clone()))
+                    .or_insert_with(|| GpuSums {
+                        index,
+                        ..GpuSums::default()
+                    });
                 if let Some(m) = &g.memory_bytes {
-                    entry.1 = Some(entry.1.unwrap_or(0.0).max(m.max));
+                    entry.memory_peak = Some(entry.memory_peak.unwrap_or(0.0).max(m.max));
                 }
                 if let Some(u) = &g.utilization_percent {
-                    entry.2.add(u, w);
+                    entry.utilization.add(u, w);
+                }
+                if let Some(a) = &g.sm_active_percent {
+                    entry.sm_active.add(a, w);
                 }
             }
         }
@@ -178,16 +202,22 @@ fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase
         cpu_max_cores: (!means.is_empty()).then(|| round3(cpu_max.values().sum())),
         gpus: gpus
             .into_iter()
-            .map(|((node, uuid), (index, m, u))| PhaseGpu {
+            .map(|((node, uuid), g)| PhaseGpu {
                 node,
                 uuid,
-                index,
-                memory_peak_bytes: m.map(|b| b as u64),
-                utilization_mean_percent: u.mean().map(|v| (v * 10.0).round() / 10.0),
+                index: g.index,
+                memory_peak_bytes: g.memory_peak.map(|b| b as u64),
+                utilization_mean_percent: g.utilization.mean().map(round1),
+                sm_active_mean_percent: g.sm_active.mean().map(round1),
             })
             .collect(),
         buckets: count,
     }
+}
+
+/// `v` rounded to tenths (percentages).
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
 }
 
 /// One allocated GPU's idle time on one node (the step that held it longest says).
@@ -224,7 +254,7 @@ pub fn idle_gpus(records: &[StepRecord]) -> Vec<IdleGpu> {
                         node: r.step.node.clone(),
                         index: g.slurm_index.unwrap_or(g.nvml_index),
                         uuid: g.uuid.clone(),
-                        share_percent: (idle.share_percent() * 10.0).round() / 10.0,
+                        share_percent: round1(idle.share_percent()),
                         idle: idle.clone(),
                     },
                 );
@@ -236,7 +266,7 @@ pub fn idle_gpus(records: &[StepRecord]) -> Vec<IdleGpu> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests_support::rec;
+    use super::super::tests_support::{health_rec, rec};
     use super::*;
 
     #[test]
@@ -290,5 +320,33 @@ mod tests {
         assert_eq!(idle[0].idle.observed_seconds, 30.0);
         assert_eq!(idle[0].idle.at_start_seconds, 20.0);
         assert_eq!(idle[0].share_percent, 66.7);
+    }
+
+    #[test]
+    fn phases_give_the_mean_sm_activity_where_it_was_measured() {
+        // SM activity 40..44% over the first 5 s, none after; marks at 0 s and 5 s.
+        let mut a = health_rec("vm", "batch", 0.0);
+        let b = rec(
+            "vm",
+            "batch",
+            0.0,
+            10,
+            |_| 1,
+            |_| true,
+            &[(0.0, "a"), (5.0, "b")],
+        );
+        a.events.extend(b.events);
+        let p = phases(&[a]);
+        assert_eq!(p.len(), 2);
+        let (first, second) = (&p[0].gpus[0], &p[1].gpus[0]);
+        assert_eq!(first.utilization_mean_percent, Some(90.0));
+        assert_eq!(first.sm_active_mean_percent, Some(42.0));
+        assert_eq!(first.sm_active_text(), "42%");
+        // Busy, but no SM activity figure: n/a, never 0.
+        assert_eq!(second.utilization_mean_percent, Some(90.0));
+        assert_eq!(second.sm_active_mean_percent, None);
+        assert_eq!(second.sm_active_text(), "n/a");
+        let j = serde_json::to_value(second).unwrap();
+        assert!(j["sm_active_mean_percent"].is_null(), "{j}");
     }
 }

@@ -4,16 +4,19 @@
 use std::collections::BTreeMap;
 
 use super::events::{events, job_start};
+use super::health::{gpu_health, is_health_event};
 use super::phases::phases;
 use crate::report::plot::{EventKind, PlotData, PlotEvent, PlotGpu, PlotLine, PlotPhase};
 use crate::step::record::StepRecord;
 
-/// A GPU's index, memory size and (memory, utilization) per time key, while a plot is made.
-type GpuPoints = (u32, Option<f64>, BTreeMap<i64, (f64, f64)>);
+/// A GPU's index, memory size and [memory, utilization, SM activity] per time key (NaN: no
+/// reading), while a plot is made.
+type GpuPoints = (u32, Option<f64>, BTreeMap<i64, [f64; 3]>);
 
 /// What `--plot` draws: per node, each step's buckets added (memory: each bucket's highest
-/// reading; CPU: its mean), each GPU (memory: highest; utilization: mean), the phases, and the
-/// events that matter. Points sit at bucket middles, in seconds since the job's start.
+/// reading; CPU: its mean), each GPU (memory: highest; utilization and SM activity: mean; its
+/// Xid errors and slowdowns), the phases, and the events that matter. Points sit at bucket
+/// middles, in seconds since the job's start.
 pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
     let Some(t0) = job_start(records) else {
         return PlotData {
@@ -26,6 +29,8 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
         by_node.entry(r.step.node.as_str()).or_default().push(r);
     }
     let several = by_node.len() > 1;
+    let all_events = events(records);
+    let mut health = gpu_health(records, &all_events);
     let key = |t: f64| (t * 1000.0).round() as i64;
     let mut lines = Vec::new();
     for (node, recs) in &by_node {
@@ -85,16 +90,17 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
                             .filter(|v| *v > 0.0),
                         BTreeMap::new(),
                     ));
-                    let p = entry.2.entry(k).or_insert((f64::NAN, f64::NAN));
-                    if let Some(v) = g.memory_bytes {
-                        p.0 = if p.0.is_nan() { v.max } else { p.0.max(v.max) };
-                    }
-                    if let Some(v) = g.utilization_percent {
-                        p.1 = if p.1.is_nan() {
-                            v.mean
-                        } else {
-                            p.1.max(v.mean)
-                        };
+                    let p = entry.2.entry(k).or_insert([f64::NAN; 3]);
+                    // Two steps that watch the same GPU: the higher reading.
+                    let figures = [
+                        g.memory_bytes.map(|v| v.max),
+                        g.utilization_percent.map(|v| v.mean),
+                        g.sm_active_percent.map(|v| v.mean),
+                    ];
+                    for (slot, v) in p.iter_mut().zip(figures) {
+                        if let Some(v) = v {
+                            *slot = if slot.is_nan() { v } else { slot.max(v) };
+                        }
                     }
                 }
             }
@@ -105,23 +111,29 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
         }
         let gpus = gpu_points
             .into_values()
-            .map(|(index, total, pts)| PlotGpu {
-                label: if several {
-                    format!("{node} GPU {index}")
-                } else {
-                    format!("GPU {index}")
-                },
-                memory: pts
-                    .iter()
-                    .filter(|(_, v)| !v.0.is_nan())
-                    .map(|(k, v)| (*k as f64 / 1000.0, v.0))
-                    .collect(),
-                memory_total: total,
-                utilization: pts
-                    .iter()
-                    .filter(|(_, v)| !v.1.is_nan())
-                    .map(|(k, v)| (*k as f64 / 1000.0, v.1))
-                    .collect(),
+            .map(|(index, total, pts)| {
+                let series = |i: usize| -> Vec<(f64, f64)> {
+                    pts.iter()
+                        .filter(|(_, v)| !v[i].is_nan())
+                        .map(|(k, v)| (*k as f64 / 1000.0, v[i]))
+                        .collect()
+                };
+                let h = health
+                    .remove(&((*node).to_string(), index))
+                    .unwrap_or_default();
+                PlotGpu {
+                    label: if several {
+                        format!("{node} GPU {index}")
+                    } else {
+                        format!("GPU {index}")
+                    },
+                    memory: series(0),
+                    memory_total: total,
+                    utilization: series(1),
+                    sm_active: series(2),
+                    xids: h.xids,
+                    slowdowns: h.slowdowns,
+                }
             })
             .collect();
         lines.push(PlotLine {
@@ -144,9 +156,17 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
             end: p.end,
         })
         .collect();
-    let events = events(records)
+    // A GPU's health events are drawn on its chart; those of a GPU not drawn (the record does
+    // not name it) stay with the other events.
+    let events = all_events
         .into_iter()
         .filter(|e| e.event.important())
+        .filter(|e| {
+            !is_health_event(e)
+                || e.event
+                    .gpu
+                    .is_none_or(|g| health.contains_key(&(e.node.clone(), g)))
+        })
         .map(|e| {
             let ev = &e.event;
             let gpu = ev.gpu.map_or_else(String::new, |g| g.to_string());
@@ -159,6 +179,15 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
                 "oom_kill" => ("OOM kill".to_string(), EventKind::Failure),
                 "memory_limit_hit" => ("memory limit".to_string(), EventKind::Failure),
                 "gpu_lost" => (format!("GPU {gpu} lost"), EventKind::Failure),
+                "gpu_xid" => (
+                    format!(
+                        "GPU {gpu} Xid {}",
+                        ev.value.map_or_else(|| "?".into(), |v| v.to_string())
+                    ),
+                    EventKind::Failure,
+                ),
+                "gpu_slowdown" => (format!("GPU {gpu} slowed down"), EventKind::Alert),
+                "gpu_slowdown_end" => (format!("GPU {gpu} full clocks"), EventKind::Other),
                 "task_exit" => (
                     format!(
                         "task {} failed",
@@ -184,5 +213,45 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
         lines,
         phases,
         events,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests_support::health_rec;
+    use super::*;
+
+    #[test]
+    fn a_gpus_sm_activity_xids_and_slowdowns_go_on_its_chart() {
+        let d = plot_data(&[health_rec("vm", "batch", 100.0)], "t");
+        let gpu = &d.lines[0].gpus[0];
+        // SM activity only where measured (the first 5 s), at bucket middles.
+        let sm: Vec<(f64, f64)> = gpu.sm_active.clone();
+        assert_eq!(
+            sm,
+            [
+                (0.5, 40.0),
+                (1.5, 41.0),
+                (2.5, 42.0),
+                (3.5, 43.0),
+                (4.5, 44.0)
+            ]
+        );
+        assert_eq!(gpu.utilization.len(), 11);
+        assert_eq!(gpu.xids, [(3.0, 79)]);
+        assert_eq!(gpu.slowdowns, [(4.0, 7.0)]);
+        assert!(d.events.is_empty(), "{:?}", d.events);
+
+        // A GPU the record does not name stays with the other events.
+        let mut r = health_rec("vm", "batch", 100.0);
+        r.gpus[0].slurm_index = Some(5);
+        let d = plot_data(&[r], "t");
+        assert!(d.lines[0].gpus[0].xids.is_empty());
+        let labels: Vec<&str> = d.events.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["GPU 0 Xid 79", "GPU 0 slowed down", "GPU 0 full clocks"]
+        );
+        assert_eq!(d.events[0].kind, EventKind::Failure);
     }
 }

@@ -14,6 +14,39 @@ pub fn rec(
     busy: impl Fn(u32) -> bool,
     marks: &[(f64, &str)],
 ) -> StepRecord {
+    rec_gpu(
+        node,
+        step,
+        start,
+        secs,
+        mem,
+        |i| busy_gpu(i, busy(i)),
+        marks,
+    )
+}
+
+/// GPU memory `10 t` bytes, utilization 90% when `busy`, else 0; nothing else read.
+pub fn busy_gpu(i: u32, busy: bool) -> GpuObservation {
+    GpuObservation {
+        memory_bytes: Some(u64::from(i) * 10),
+        utilization_percent: Some(if busy { 90.0 } else { 0.0 }),
+        energy_mj: None,
+        lost: false,
+        ..GpuObservation::default()
+    }
+}
+
+/// Like [`rec`], with the GPU's reading at second `t` from `gpu(t)` (SM activity, clock event
+/// reasons, Xid errors).
+pub fn rec_gpu(
+    node: &str,
+    step: &str,
+    start: f64,
+    secs: u32,
+    mem: impl Fn(u32) -> u64,
+    gpu: impl Fn(u32) -> GpuObservation,
+    marks: &[(f64, &str)],
+) -> StepRecord {
     let mut r = test_support::record(node, step);
     let mut h = Recorder::new(start, 1.0, AlertRules::default());
     h.set_gpus(vec![format!("GPU-{node}-{step}")], vec![0]);
@@ -23,13 +56,7 @@ pub fn rec(
             memory_bytes: mem(i),
             alert_memory_bytes: None,
             cpu_seconds: Some(f64::from(i) * 0.5),
-            gpus: vec![GpuObservation {
-                memory_bytes: Some(u64::from(i) * 10),
-                utilization_percent: Some(if busy(i) { 90.0 } else { 0.0 }),
-                energy_mj: None,
-                lost: false,
-                ..GpuObservation::default()
-            }],
+            gpus: vec![gpu(i)],
             oom_kills: None,
             limit_hits: None,
         });
@@ -54,4 +81,24 @@ pub fn rec(
     r.events = events;
     r.events_dropped = dropped;
     r
+}
+
+/// A 10 s record on `node` starting at `start` whose GPU (busy throughout) gives SM activity
+/// `40 + t` % for its first 5 s and none after (an older GPU's answer), reports Xid 79 at 3 s
+/// and is held back by heat from 4 s to 7 s.
+pub fn health_rec(node: &str, step: &str, start: f64) -> StepRecord {
+    rec_gpu(
+        node,
+        step,
+        start,
+        10,
+        |_| 100,
+        |i| GpuObservation {
+            sm_active_percent: (i < 5).then(|| 40.0 + f64::from(i)),
+            throttle: Some(if (4..7).contains(&i) { 0x40 } else { 0 }),
+            xid: (i == 3).then_some(79),
+            ..busy_gpu(i, true)
+        },
+        &[],
+    )
 }
