@@ -422,7 +422,13 @@ fn run(args: Args) -> Result<u8, Fail> {
         },
         detail: format!("the command exited with status {shown}{note}"),
     });
-    write_story(&args, &story, &command, ended_unix - t0);
+    // The GPUs' NVML numbers, which the events name.
+    let gpus: Vec<(String, u32)> = usage
+        .gpus
+        .iter()
+        .map(|g| (g.uuid.clone(), g.index))
+        .collect();
+    write_story(&args, &story, &command, ended_unix - t0, &gpus);
     let report = if args.format == "json" {
         usage.to_json_pretty() + "\n"
     } else {
@@ -475,12 +481,18 @@ impl Drop for MarkDir {
 
 /// Writes `--timeline`, `--events` and `--plot`. A failure is reported and does not change the
 /// exit status (the command's).
-fn write_story(args: &Args, story: &gpu_tracker::history::Story, command: &str, elapsed: f64) {
+fn write_story(
+    args: &Args,
+    story: &gpu_tracker::history::Story,
+    command: &str,
+    elapsed: f64,
+    gpus: &[(String, u32)],
+) {
     use gpu_tracker::report::story;
     if args.timeline.is_none() && args.events.is_none() && args.plot.is_none() {
         return;
     }
-    let rec = story::command_record(story, command, elapsed, &[]);
+    let rec = story::command_record(story, command, elapsed, gpus);
     let recs = std::slice::from_ref(&rec);
     let is_json = |p: &std::path::Path| {
         p.extension()

@@ -168,6 +168,11 @@ fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
 fn story(w: &mut String, s: &Summary, o: &TextOptions) {
     if !s.phases.is_empty() {
         let _ = writeln!(w, "Phases:");
+        let any_sm = s
+            .phases
+            .iter()
+            .flat_map(|p| &p.gpus)
+            .any(|g| g.sm_active_mean_percent.is_some());
         let _ = writeln!(
             w,
             "  {:<20} {:>9} {:>9} {:>11} {:>6}  GPU UTIL, PEAK GPU MEM",
@@ -183,8 +188,14 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
                     } else {
                         String::new()
                     };
+                    // SM activity where any GPU measured it (n/a for one that did not).
+                    let sm = if any_sm {
+                        format!(", SM {}", g.sm_active_text())
+                    } else {
+                        String::new()
+                    };
                     format!(
-                        "{}{on}: {}, {}",
+                        "{}{on}: {}{sm}, {}",
                         g.index,
                         g.utilization_mean_percent
                             .map_or_else(|| "?".into(), |u| format!("{u:.0}%")),

@@ -26,6 +26,12 @@ pub fn label(key: &str) -> String {
         ("n threads", "number of threads"),
         ("n expected", "Number of expected"),
         ("uuid", "UUID"),
+        ("sm active", "SM active"),
+        ("sm occupancy", "SM occupancy"),
+        ("ecc", "ECC"),
+        ("xid", "Xid"),
+        ("hw ", "HW "),
+        ("sw ", "SW "),
     ] {
         s = s.replace(from, to);
     }
@@ -77,6 +83,7 @@ fn walk(out: &mut String, v: &Value, depth: usize) {
                         let title = item
                             .get("uuid")
                             .or_else(|| item.get("name"))
+                            .or_else(|| item.get("at"))
                             .map(scalar)
                             .unwrap_or_default();
                         out.push_str(&format!("{pad}   {title}:\n"));
