@@ -139,6 +139,18 @@ pub struct GpuDepth {
 }
 
 impl GpuDepth {
+    /// A GPU never read: every figure "not sampled", for `why`.
+    pub fn unsampled(why: &str) -> GpuDepth {
+        use figure::*;
+        GpuDepth {
+            no_data: [MEMORY, UTILIZATION, ENERGY, SM_ACTIVITY, THROTTLE, ECC, XID]
+                .iter()
+                .map(|f| (f.to_string(), NoData::not_sampled(why)))
+                .collect(),
+            ..GpuDepth::default()
+        }
+    }
+
     /// Seconds spent in reasons that slow the GPU down ([`SLOWDOWN_REASONS`]), by reason.
     pub fn slowdowns(&self) -> Vec<(&str, f64)> {
         self.throttle_seconds

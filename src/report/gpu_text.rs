@@ -104,13 +104,22 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
     };
     let label = format!("GPU {idx}{node}:");
     let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
-    let _ = writeln!(
-        w,
-        "               memory: {} by the job's processes, {} in use on the device (of {})",
-        mem(g.job_peak_bytes),
-        mem(g.device_peak_bytes),
-        mem(g.memory_total_bytes)
-    );
+    if g.depth.no_data.contains_key(figure::MEMORY) {
+        let _ = writeln!(
+            w,
+            "               memory: {} (of {})",
+            why(&g.depth, figure::MEMORY),
+            mem(g.memory_total_bytes)
+        );
+    } else {
+        let _ = writeln!(
+            w,
+            "               memory: {} by the job's processes, {} in use on the device (of {})",
+            mem(g.job_peak_bytes),
+            mem(g.device_peak_bytes),
+            mem(g.memory_total_bytes)
+        );
+    }
     let util = match g.mean_utilization_percent {
         Some(_) => format!(
             "mean {}, max {}",

@@ -153,7 +153,10 @@ impl Summary {
             });
 
             // GPUs, merged by UUID over the node's steps.
-            let mut by_uuid: BTreeMap<&str, (GpuSummary, f64, f64)> = BTreeMap::new();
+            // Per GPU: its summary, the longest step with utilization, the longest with SM
+            // activity, and the figures some step measured.
+            type Merged = (GpuSummary, f64, f64, std::collections::BTreeSet<String>);
+            let mut by_uuid: BTreeMap<&str, Merged> = BTreeMap::new();
             for r in &on {
                 for g in &r.gpus {
                     let e = by_uuid.entry(g.uuid.as_str()).or_insert_with(|| {
@@ -167,9 +170,10 @@ impl Summary {
                             },
                             -1.0,
                             -1.0,
+                            Default::default(),
                         )
                     });
-                    let (sum, longest, gpm_longest) = e;
+                    let (sum, longest, gpm_longest, measured) = e;
                     sum.slurm_index = sum.slurm_index.or(g.slurm_index);
                     sum.job_peak_bytes = sum.job_peak_bytes.max(g.peak_step_memory_bytes);
                     sum.device_peak_bytes = sum.device_peak_bytes.max(g.peak_device_memory_bytes);
@@ -188,10 +192,10 @@ impl Summary {
                     if longer {
                         *gpm_longest = r.step.elapsed_seconds;
                     }
-                    merge_depth(&mut sum.depth, &g.depth, longer);
+                    merge_depth(&mut sum.depth, &g.depth, longer, measured);
                 }
             }
-            let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, _, _)| g).collect();
+            let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, ..)| g).collect();
             gpus.sort_by_key(|g| (g.slurm_index, g.uuid.clone()));
             if let Some(n) = s.per_node.last_mut() {
                 n.gpu_energy_joules = gpus
@@ -295,7 +299,12 @@ impl Summary {
 /// one merged before that measured SM activity): SM activity from the longest step that
 /// measured it (the batch step sees the whole job), Xid errors from every step once, and "no
 /// data" only for the figures no step measured.
-fn merge_depth(job: &mut GpuDepth, step: &GpuDepth, longer: bool) {
+fn merge_depth(
+    job: &mut GpuDepth,
+    step: &GpuDepth,
+    longer: bool,
+    measured: &mut std::collections::BTreeSet<String>,
+) {
     let take = |a: &mut Option<Spread>, b: &Option<Spread>| {
         if b.is_some() && (a.is_none() || longer) {
             *a = *b;
@@ -328,31 +337,34 @@ fn merge_depth(job: &mut GpuDepth, step: &GpuDepth, longer: bool) {
         mine.corrected = mine.corrected.max(e.corrected);
         mine.uncorrected = mine.uncorrected.max(e.uncorrected);
     }
+    // A figure has no value for the job only when no step measured it.
     for (k, v) in &step.no_data {
-        job.no_data.entry(k.clone()).or_insert_with(|| v.clone());
+        if !measured.contains(k) {
+            job.no_data.entry(k.clone()).or_insert_with(|| v.clone());
+        }
     }
-    let measured: Vec<String> = job
-        .no_data
-        .keys()
-        .filter(|k| job_has(job, k))
-        .cloned()
-        .collect();
-    for k in measured {
-        job.no_data.remove(&k);
+    for k in ALL_FIGURES {
+        if !step.no_data.contains_key(*k) {
+            measured.insert(k.to_string());
+            job.no_data.remove(*k);
+        }
     }
 }
 
-/// Whether the job's figures have a value for `figure`.
-fn job_has(d: &GpuDepth, figure: &str) -> bool {
-    use crate::gpu::figures::figure as f;
-    match figure {
-        f::SM_ACTIVITY => d.sm_active_percent.is_some(),
-        f::THROTTLE => d.throttle_seconds.is_some(),
-        f::XID => d.xid_errors.is_some(),
-        f::ECC => d.ecc_errors.is_some(),
-        _ => false,
-    }
-}
+/// Every figure that can lack a value.
+const ALL_FIGURES: &[&str] = {
+    use crate::gpu::figures::figure::*;
+    &[
+        MEMORY,
+        PROCESS_MEMORY,
+        UTILIZATION,
+        ENERGY,
+        SM_ACTIVITY,
+        THROTTLE,
+        ECC,
+        XID,
+    ]
+};
 
 #[cfg(test)]
 mod tests {
@@ -399,6 +411,48 @@ mod tests {
             text.contains(
                 "GPU energy:    3.0 Wh on 2 GPU(s); about 1 g CO2 at the site's 400 g/kWh"
             ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_figure_has_no_value_for_the_job_only_when_no_step_measured_it() {
+        use crate::gpu::figures::{GpuDepth, NoData, Spread, figure};
+        use crate::step::record::StepGpu;
+        let gpu = |depth: GpuDepth| StepGpu {
+            uuid: "GPU-a".into(),
+            depth,
+            ..StepGpu::default()
+        };
+        let mut b = job(GIB, 4 * GIB);
+        b.gpus = vec![gpu(GpuDepth::unsampled("too short"))];
+        let mut s0 = record("n1", "0");
+        s0.gpus = vec![gpu(GpuDepth {
+            sm_active_percent: Some(Spread {
+                mean: 30.0,
+                max: 50.0,
+            }),
+            ..GpuDepth::default()
+        })];
+        let mut s1 = record("n1", "1");
+        let mut no_gpm = GpuDepth::default();
+        no_gpm.no_data.insert(
+            figure::SM_ACTIVITY.into(),
+            NoData::not_sampled("one reading"),
+        );
+        s1.gpus = vec![gpu(no_gpm)];
+        for order in [[&b, &s0, &s1], [&s1, &s0, &b]] {
+            let recs: Vec<_> = order.iter().map(|r| (*r).clone()).collect();
+            let s = Summary::from_records(&recs);
+            let d = &s.gpus[0].depth;
+            assert!(d.no_data.is_empty(), "{:?}", d.no_data);
+            assert_eq!(d.sm_active_percent.map(|x| x.mean), Some(30.0));
+        }
+        let s = Summary::from_records(&[b]);
+        assert_eq!(s.gpus[0].depth.no_data.len(), 7);
+        let text = super::super::text::render(&s, &[], &Default::default());
+        assert!(
+            text.contains("memory: n/a, not sampled: too short"),
             "{text}"
         );
     }

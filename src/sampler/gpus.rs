@@ -481,4 +481,88 @@ mod tests {
         assert_eq!(util.gpu_percentages.mean_sum_percent, mean);
         assert_eq!(gpus[0].max_utilization_percent, Some(100.0));
     }
+
+    /// One GPU that answers `reading` at every sample.
+    struct Same(Vec<GpuInfo>, GpuReading);
+
+    impl GpuSource for Same {
+        fn devices(&self) -> &[GpuInfo] {
+            &self.0
+        }
+        fn read(&mut self, _: usize) -> Option<GpuReading> {
+            Some(self.1.clone())
+        }
+    }
+
+    fn depth_after(samples: usize, reading: GpuReading) -> GpuDepth {
+        let info = GpuInfo {
+            index: 0,
+            minor: None,
+            uuid: "GPU-0".into(),
+            name: "G".into(),
+            memory_total: 10,
+        };
+        let mut src = Same(vec![info], reading);
+        let mut acc = GpuAccumulator::new(None);
+        let u = Units::default();
+        for _ in 0..samples {
+            let mut tp = Timepoint::default();
+            let mut notes = Vec::new();
+            acc.sample(&mut src, 1, &HashSet::new(), 1.0, &u, &mut tp, &mut notes);
+        }
+        acc.finish(&u).0.pop().map(|g| g.depth).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_figure_is_measured_zero_not_supported_or_not_sampled_and_never_a_false_zero() {
+        use crate::gpu::figures::{NOT_SAMPLED, NOT_SUPPORTED};
+        use crate::gpu::{GpmReading, Missing};
+        // Measured zero: a value of 0 and no "no data".
+        let zero = GpuReading {
+            used: Some(0),
+            utilization: Some(0),
+            energy_mj: Some(5),
+            gpm: Some(GpmReading {
+                sm_active: Some(0.0),
+                ..GpmReading::default()
+            }),
+            throttle: Some(0),
+            ecc: Some((0, 0)),
+            ..GpuReading::default()
+        };
+        let d = depth_after(2, zero.clone());
+        assert_eq!(d.sm_active_percent.map(|s| s.max), Some(0.0));
+        assert_eq!(d.throttle_seconds, Some(Default::default()));
+        assert_eq!(d.ecc_errors.map(|e| e.corrected), Some(0));
+        assert_eq!(d.xid_errors, Some(vec![]));
+        assert!(d.no_data.is_empty(), "{:?}", d.no_data);
+        // Not supported: null, and the driver's reason.
+        let unsupported = GpuReading {
+            gpm: None,
+            missing: vec![Missing {
+                figure: figure::SM_ACTIVITY,
+                why: NoData::not_supported("this GPU has no GPM"),
+            }],
+            ..zero.clone()
+        };
+        let d = depth_after(2, unsupported);
+        assert_eq!(d.sm_active_percent, None);
+        assert_eq!(d.no_data[figure::SM_ACTIVITY].kind, NOT_SUPPORTED);
+        assert_eq!(d.no_data[figure::SM_ACTIVITY].why, "this GPU has no GPM");
+        // Not sampled: no reading at all, or a single one where a figure needs two.
+        let d = GpuDepth::unsampled("the step ended before its first GPU reading");
+        for f in [
+            figure::MEMORY,
+            figure::UTILIZATION,
+            figure::ENERGY,
+            figure::SM_ACTIVITY,
+        ] {
+            assert_eq!(d.no_data[f].kind, NOT_SAMPLED, "{f}");
+        }
+        let first = GpuReading { gpm: None, ..zero };
+        let d = depth_after(1, first);
+        assert_eq!(d.no_data[figure::ENERGY].kind, NOT_SAMPLED);
+        assert_eq!(d.no_data[figure::SM_ACTIVITY].kind, NOT_SAMPLED);
+        assert!(!d.no_data.contains_key(figure::UTILIZATION));
+    }
 }

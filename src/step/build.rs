@@ -195,6 +195,9 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
                 memory_total_bytes: d.memory_total,
+                depth: crate::gpu::figures::GpuDepth::unsampled(
+                    "the step ended before its first GPU reading",
+                ),
                 ..StepGpu::default()
             })
             .collect()
