@@ -55,7 +55,7 @@ write_tracker_config() {
     {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
      "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
      "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
-     "gpm": {"sm_active": 60, "sm_occupancy": 35, "tensor_active": 20, "dram_bandwidth": 15},
+     "gpm": {"sm_active": 25, "sm_occupancy": 15, "tensor_active": 8, "dram_bandwidth": 10},
      "ecc": {"corrected": 0, "uncorrected": 0},
      "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]}
   ]

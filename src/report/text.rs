@@ -175,8 +175,13 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
             .any(|g| g.sm_active_mean_percent.is_some());
         let _ = writeln!(
             w,
-            "  {:<20} {:>9} {:>9} {:>11} {:>6}  GPU UTIL, PEAK GPU MEM",
-            "PHASE", "START", "TIME", "PEAK MEM", "CORES"
+            "  {:<20} {:>9} {:>9} {:>11} {:>6}  GPU UTIL, {}PEAK GPU MEM",
+            "PHASE",
+            "START",
+            "TIME",
+            "PEAK MEM",
+            "CORES",
+            if any_sm { "SM ACTIVE, " } else { "" }
         );
         for p in &s.phases {
             let gpus: Vec<String> = p
