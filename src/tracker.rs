@@ -446,7 +446,12 @@ fn run(
     }
     // A last reading: of the process itself when tracking a block of code; of the devices only
     // when the command has ended (its processes are gone).
-    let src = gpu.get(true, &mut |m| sampler.note(format!("no GPU figures: {m}")));
+    // A command that ends before NVML answered still says why it has no GPU figures, on
+    // stderr as in the loop.
+    let src = gpu.get(true, &mut |m| {
+        warn(&format!("no GPU figures: {m}"));
+        sampler.note(format!("no GPU figures: {m}"));
+    });
     if in_process {
         let tp = sampler.sample(src);
         sampler.record(&mut story, unix_now());
