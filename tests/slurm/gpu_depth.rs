@@ -48,7 +48,8 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
     assert!(why.why.contains("no GPM"), "{why:?}");
     assert_eq!(g1.depth.ecc_errors, None);
     assert_eq!(g1.depth.no_data[figure::ECC].kind, "not_supported");
-    // Each GPU reported one Xid 79 and slowed down for about 2 s (sampled every 0.5 s).
+    // Each GPU reported one Xid 79 and slowed down for about 2 s, measured by samples every
+    // 0.5 s (or a lengthened interval, on a loaded machine): more than none, less than the job.
     for g in [g0, g1] {
         let xids: Vec<u64> = g.depth.xid_errors.iter().flatten().map(|x| x.xid).collect();
         assert_eq!(xids, vec![79], "{:?}", g.depth);
@@ -58,7 +59,7 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
             .find(|(n, _)| *n == "hw_thermal_slowdown")
             .map(|(_, s)| *s);
         assert!(
-            thermal.is_some_and(|s| (1.0..=3.5).contains(&s)),
+            thermal.is_some_and(|s| (0.5..=4.5).contains(&s)),
             "{:?}",
             g.depth.throttle_seconds
         );
