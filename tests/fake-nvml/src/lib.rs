@@ -70,7 +70,10 @@
 //!   `nvmlDeviceGetHandleByIndex_v2` / `nvmlDeviceGetHandleByUUID`) to the error it
 //!   returns for this device. `nvmlDeviceGetMigMode` returns `NOT_SUPPORTED` unless
 //!   injected; injecting `"SUCCESS"` for it reports MIG disabled (current = pending = 0).
-//! * Processes are matched live at each call: a `cmdline_contains` entry matches every
+//! * Processes are matched at each call against a scan of `/proc` at most 20 ms old (the calls
+//!   of one sample share a scan: a scan per call slowed a loaded test machine's samplers into
+//!   lengthening their interval), so a process that starts or ends is seen within 20 ms: a
+//!   `cmdline_contains` entry matches every
 //!   process (except the caller itself) whose `/proc/<pid>/cmdline`, NUL separators
 //!   turned into spaces, contains the string; a `pid` entry matches if `/proc/<pid>`
 //!   exists. `used_memory: null` (or absent) is reported as `NVML_VALUE_NOT_AVAILABLE`.

@@ -243,7 +243,11 @@ impl Session {
 fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Matched> {
     let me = std::process::id();
     let needs_scan = spec.processes.iter().any(|p| p.cmdline_contains.is_some());
-    let cmdlines = if needs_scan { cmdlines() } else { Vec::new() };
+    let cmdlines = if needs_scan {
+        cmdlines()
+    } else {
+        Default::default()
+    };
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for p in &spec.processes {
@@ -278,8 +282,29 @@ fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Match
     out
 }
 
-/// (pid, command line with NULs turned into spaces) of every visible process.
-fn cmdlines() -> Vec<(u32, String)> {
+/// How long one scan of `/proc` answers every call: the calls of one sample (a dozen per
+/// device) share a scan, as the driver's answers come from one state, and a loaded test machine
+/// is not slowed by a scan per call. A process started later is seen at most this much later.
+const SCAN_FRESH: Duration = Duration::from_millis(20);
+
+/// The latest scan and when it was taken.
+static SCAN: Mutex<Option<(Instant, std::sync::Arc<Vec<(u32, String)>>)>> = Mutex::new(None);
+
+/// (pid, command line with NULs turned into spaces) of every visible process, sorted by pid:
+/// the latest scan while it is fresh.
+fn cmdlines() -> std::sync::Arc<Vec<(u32, String)>> {
+    let mut scan = SCAN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, list)) = scan.as_ref()
+        && at.elapsed() < SCAN_FRESH
+    {
+        return std::sync::Arc::clone(list);
+    }
+    let list = std::sync::Arc::new(scan_cmdlines());
+    *scan = Some((Instant::now(), std::sync::Arc::clone(&list)));
+    list
+}
+
+fn scan_cmdlines() -> Vec<(u32, String)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -118,11 +118,18 @@ fn wait_for_cmdline(child: &Child, marker: &str) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    settle();
+}
+
+/// Waits until the fake's scan of /proc (at most 20 ms old) has seen processes start or end.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(30));
 }
 
 fn stop(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
+    settle();
 }
 
 #[test]
