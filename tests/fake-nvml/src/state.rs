@@ -287,12 +287,15 @@ fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Match
 /// is not slowed by a scan per call. A process started later is seen at most this much later.
 const SCAN_FRESH: Duration = Duration::from_millis(20);
 
+/// Every visible process: (pid, command line), sorted by pid.
+type Cmdlines = std::sync::Arc<Vec<(u32, String)>>;
+
 /// The latest scan and when it was taken.
-static SCAN: Mutex<Option<(Instant, std::sync::Arc<Vec<(u32, String)>>)>> = Mutex::new(None);
+static SCAN: Mutex<Option<(Instant, Cmdlines)>> = Mutex::new(None);
 
 /// (pid, command line with NULs turned into spaces) of every visible process, sorted by pid:
 /// the latest scan while it is fresh.
-fn cmdlines() -> std::sync::Arc<Vec<(u32, String)>> {
+fn cmdlines() -> Cmdlines {
     let mut scan = SCAN.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((at, list)) = scan.as_ref()
         && at.elapsed() < SCAN_FRESH
