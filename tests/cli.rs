@@ -139,9 +139,11 @@ fn cpu_mean_is_total_cpu_time_over_wall_time() {
         "mean {mean}, cpu {cpu}, wall {wall}"
     );
     assert!(mean > 50.0, "a spinning process: {mean}");
+    // CPU time comes in 10 ms ticks and the max is taken over intervals of at least half the
+    // 0.2 s asked for: two ticks too many over 0.1 s read 120 % (CI's loaded machine saw 115.2).
     let max = f(&v, "/cpu_utilization/main/max_sum_percent");
     assert!(
-        (50.0..=115.0).contains(&max),
+        (50.0..=125.0).contains(&max),
         "one busy process on one core: {max}"
     );
     // --nec 1: hardware percent equals sum percent.
