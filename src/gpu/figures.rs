@@ -24,6 +24,17 @@ pub mod figure {
     pub const ECC: &str = "ecc";
     /// Critical Xid error events.
     pub const XID: &str = "xid";
+    /// Every figure above.
+    pub const ALL: &[&str] = &[
+        MEMORY,
+        PROCESS_MEMORY,
+        UTILIZATION,
+        ENERGY,
+        SM_ACTIVITY,
+        THROTTLE,
+        ECC,
+        XID,
+    ];
 }
 
 /// Why a figure has no value: `not_supported` (this GPU or driver does not give it) or
@@ -143,8 +154,10 @@ impl GpuDepth {
     pub fn unsampled(why: &str) -> GpuDepth {
         use figure::*;
         GpuDepth {
-            no_data: [MEMORY, UTILIZATION, ENERGY, SM_ACTIVITY, THROTTLE, ECC, XID]
+            // Whose processes held memory on a GPU never read is not a question.
+            no_data: ALL
                 .iter()
+                .filter(|f| **f != PROCESS_MEMORY)
                 .map(|f| (f.to_string(), NoData::not_sampled(why)))
                 .collect(),
             ..GpuDepth::default()

@@ -69,9 +69,8 @@ impl Session {
         })
     }
 
-    /// Keeps the state of the devices `kept` marks (in device order); `indices` are the kept
-    /// devices' NVML indices (for the record of which are watched).
-    pub fn keep(&mut self, kept: &[bool], _indices: &[u32]) {
+    /// Keeps the state of the devices `kept` marks (in device order).
+    pub fn keep(&mut self, kept: &[bool]) {
         self.with_dependent_mut(|_, live| {
             let mut k = kept.iter();
             live.gpm.retain(|_| *k.next().unwrap_or(&false));

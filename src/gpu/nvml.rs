@@ -87,8 +87,7 @@ impl NvmlSource {
         self.devices.retain(|_| *flags.next().unwrap_or(&false));
         let mut flags = kept.iter();
         self.lost.retain(|_| *flags.next().unwrap_or(&false));
-        let indices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
-        self.session.keep(&kept, &indices);
+        self.session.keep(&kept);
     }
 }
 

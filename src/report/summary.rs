@@ -343,28 +343,13 @@ fn merge_depth(
             job.no_data.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
-    for k in ALL_FIGURES {
+    for k in crate::gpu::figures::figure::ALL {
         if !step.no_data.contains_key(*k) {
             measured.insert(k.to_string());
             job.no_data.remove(*k);
         }
     }
 }
-
-/// Every figure that can lack a value.
-const ALL_FIGURES: &[&str] = {
-    use crate::gpu::figures::figure::*;
-    &[
-        MEMORY,
-        PROCESS_MEMORY,
-        UTILIZATION,
-        ENERGY,
-        SM_ACTIVITY,
-        THROTTLE,
-        ECC,
-        XID,
-    ]
-};
 
 #[cfg(test)]
 mod tests {
