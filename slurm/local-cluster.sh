@@ -13,7 +13,9 @@
 # Plain "up": one node named after this machine (hostname -s), the only node of the default
 # partition "debug". OPTIONS:
 #   --nodes N            N slurmd (1-4) on this machine: the first as above, then <name>-2 ...
-#                        <name>-N; partition "multi" (not the default) holds all N
+#                        <name>-N; partition "multi" (not the default) holds all N. With N >= 2,
+#                        one more node, <name>-mig, alone in partition "mig" (not the default):
+#                        a SIMULATED MIG GPU with two 1g.10gb instances, and a GPU cut in 4 shards
 #   --node-local-spool   the last node (N >= 2) keeps the plugin's records on its own "disk": its
 #                        slurmd runs in a mount namespace where a private directory is mounted
 #                        over spool_dir, out of sight of this machine and of slurmctld (on-node)
@@ -110,11 +112,18 @@ parse_options() {
 # The name of node $1 (1-based): this machine's short name, then <name>-2, <name>-3, ...
 node_name() { if (($1 == 1)); then echo "$NODE"; else echo "$NODE-$1"; fi; }
 
-# The names of the nodes "up" brings up, one a line.
+# The names of the numbered nodes "up" brings up (partition "multi"), one a line.
 node_names() {
     local i
     for ((i = 1; i <= NODES; i++)); do node_name "$i"; done
 }
+
+# The node with the SIMULATED MIG GPU and the shards, alone in partition "mig": with --nodes 2
+# or more (the one-node cluster stays one node).
+mig_node() { ((NODES == 1)) || echo "$NODE-mig"; }
+
+# Every node "up" brings up: the numbered ones, then the MIG node.
+all_node_names() { node_names; mig_node; }
 
 # Succeeds when node $1 is the one whose records stay on its own "disk".
 node_is_local() { ((NODE_LOCAL)) && [[ $1 == "$(node_name "$NODES")" ]]; }
@@ -142,7 +151,7 @@ done
 # up: installs, configures and starts the cluster, then checks that jobs run.
 cmd_up() {
     local started=$SECONDS slurmd_logs name
-    for name in $(node_names); do slurmd_logs+=" $(slurmd_log "$name")"; done
+    for name in $(all_node_names); do slurmd_logs+=" $(slurmd_log "$name")"; done
     install -d -m 0755 "$STATE" "$STATE/log" "$STATE/run" "$STATE/jobs"
     install -d -m 0755 "$STATE/spool" "$STATE/spool/d" # batch scripts there run as the user
     install -d -m 0700 "$STATE/spool/ctld"

@@ -57,7 +57,7 @@ stop_other_slurmd() {
     while read -r f; do
         name=${f##*/slurmd-}
         name=${name%.pid}
-        if [[ $f == */slurmd.pid ]] || ! node_names | grep -qxF -- "$name"; then
+        if [[ $f == */slurmd.pid ]] || ! all_node_names | grep -qxF -- "$name"; then
             stop_daemon "$f" slurmd
         elif alive "$f" slurmd; then
             pid=$(cat "$f")
@@ -108,7 +108,7 @@ start_slurmd() {
 start_all_slurmd() {
     local name
     ln -sfn "slurmd-$NODE.log" "$STATE/log/slurmd.log"
-    for name in $(node_names); do
+    for name in $(all_node_names); do
         step "start slurmd of $name" "$(slurmd_log "$name")"
         start_slurmd "$name"
     done

@@ -42,7 +42,10 @@ write_tracker_config() {
         # (pre-Hopper). A holder whose command line also holds SIMGPU_XID raises one Xid 79 and a
         # 2 s thermal slowdown (and, on GPU 0, one corrected ECC error) on each GPU it holds.
         # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
-        # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i.
+        # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i. NVML index 2 (minor 9) is the MIG node's
+        # MIG GPU: two 1g.10gb instances, Slurm's GPUs 1 and 2 there (setup.sh), each with GPM.
+        # A holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of the job
+        # whose SLURM_JOB_GPUS is 1, 2 GiB on the one whose is 2.
         put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
 {
   "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
@@ -57,7 +60,21 @@ write_tracker_config() {
      "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
      "gpm": {"sm_active": 25, "sm_occupancy": 15, "tensor_active": 8, "dram_bandwidth": 10},
      "ecc": {"corrected": 0, "uncorrected": 0},
-     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]}
+     "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]},
+    {"uuid": "GPU-22222222-5151-4d55-8000-222222222222", "name": "SIMULATED GPU 2 (test fake, MIG)",
+     "minor": 9, "memory_total": 85899345920, "memory_used_base": 268435456, "power_mw": 60000,
+     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "mig": {"max_instances": 7, "instances": [
+       {"uuid": "MIG-a1a1a1a1-5151-4d55-8000-a1a1a1a1a1a1", "profile": "1g.10gb",
+        "gpu_instance_id": 1, "compute_instance_id": 0, "memory_total": 10468982784,
+        "gpm": {"sm_active": 40, "sm_occupancy": 20, "tensor_active": 10, "dram_bandwidth": 5},
+        "processes": [{"cmdline_contains": "SIMMIG_HOLD", "environ_contains": "SLURM_JOB_GPUS=1",
+                       "used_memory": 1073741824}]},
+       {"uuid": "MIG-b2b2b2b2-5151-4d55-8000-b2b2b2b2b2b2", "profile": "1g.10gb",
+        "gpu_instance_id": 2, "compute_instance_id": 0, "memory_total": 10468982784,
+        "gpm": {"sm_active": 40, "sm_occupancy": 20, "tensor_active": 10, "dram_bandwidth": 5},
+        "processes": [{"cmdline_contains": "SIMMIG_HOLD", "environ_contains": "SLURM_JOB_GPUS=2",
+                       "used_memory": 2147483648}]}]}}
   ]
 }
 EOF2
@@ -70,6 +87,7 @@ interval = 1.0
 min_interval = 0.1
 checkpoint_interval = 5.0
 nvml_library = "$nvml"
+mig_minors_file = "$STATE/nvidia-caps/mig-minors"
 EOF2
 }
 

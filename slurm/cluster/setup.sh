@@ -38,10 +38,11 @@ ensure_users() {
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # The ports of a block that starts at $1: slurmctld $1, node i $1+i (i = 1..4), slurmdbd $1+5,
-# MariaDB $1+6 ($1+7 is left free).
+# MariaDB $1+6, the MIG node $1+7.
 PORT_BLOCK=8
 dbd_port() { echo $(($1 + 5)); }
 db_port() { echo $(($1 + 6)); }
+mig_port() { echo $(($1 + 7)); }
 
 # Succeeds when every port of the block at $1 that this "up" uses is free, or is held by the
 # daemon of ours that uses it (the block of an earlier "up" whose daemons still run).
@@ -52,6 +53,9 @@ ports_usable() {
         alive "$(slurmd_pid "$(node_name "$i")")" slurmd || port_free $((c + i)) ||
             { ((i == 1)) && alive "$STATE/run/slurmd.pid" slurmd; } || return 1
     done
+    local mig
+    mig=$(mig_node)
+    [[ -z $mig ]] || alive "$(slurmd_pid "$mig")" slurmd || port_free "$(mig_port "$c")" || return 1
     ((ACCOUNTING)) || return 0
     alive "$STATE/run/slurmdbd.pid" slurmdbd || port_free "$(dbd_port "$c")" || return 1
     alive "$DB_RUN/mariadbd.pid" mariadbd || port_free "$(db_port "$c")"
@@ -62,6 +66,7 @@ ports_free() {
     local c=$1 i
     port_free "$c" || return 1
     for ((i = 1; i <= NODES; i++)); do port_free $((c + i)) || return 1; done
+    [[ -z $(mig_node) ]] || port_free "$(mig_port "$c")" || return 1
     ((ACCOUNTING)) || return 0
     port_free "$(dbd_port "$c")" && port_free "$(db_port "$c")"
 }
@@ -96,11 +101,35 @@ put_file() {
 gpu_files() {
     install -d -m 0755 "$STATE/dev"
     local i minors=(4 7)
-    for i in 0 1; do
-        [[ $(stat -c '%F %t:%T' "$STATE/dev/simgpu$i" 2>/dev/null) == "character special file c3:$(printf %x "${minors[i]}")" ]] ||
-            { rm -f "$STATE/dev/simgpu$i" && mknod -m 0600 "$STATE/dev/simgpu$i" c 195 "${minors[i]}"; }
-    done
+    for i in 0 1; do char_dev "$STATE/dev/simgpu$i" 195 "${minors[i]}"; done
     echo "$STATE/dev/simgpu[0-1]"
+}
+
+# Makes character device $1 (major $2, minor $3, root's, mode 0600) unless it is there as such.
+char_dev() {
+    [[ $(stat -c '%F %t:%T' "$1" 2>/dev/null) == "character special file $(printf '%x:%x' "$2" "$3")" ]] ||
+        { rm -f "$1" && mknod -m 0600 "$1" c "$2" "$3"; }
+}
+
+# Makes the files of the SIMULATED MIG GPU as a real H100 in MIG mode has them: the parent GPU's
+# device (simgpu2: major 195, minor 9) and, for each instance, the capability devices of its GPU
+# instance and compute instance (nvidia-caps/nvidia-cap<minor>), whose minors the driver lists
+# in /proc/driver/nvidia-caps/mig-minors; ours is <state>/nvidia-caps/mig-minors (the plugin's
+# mig_minors_file). Instance 1 is GPU instance 1 / compute instance 0 (minors 12 and 13),
+# instance 2 is 2 / 0 (21 and 22): the minors the driver gives those on GPU minor 9.
+mig_files() {
+    install -d -m 0755 "$STATE/dev/nvidia-caps" "$STATE/nvidia-caps"
+    char_dev "$STATE/dev/simgpu2" 195 9
+    local m
+    for m in 12 13 21 22; do char_dev "$STATE/dev/nvidia-caps/nvidia-cap$m" 241 "$m"; done
+    put_file "$STATE/nvidia-caps/mig-minors" 0644 <<EOF || true
+config 1
+monitor 2
+gpu9/gi1/access 12
+gpu9/gi1/ci0/access 13
+gpu9/gi2/access 21
+gpu9/gi2/ci0/access 22
+EOF
 }
 
 # Writes slurm.conf, cgroup.conf and gres.conf from this machine's CPUs and memory (every node
@@ -140,14 +169,21 @@ write_config() {
     fi
     gpus=$(gpu_files)
     # The nodes: all on this machine (NodeHostname), each slurmd on its own port; the default
-    # partition keeps the first node alone, "multi" has them all.
-    local i name nodes="" multi="" all=()
+    # partition keeps the first node alone, "multi" has the numbered ones, "mig" the MIG node.
+    local i name nodes="" multi="" all=() mig
+    local node_line="NodeHostname=$(hostname) NodeAddr=127.0.0.1 $topo RealMemory=$real"
     for ((i = 1; i <= NODES; i++)); do
         name=$(node_name "$i")
         all+=("$name")
-        nodes+="NodeName=$name NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=$((ctld + i)) $topo RealMemory=$real Gres=gpu:2 State=UNKNOWN"$'\n'
+        nodes+="NodeName=$name $node_line Port=$((ctld + i)) Gres=gpu:2 State=UNKNOWN"$'\n'
     done
     ((NODES == 1)) || multi="PartitionName=multi Nodes=$(IFS=,; echo "${all[*]}") Default=NO MaxTime=INFINITE State=UP"
+    mig=$(mig_node)
+    if [[ -n $mig ]]; then
+        mig_files
+        nodes+="NodeName=$mig $node_line Port=$(mig_port "$ctld") Gres=gpu:sim:1,gpu:1g.10gb:2,shard:4 State=UNKNOWN"$'\n'
+        multi+=$'\n'"PartitionName=mig Nodes=$mig Default=NO MaxTime=INFINITE State=UP"
+    fi
     # Accounting: slurmdbd on this machine, and the hook that stores each job's summary there.
     local acct="AccountingStorageType=accounting_storage/none"
     if ((ACCOUNTING)); then
@@ -187,7 +223,7 @@ DefMemPerCPU=$defmem
 ReturnToService=2
 MinJobAge=300
 KillWait=5
-GresTypes=gpu
+GresTypes=gpu,shard
 $contain
 $container
 ${nodes}PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
@@ -203,11 +239,25 @@ EOF
 AutoBasePath=true
 BasePath=$STATE/spool/containers
 EOF
+    # The MIG node's lines (a Name= line would apply to every node).
+    local mig_conf=""
+    if [[ -n $mig ]]; then
+        local caps=$STATE/dev/nvidia-caps/nvidia-cap
+        mig_conf="# The MIG node: a plain GPU (simgpu0) cut in 4 shards, and a SIMULATED MIG GPU (simgpu2,
+# minor 9) with two 1g.10gb instances, each named by the parent's device and its GPU and compute
+# instances' capability devices (MultipleFiles, as on a real node without AutoDetect).
+NodeName=$mig Name=gpu Type=sim File=$STATE/dev/simgpu0
+NodeName=$mig Name=gpu Type=1g.10gb MultipleFiles=$STATE/dev/simgpu2,${caps}12,${caps}13
+NodeName=$mig Name=gpu Type=1g.10gb MultipleFiles=$STATE/dev/simgpu2,${caps}21,${caps}22
+NodeName=$mig Name=shard Count=4 File=$STATE/dev/simgpu0"
+    fi
     put_file "$STATE/gres.conf" 0644 <<EOF && CONF_CHANGED=1
 # SIMULATED GPUs: two device nodes made for the test (minors 4 and 7) stand in for GPUs. Slurm
 # allocates them like GPUs and sets SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES, but there is no GPU
-# behind them. Every node of this machine uses the same two files (and the same fake NVML).
-Name=gpu File=$gpus
+# behind them. Every numbered node of this machine uses the same two files (and every node the
+# same fake NVML).
+NodeName=$(IFS=,; echo "${all[*]}") Name=gpu File=$gpus
+$mig_conf
 EOF
     return 0
 }

@@ -8,7 +8,7 @@ wait_node() {
     local i name st waiting up resumed=" "
     for ((i = 0; i < 120; i++)); do
         waiting="" up=""
-        for name in $(node_names); do
+        for name in $(all_node_names); do
             st=$(sinfo -h -N -n "$name" -o %T 2>/dev/null | head -n 1 || true)
             case $st in
             idle | mixed | allocated) up+=", $name is $st"; continue ;;
@@ -79,6 +79,7 @@ verify_jobs() {
     echo "srun --gres=gpu:1 as $u: ${gpus//$'\n'/ }"
     [[ $gpus == *CUDA_VISIBLE_DEVICES=0* ]] || fail "no simulated GPU in the job's environment"
     ((NODES == 1)) || verify_nodes
+    [[ -z $(mig_node) ]] || verify_mig
     ((ACCOUNTING == 0)) || verify_accounting "$check"
 }
 
@@ -123,6 +124,29 @@ verify_nodes() {
     [[ ! -e $dir/$name.0.json ]] || fail "job $id: node $name's record is on the shared spool"
     echo "tracked srun $id on $NODES nodes: records of $(node_names | grep -vxF "$name" | paste -sd ' ') in $dir;" \
         "$name's only on its own spool (slurm/local-cluster.sh on-node $name -- ls $dir)"
+}
+
+# With the MIG node: a step on one MIG instance gets Slurm's index 1 or 2 (gres.conf's order on
+# that node: the plain GPU is 0), and a step on a shard the index of the GPU the shard is on (0)
+# and the number of its shards. What Slurm 22.05 gives (cgroup.conf constrains no devices, so
+# CUDA_VISIBLE_DEVICES is the node's index too):
+#   srun -p mig --gres=gpu:1g.10gb:1   SLURM_STEP_GPUS=1 CUDA_VISIBLE_DEVICES=1 (2 for the other)
+#   srun -p mig --gres=shard:1         SLURM_STEP_GPUS=0 CUDA_VISIBLE_DEVICES=0 SLURM_SHARDS_ON_NODE=1
+#   sbatch -p mig --gres=gpu:1g.10gb:1 SLURM_JOB_GPUS=1 (the batch step has no SLURM_STEP_GPUS);
+#                                      two such jobs at once: one 1, the other 2
+#   sbatch -p mig --gres=shard:1       SLURM_JOB_GPUS=0 SLURM_SHARDS_ON_NODE=1
+# (scontrol show node: Gres=gpu:sim:1,gpu:1g.10gb:2,shard:sim:4,shard:1g.10gb:0.)
+verify_mig() {
+    local u=${TEST_USERS[0]} got
+    step "MIG and shards" "$STATE/log/slurmctld.log" "$(slurmd_log "$(mig_node)")"
+    got=$(as_user "$u" timeout 60 srun -p mig --gres=gpu:1g.10gb:1 env |
+        grep -E '^(SLURM_STEP_GPUS|SLURM_SHARDS_ON_NODE)=' | sort | paste -sd ' ')
+    echo "srun -p mig --gres=gpu:1g.10gb:1 as $u: $got"
+    [[ $got =~ ^SLURM_STEP_GPUS=[12]$ ]] || fail "a step on a MIG instance is not given Slurm's GPU 1 or 2"
+    got=$(as_user "$u" timeout 60 srun -p mig --gres=shard:1 env |
+        grep -E '^(SLURM_STEP_GPUS|SLURM_SHARDS_ON_NODE)=' | sort | paste -sd ' ')
+    echo "srun -p mig --gres=shard:1 as $u: $got"
+    [[ $got == "SLURM_SHARDS_ON_NODE=1 SLURM_STEP_GPUS=0" ]] || fail "a step on a shard is not given one shard of Slurm's GPU 0"
 }
 
 # Runs CMD in node $1's view of the files (as on-node does) and returns its exit status.
