@@ -5,6 +5,7 @@ mod faults;
 mod gpu_depth;
 mod hostile;
 mod load;
+mod mig;
 mod nodes;
 mod nvml;
 mod report;

@@ -1,0 +1,153 @@
+//! MIG instances and shared GPUs on a real cluster: the MIG node of the test cluster (partition
+//! `mig`, slurm/cluster/setup.sh) has a SIMULATED MIG GPU with two 1g.10gb instances (Slurm's
+//! GPUs 1 and 2 there) and a plain GPU cut in 4 shards (Slurm's GPU 0). Two jobs at once on the
+//! two instances each record their own instance, its parent and only their own memory; a job
+//! on a shard records its GPU as shared.
+
+use std::sync::Mutex;
+
+use gpu_tracker::gpu::figures::figure;
+use gpu_tracker::step::record::StepRecord;
+
+use crate::records::*;
+use crate::support::*;
+
+/// The MIG node has 2 CPUs: the two instances' jobs must not wait behind a shard's job.
+static MIG_NODE: Mutex<()> = Mutex::new(());
+
+/// The simulated MIG GPU (NVML index 2, minor 9; slurm/cluster/plugin.sh).
+const PARENT_UUID: &str = "GPU-22222222-5151-4d55-8000-222222222222";
+/// The size of a 1g.10gb instance, bytes.
+const INSTANCE_MEMORY: u64 = 10_468_982_784;
+const GIB: u64 = 1 << 30;
+
+/// The batch record of job `id` as JSON, for the fields this test reads by name.
+fn batch_json(id: u32, r: &StepRecord) -> serde_json::Value {
+    let path = job_spool_dir(id).join(format!("{}.batch.json", r.step.node));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The value of `NAME=value` on a line of the job's own output.
+fn echoed<'a>(output: &'a str, name: &str) -> &'a str {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name}= in:\n{output}"))
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up --nodes 3) and root: tests/run-all.sh"]
+fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    // SIMULATED: a holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of
+    // the job whose SLURM_JOB_GPUS is 1, 2 GiB on the other's; each instance's SMs are 40 %
+    // active while a holder of its own runs. It starts after the step's first GPU readings.
+    let script = format!(
+        "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\n\
+         echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
+         sleep 1\n\
+         {h} --hold-ms 4000 --marker SIMMIG_HOLD\n\
+         echo done\n"
+    );
+    let ids = [submit("mig-pair", &script), submit("mig-pair", &script)];
+    let jobs = ids.map(|id| wait_job(USER, "mig-pair", id));
+    let mut seen = Vec::new();
+    for job in &jobs {
+        assert_eq!(job.state, "COMPLETED", "{}", job.output);
+        let out = output_with_summary(USER, "mig-pair", job.id);
+        let r = final_records(job.id, &["batch"]).remove("batch").unwrap();
+        assert_eq!(r.gpus.len(), 1, "job {}: {:?}", job.id, r.gpus);
+        let g = &r.gpus[0];
+        let v = batch_json(job.id, &r);
+        let mig = &v["gpus"][0]["mig"];
+        let gi = mig["gpu_instance_id"].as_u64().expect("a MIG instance");
+        // Slurm's GPU 1 is GPU instance 1 (minors 12 and 13), GPU 2 is instance 2 (21, 22).
+        let slurm: u32 = echoed(&out, "SLURM_JOB_GPUS").parse().unwrap();
+        assert_eq!(g.slurm_index, Some(slurm), "{g:?}");
+        assert_eq!(u64::from(slurm), gi, "{mig}");
+        let (uuid, used) = match gi {
+            1 => ("MIG-a1a1a1a1-5151-4d55-8000-a1a1a1a1a1a1", GIB),
+            2 => ("MIG-b2b2b2b2-5151-4d55-8000-b2b2b2b2b2b2", 2 * GIB),
+            _ => panic!("job {}: GPU instance {gi}: {mig}", job.id),
+        };
+        assert_eq!(g.uuid, uuid, "job {}", job.id);
+        assert_eq!(mig["parent_uuid"], PARENT_UUID, "{mig}");
+        assert_eq!(mig["profile"], "1g.10gb", "{mig}");
+        assert_eq!(mig["compute_instance_id"], 0, "{mig}");
+        assert_eq!(g.memory_total_bytes, INSTANCE_MEMORY, "{g:?}");
+        // Only its own holder's memory, though the other job's holds the same parent GPU.
+        assert_eq!(g.peak_step_memory_bytes, used, "{g:?}");
+        assert!(v["gpus"][0]["shared"].is_null(), "{v}");
+        // A MIG instance has no utilization: null, with why, never 0.
+        assert_eq!(g.mean_utilization_percent, None, "{g:?}");
+        assert_eq!(g.max_utilization_percent, None, "{g:?}");
+        let why = &g.depth.no_data[figure::UTILIZATION];
+        assert_eq!(why.kind, "not_supported", "{why:?}");
+        assert!(why.why.contains("MIG"), "{why:?}");
+        // SM activity from the instance's own GPM: 40 % while its holder runs. A reading that
+        // straddles the holder's start reads half (see gpu_depth).
+        let sm = g
+            .depth
+            .sm_active_percent
+            .expect("the instance measured SM activity");
+        assert!(sm.max >= 20.0 && sm.max <= 40.0 + 1e-9, "{sm:?}");
+        // The summary names the instance.
+        let summary = summary_of(&out);
+        for want in ["MIG 1g.10gb", uuid] {
+            assert!(summary.contains(want), "{want:?} not in:\n{summary}");
+        }
+        seen.push((gi, r.step.start.clone(), r.step.end.clone().unwrap()));
+    }
+    // One job on each instance, at the same time (the times are RFC 3339 in UTC with
+    // milliseconds, all of one width: they compare as text).
+    seen.sort();
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [1, 2],
+        "{seen:?}"
+    );
+    let (a, b) = (&seen[0], &seen[1]);
+    assert!(
+        a.1 < b.2 && b.1 < a.2,
+        "the two jobs did not overlap: {seen:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up --nodes 3) and root: tests/run-all.sh"]
+fn a_sharded_gpu_job_is_labelled_shared() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    // SIMULATED: one shard of the MIG node's plain GPU (Slurm's GPU 0 there, minor 4), whose
+    // holder marker is SIMGPU0_HOLD (1 GiB).
+    let script = format!(
+        "#!/bin/bash\n#SBATCH -p mig --gres=shard:1 --gpu-track=0.5\n\
+         echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
+         echo SLURM_SHARDS_ON_NODE=$SLURM_SHARDS_ON_NODE\n\
+         sleep 1\n\
+         {h} --hold-ms 2000 --marker SIMGPU0_HOLD\n\
+         echo done\n"
+    );
+    let job = run_job("shard", &script);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let out = output_with_summary(USER, "shard", job.id);
+    assert_eq!(echoed(&out, "SLURM_JOB_GPUS"), "0");
+    assert_eq!(echoed(&out, "SLURM_SHARDS_ON_NODE"), "1");
+    let r = final_records(job.id, &["batch"]).remove("batch").unwrap();
+    assert_eq!(r.gpus.len(), 1, "{:?}", r.gpus);
+    let g = &r.gpus[0];
+    assert_eq!(g.slurm_index, Some(0), "{g:?}");
+    assert_eq!(g.uuid, "GPU-00000000-5151-4d55-8000-000000000000", "{g:?}");
+    assert_eq!(g.peak_step_memory_bytes, GIB, "{g:?}");
+    let v = batch_json(job.id, &r);
+    let shared = &v["gpus"][0]["shared"];
+    assert_eq!(shared["by"], "shard", "{shared}");
+    assert_eq!(shared["shards"], 1, "{shared}");
+    assert!(v["gpus"][0]["mig"].is_null(), "{v}");
+    let summary = summary_of(&out);
+    assert!(summary.contains("shared"), "not said shared:\n{summary}");
+}
