@@ -4,6 +4,7 @@
 //! and the tracker reports no GPU figures (null, with why).
 
 pub mod cloexec;
+mod ffi;
 pub mod figures;
 mod live;
 pub mod nvml;
@@ -13,21 +14,51 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What stays the same about a GPU during a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuInfo {
-    /// NVML index (the order NVML enumerates devices in).
+    /// NVML index (the order NVML enumerates devices in); a MIG instance's parent's.
     pub index: u32,
-    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names.
+    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names; a MIG
+    /// instance's parent's.
     pub minor: Option<u32>,
     /// `GPU-...` or `MIG-...` UUID.
     pub uuid: String,
     /// Product name.
     pub name: String,
-    /// Memory size in bytes.
+    /// Memory size in bytes (a MIG instance's own).
     pub memory_total: u64,
+    /// The MIG instance this device is, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
+}
+
+/// A MIG instance: a slice of a GPU with its own memory and SMs, named by its own `MIG-` UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInfo {
+    /// The parent GPU's UUID.
+    pub parent_uuid: String,
+    /// The parent GPU's NVML index.
+    pub parent_index: u32,
+    /// The instance's profile, as Slurm's gres.conf `Type=` names it (`1g.10gb`).
+    pub profile: String,
+    /// GPU instance id on the parent.
+    pub gpu_instance_id: u32,
+    /// Compute instance id within the GPU instance.
+    pub compute_instance_id: u32,
+    /// NVML's MIG device index on the parent (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    pub mig_index: u32,
+}
+
+impl MigInfo {
+    /// The profile from a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" → "1g.10gb").
+    pub fn profile_from_name(name: &str) -> Option<String> {
+        let at = name.rfind("MIG ")?;
+        let p = name[at + 4..].trim();
+        (!p.is_empty()).then(|| p.to_string())
+    }
 }
 
 /// GPM's figures over the time since the device's previous reading, percent; `None` where

@@ -453,6 +453,7 @@ mod tests {
             uuid: "GPU-0".into(),
             name: "G".into(),
             memory_total: 10,
+            mig: None,
         };
         let mut src = Fake {
             devices: vec![info],
@@ -501,6 +502,7 @@ mod tests {
             uuid: "GPU-0".into(),
             name: "G".into(),
             memory_total: 10,
+            mig: None,
         };
         let mut src = Same(vec![info], reading);
         let mut acc = GpuAccumulator::new(None);

@@ -109,7 +109,18 @@ pub(super) fn gpu_order(cfg: &Config, node: &str) -> (GpuOrder, Option<PathBuf>)
     let paths = gres::candidates(setting.as_deref(), slurm_conf.as_deref());
     match gres::read_node_gres(&paths, node) {
         Ok(Some((path, conf))) => {
-            let order = GpuOrder::from_conf(&conf, |p| gres::minor_of(Path::new(p)));
+            // The driver's own table (under /proc), or the site's setting: never the job's.
+            let mig = match gres::MigMinors::read(Path::new(&cfg.mig_minors_file)) {
+                Ok(t) => t,
+                Err(e) => {
+                    ffi::log_error(&format!(
+                        "gpu-tracker: {} not readable ({e}): MIG instances cannot be told",
+                        cfg.mig_minors_file
+                    ));
+                    None
+                }
+            };
+            let order = GpuOrder::from_conf(&conf, |p| gres::minor_of(Path::new(p)), mig.as_ref());
             (order, Some(path))
         }
         Ok(None) => {
