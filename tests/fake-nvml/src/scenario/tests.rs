@@ -181,6 +181,12 @@ fn parses_mig_instances_and_environ_entries() {
     let empty = s.devices[1].mig.as_ref().unwrap();
     assert_eq!((empty.max_instances, empty.instances.len()), (0, 0));
     assert!(s.devices[1].errors.is_empty() && parse("{}").unwrap().devices.is_empty());
+    let delayed = r#"{"delays_ms": {"nvmlDeviceGetComputeInstanceId": 5},
+        "hang": {"call": "nvmlDeviceGetMigDeviceHandleByIndex"}}"#;
+    assert!(
+        parse(delayed).is_ok(),
+        "the MIG calls can be delayed and hung"
+    );
 }
 
 #[test]
