@@ -52,6 +52,53 @@ pub struct MigInfo {
     pub mig_index: u32,
 }
 
+/// Why a GPU's device-wide figures are not the job's alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    /// `shard` (Slurm's shard GRES), `mps` (Slurm's MPS GRES) or `other_processes` (processes
+    /// outside the step were seen on the GPU).
+    pub by: String,
+    /// Shards the step holds on its node (`shard` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The most processes outside the step seen on the GPU at once.
+    pub other_processes: u32,
+    /// The figures that are the whole device's, other jobs' use included; the step's own are
+    /// its processes' memory.
+    pub device_wide: Vec<String>,
+}
+
+/// The figures of a GPU record that are the device's, not its processes'.
+pub const DEVICE_WIDE: [&str; 5] = [
+    "peak_device_memory_bytes",
+    "utilization",
+    "energy_joules",
+    "sm_active_percent",
+    "throttle_seconds",
+];
+
+impl Shared {
+    /// How a step's GPU is shared, if it is: Slurm's `shards` or `mps` for the step, else
+    /// `others` (the most processes of others seen on it at once).
+    pub fn decide(shards: Option<u32>, mps: bool, others: u32) -> Option<Shared> {
+        let by = if shards.is_some() {
+            "shard"
+        } else if mps {
+            "mps"
+        } else if others > 0 {
+            "other_processes"
+        } else {
+            return None;
+        };
+        Some(Shared {
+            by: by.into(),
+            shards,
+            other_processes: others,
+            device_wide: DEVICE_WIDE.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+}
+
 impl MigInfo {
     /// The profile from a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" → "1g.10gb").
     pub fn profile_from_name(name: &str) -> Option<String> {
@@ -160,6 +207,9 @@ pub struct GpuConfig {
     pub nvml_lib: Option<PathBuf>,
     /// Skip GPUs altogether.
     pub disabled: bool,
+    /// List MIG instances beside whole GPUs (a Slurm step, which maps its allocation to
+    /// them). Without, a GPU in MIG mode is read whole: its instances' processes are its own.
+    pub mig: bool,
 }
 
 /// A GPU source that is being opened on its own thread, so a slow NVML start (seconds without
@@ -183,11 +233,12 @@ pub fn open_lazily(config: &GpuConfig) -> LazyGpu {
     }
     let (tx, rx) = mpsc::channel();
     let lib = config.nvml_lib.clone();
+    let mig = config.mig;
     let spawned = thread::Builder::new()
         .name("gpu-tracker-nvml-open".into())
         .spawn(move || {
-            let r =
-                nvml::NvmlSource::open(lib.as_deref()).map(|s| Box::new(s) as Box<dyn GpuSource>);
+            let r = nvml::NvmlSource::open(lib.as_deref(), mig)
+                .map(|s| Box::new(s) as Box<dyn GpuSource>);
             let _ = tx.send(r);
         });
     LazyGpu {

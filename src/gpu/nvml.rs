@@ -35,17 +35,18 @@ fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuEr
 
 impl NvmlSource {
     /// Loads NVML (from `lib`, or the loader's search path) and lists every device (which
-    /// gets every device's handle). The descriptors the library opened meanwhile are marked
-    /// close-on-exec: NVML may open the driver's device files without it.
-    pub fn open(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
-        let (r, marked) = super::cloexec::marking(|| NvmlSource::open_unmarked(lib));
+    /// gets every device's handle), and with `mig` every MIG instance after them. The
+    /// descriptors the library opened meanwhile are marked close-on-exec: NVML may open the
+    /// driver's device files without it.
+    pub fn open(lib: Option<&Path>, mig: bool) -> Result<NvmlSource, GpuError> {
+        let (r, marked) = super::cloexec::marking(|| NvmlSource::open_unmarked(lib, mig));
         r.map(|s| NvmlSource {
             cloexec_marked: marked,
             ..s
         })
     }
 
-    fn open_unmarked(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
+    fn open_unmarked(lib: Option<&Path>, mig: bool) -> Result<NvmlSource, GpuError> {
         let lib_name = lib
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "libnvidia-ml.so.1".to_string());
@@ -71,7 +72,7 @@ impl NvmlSource {
             });
         }
         let mut problems = Vec::new();
-        let parents = devices.clone();
+        let parents = if mig { devices.clone() } else { Vec::new() };
         for parent in &parents {
             match mig_instances(&nvml, parent) {
                 Ok(found) => devices.extend(found),

@@ -175,6 +175,12 @@ impl Summary {
                     });
                     let (sum, longest, gpm_longest, measured) = e;
                     sum.slurm_index = sum.slurm_index.or(g.slurm_index);
+                    if sum.mig.is_none() {
+                        sum.mig = g.mig.clone();
+                    }
+                    if sum.shared.is_none() {
+                        sum.shared = g.shared.clone();
+                    }
                     sum.job_peak_bytes = sum.job_peak_bytes.max(g.peak_step_memory_bytes);
                     sum.device_peak_bytes = sum.device_peak_bytes.max(g.peak_device_memory_bytes);
                     sum.max_utilization_percent =

@@ -20,6 +20,8 @@ struct DeviceAcc {
     selected: bool,
     max_used: u64,
     max_tracked: u64,
+    /// The most processes outside the tracked set seen on the device at once.
+    others_max: u32,
     util: PercentAcc,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
@@ -50,6 +52,7 @@ impl DeviceAcc {
             selected,
             max_used: 0,
             max_tracked: 0,
+            others_max: 0,
             util: PercentAcc::default(),
             energy_first: None,
             energy_last: None,
@@ -285,6 +288,12 @@ impl GpuAccumulator {
             system += used;
             d.max_used = d.max_used.max(used);
             let mut tracked = 0;
+            let others = r
+                .processes
+                .iter()
+                .filter(|(pid, _)| *pid != main && !members.contains(pid))
+                .count();
+            d.others_max = d.others_max.max(others as u32);
             for (pid, mem) in &r.processes {
                 // Memory the driver cannot report is left out, never guessed.
                 let Some(b) = mem else { continue };
@@ -402,6 +411,7 @@ impl GpuAccumulator {
                     _ => None,
                 },
                 lost: d.lost,
+                other_processes: d.others_max,
                 depth: d.depth(),
             })
             .collect();
