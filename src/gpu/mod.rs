@@ -143,6 +143,9 @@ pub struct GpuReading {
     pub energy_mj: Option<u64>,
     /// Compute processes on the device: host pid and memory used, where the driver tells it.
     pub processes: Vec<(u32, Option<u64>)>,
+    /// Each process's share of the SMs since the previous reading (NVML's per-process
+    /// samples, the latest of each pid), percent; empty when no process ran a kernel since.
+    pub process_utilization: Option<Vec<(u32, u32)>>,
     /// GPM's figures since the previous reading (none at the first: GPM needs two samples).
     pub gpm: Option<GpmReading>,
     /// Clock event (throttle) reasons active now: NVML's bit mask.

@@ -23,6 +23,8 @@ pub struct NvmlSource {
     cloexec_marked: usize,
     /// Queries that failed, by device and query, reported once each.
     reported: Vec<(usize, &'static str)>,
+    /// Per device: the newest per-process utilization sample read (µs), the start of the next.
+    util_seen: Vec<Option<u64>>,
     problems: Vec<String>,
 }
 
@@ -82,6 +84,7 @@ impl NvmlSource {
         let session = Session::open(nvml, &devices);
         Ok(NvmlSource {
             lost: vec![false; devices.len()],
+            util_seen: vec![None; devices.len()],
             session,
             devices,
             cloexec_marked: 0,
@@ -97,8 +100,43 @@ impl NvmlSource {
         self.devices.retain(|_| *flags.next().unwrap_or(&false));
         let mut flags = kept.iter();
         self.lost.retain(|_| *flags.next().unwrap_or(&false));
+        let mut flags = kept.iter();
+        self.util_seen.retain(|_| *flags.next().unwrap_or(&false));
         self.session.keep(&kept);
     }
+}
+
+/// The SM share of each process that ran on `d` since `seen` (the latest sample of each pid),
+/// moving `seen` on. `NotFound` is NVML's "no sample since then": no process ran a kernel.
+fn process_utilization(
+    d: &nvml_wrapper::Device,
+    seen: &mut Option<u64>,
+    q: &mut Optional,
+) -> Option<Vec<(u32, u32)>> {
+    let samples = match d.process_utilization_stats(*seen) {
+        Err(NvmlError::NotFound) => Ok(Vec::new()),
+        r => r,
+    };
+    let samples = q.get(
+        figure::PROCESS_UTILIZATION,
+        "per-process utilization",
+        samples,
+    )?;
+    let mut latest: Vec<(u32, u64, u32)> = Vec::new();
+    for s in samples {
+        *seen = Some(seen.map_or(s.timestamp, |t| t.max(s.timestamp)));
+        match latest.iter_mut().find(|(p, _, _)| *p == s.pid) {
+            Some(l) if l.1 >= s.timestamp => {}
+            Some(l) => *l = (s.pid, s.timestamp, s.sm_util),
+            None => latest.push((s.pid, s.timestamp, s.sm_util)),
+        }
+    }
+    Some(
+        latest
+            .into_iter()
+            .map(|(p, _, u)| (p, u.min(100)))
+            .collect(),
+    )
 }
 
 /// The MIG instances of `parent`, in NVML's MIG index order (the order slurmd's AutoDetect=nvml
@@ -185,6 +223,7 @@ impl GpuSource for NvmlSource {
             .mig
             .as_ref()
             .map(|m| (m.mig_index, m.gpu_instance_id));
+        let seen = &mut self.util_seen[i];
         let mut reading = self
             .session
             .with_dependent_mut(|nvml: &Nvml, live: &mut Live| {
@@ -223,6 +262,7 @@ impl GpuSource for NvmlSource {
                                     (p.pid, mem)
                                 })
                                 .collect(),
+                            process_utilization: process_utilization(&d, seen, &mut q),
                             throttle: q
                                 .get(
                                     figure::THROTTLE,
@@ -261,6 +301,7 @@ impl GpuSource for NvmlSource {
             });
             if [
                 figure::THROTTLE,
+                figure::PROCESS_UTILIZATION,
                 figure::ECC,
                 figure::SM_ACTIVITY,
                 figure::XID,

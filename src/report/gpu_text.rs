@@ -158,9 +158,18 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
         ),
         None => why(&g.depth, figure::UTILIZATION),
     };
+    let own = if g.shared.is_some() {
+        let p = match g.depth.process_utilization_percent {
+            Some(p) => format!("mean {}, max {}", pct(Some(p.mean)), pct(Some(p.max))),
+            None => why(&g.depth, figure::PROCESS_UTILIZATION),
+        };
+        format!(" (the whole device's); the job's processes: {p}")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         w,
-        "               utilization: {util}; {}",
+        "               utilization: {util}{own}; {}",
         sm_activity(&g.depth)
     );
     let e = g

@@ -316,6 +316,10 @@ fn merge_depth(
             *a = *b;
         }
     };
+    take(
+        &mut job.process_utilization_percent,
+        &step.process_utilization_percent,
+    );
     take(&mut job.sm_active_percent, &step.sm_active_percent);
     take(&mut job.sm_occupancy_percent, &step.sm_occupancy_percent);
     take(&mut job.tensor_active_percent, &step.tensor_active_percent);
@@ -440,7 +444,7 @@ mod tests {
             assert_eq!(d.sm_active_percent.map(|x| x.mean), Some(30.0));
         }
         let s = Summary::from_records(&[b]);
-        assert_eq!(s.gpus[0].depth.no_data.len(), 7);
+        assert_eq!(s.gpus[0].depth.no_data.len(), 8);
         let text = super::super::text::render(&s, &[], &Default::default());
         assert!(
             text.contains("memory: n/a, not sampled: too short"),
