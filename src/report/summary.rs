@@ -176,7 +176,11 @@ impl Summary {
                     let (sum, longest, gpm_longest, measured) = e;
                     sum.slurm_index = sum.slurm_index.or(g.slurm_index);
                     if sum.mig.is_none() {
-                        sum.mig = g.mig.clone();
+                        sum.mig = g.mig.clone().map(|mut m| {
+                            m.profile = clean_text(&m.profile, 32);
+                            m.parent_uuid = clean_text(&m.parent_uuid, 96);
+                            m
+                        });
                     }
                     if sum.shared.is_none() {
                         sum.shared = g.shared.clone();
