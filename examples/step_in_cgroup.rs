@@ -123,7 +123,7 @@ fn run(args: Args) -> Result<u8> {
 fn every_gpu(nvml: &Path) -> Vec<u32> {
     // Opened and closed again before the tracker starts: the tracker opens its own after the
     // task is started, as in slurmstepd.
-    match NvmlSource::open(Some(nvml)) {
+    match NvmlSource::open(Some(nvml), true) {
         Ok(src) => (0..src.devices().len() as u32).collect(),
         Err(e) => {
             eprintln!("step_in_cgroup: cannot list the GPUs, the step has none: {e}");

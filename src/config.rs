@@ -85,6 +85,9 @@ pub struct Config {
     /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
     /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
     pub gres_conf: String,
+    /// The NVIDIA driver's table of MIG capability minors, which turns a MIG instance's
+    /// capability files in gres.conf into the instance.
+    pub mig_minors_file: String,
     /// Directory of the phase-mark sockets (`gpu-tracker mark`): root-owned, not writable by
     /// others, on a local filesystem (`/run`); made when missing. `""` turns marks off.
     pub mark_dir: String,
@@ -116,6 +119,7 @@ impl Default for Config {
             summary: true,
             retention_days: 180.0,
             gres_conf: String::new(),
+            mig_minors_file: crate::gres::mig::DEFAULT_MIG_MINORS.into(),
             mark_dir: "/run/gpu-tracker".into(),
             alert_memory_percent: 90.0,
             alert_gpu_idle_seconds: 600.0,
@@ -204,6 +208,12 @@ impl Config {
             return bad(
                 "gres_conf",
                 format!("must be \"\" or an absolute path, not {:?}", c.gres_conf),
+            );
+        }
+        if !Path::new(&c.mig_minors_file).is_absolute() {
+            return bad(
+                "mig_minors_file",
+                format!("must be an absolute path, not {:?}", c.mig_minors_file),
             );
         }
         // Values are shown with `{:?}`: `1e300`, not three hundred digits.
@@ -474,6 +484,7 @@ mod tests {
             ("retention_days = -3", "retention_days"),
             ("steps = []", "`steps`"),
             ("gres_conf = \"gres.conf\"", "`gres_conf`"),
+            ("mig_minors_file = \"mig-minors\"", "`mig_minors_file`"),
             ("mark_dir = \"run\"", "`mark_dir`"),
             ("alert_memory_percent = 120", "`alert_memory_percent`"),
             ("alert_memory_percent = nan", "`alert_memory_percent`"),

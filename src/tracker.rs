@@ -91,6 +91,7 @@ impl Default for TrackerOptions {
             gpu: GpuConfig {
                 nvml_lib: std::env::var_os("GPU_TRACKER_NVML_LIB").map(PathBuf::from),
                 disabled: false,
+                mig: false,
             },
             tracking_file: None,
             overwrite: false,

@@ -242,6 +242,7 @@ fn run(args: Args) -> Result<u8, Fail> {
         gpu: GpuConfig {
             nvml_lib: args.nvml_lib.clone(),
             disabled: false,
+            mig: false,
         },
         tracking_file: None,
         overwrite: args.overwrite,
@@ -279,7 +280,8 @@ fn run(args: Args) -> Result<u8, Fail> {
     };
     let gpu = match &args.guuids {
         Some(wanted) => {
-            let src = NvmlSource::open(args.nvml_lib.as_deref())
+            // MIG instances too, so that --guuids can name one by its MIG- UUID.
+            let mut src = NvmlSource::open(args.nvml_lib.as_deref(), true)
                 .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
             let known: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
             if let Some(bad) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
@@ -292,6 +294,7 @@ fn run(args: Args) -> Result<u8, Fail> {
                     }
                 )));
             }
+            src.retain(|d| d.mig.is_none() || wanted.contains(&d.uuid));
             LazyGpu::ready(Box::new(src))
         }
         None => gpu::open_lazily(&opts.gpu),

@@ -14,6 +14,8 @@ pub mod figure {
     pub const PROCESS_MEMORY: &str = "process_memory";
     /// NVML's utilization (the share of time a kernel ran).
     pub const UTILIZATION: &str = "utilization";
+    /// The tracked processes' own share of the SMs (NVML's per-process utilization).
+    pub const PROCESS_UTILIZATION: &str = "process_utilization";
     /// The energy counter.
     pub const ENERGY: &str = "energy";
     /// GPM's SM activity, SM occupancy, tensor pipe and DRAM bandwidth.
@@ -29,6 +31,7 @@ pub mod figure {
         MEMORY,
         PROCESS_MEMORY,
         UTILIZATION,
+        PROCESS_UTILIZATION,
         ENERGY,
         SM_ACTIVITY,
         THROTTLE,
@@ -122,6 +125,11 @@ pub const SLOWDOWN_REASONS: &[&str] = &[
 /// change: records of earlier builds read with every figure absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuDepth {
+    /// The tracked processes' own utilization: the sum of their SM shares in NVML's
+    /// per-process samples, percent. On a GPU others use too, this is the job's part of the
+    /// device's utilization.
+    #[serde(default)]
+    pub process_utilization_percent: Option<Spread>,
     /// Share of time the SMs had at least one warp resident (GPM), percent.
     #[serde(default)]
     pub sm_active_percent: Option<Spread>,

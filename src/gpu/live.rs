@@ -55,16 +55,17 @@ self_cell::self_cell!(
 );
 
 impl Session {
-    /// Takes the library and registers every one of its `count` devices for critical Xid
-    /// errors where the device and driver allow it.
-    pub fn open(nvml: Nvml, count: usize) -> Session {
+    /// Takes the library and registers every one of `devices` that is a whole GPU for critical
+    /// Xid errors where the device and driver allow it. A MIG instance's Xid errors arrive as
+    /// its parent's.
+    pub fn open(nvml: Nvml, devices: &[GpuInfo]) -> Session {
         Session::new(nvml, |nvml| {
             let mut live = Live {
-                gpm: (0..count).map(|_| Gpm::Unknown).collect(),
+                gpm: devices.iter().map(|_| Gpm::Unknown).collect(),
                 events: None,
-                xid_off: vec![None; count],
+                xid_off: vec![None; devices.len()],
             };
-            live.register_xids(nvml);
+            live.register_xids(nvml, devices);
             live
         })
     }
@@ -94,8 +95,12 @@ impl Session {
                             continue;
                         };
                         let Ok(uuid) = ev.device.uuid() else { continue };
-                        if let Some(i) = devices.iter().position(|d| d.uuid == uuid) {
-                            out.push((i, xid));
+                        // The GPU's own, or each of its MIG instances'.
+                        for (i, d) in devices.iter().enumerate() {
+                            let parent = d.mig.as_ref().map(|m| m.parent_uuid.as_str());
+                            if d.uuid == uuid || parent == Some(uuid.as_str()) {
+                                out.push((i, xid));
+                            }
                         }
                     }
                     Err(NvmlError::Timeout) => return (out, None),
@@ -116,9 +121,12 @@ impl Session {
 }
 
 impl<'n> Live<'n> {
-    fn register_xids(&mut self, nvml: &'n Nvml) {
-        for i in 0..self.gpm.len() {
-            let device = match nvml.device_by_index(i as u32) {
+    fn register_xids(&mut self, nvml: &'n Nvml, devices: &[GpuInfo]) {
+        for (i, info) in devices.iter().enumerate() {
+            if info.mig.is_some() {
+                continue;
+            }
+            let device = match nvml.device_by_index(info.index) {
                 Ok(d) => d,
                 Err(e) => {
                     self.xid_off[i] = Some(no_data("Xid events", &e));
@@ -143,12 +151,14 @@ impl<'n> Live<'n> {
         }
     }
 
-    /// Reads GPM and ECC for device `i` into `r`.
+    /// Reads GPM and ECC for device `i` into `r`. `mig_parent`: the parent GPU and the GPU
+    /// instance id, when `d` is a MIG instance (GPM is read per instance through the parent).
     pub fn read_extra(
         &mut self,
         i: usize,
         nvml: &'n Nvml,
         d: &Device<'n>,
+        mig_parent: Option<(&Device<'n>, u32)>,
         r: &mut GpuReading,
         q: &mut Optional,
     ) {
@@ -171,7 +181,7 @@ impl<'n> Live<'n> {
             );
             r.ecc = u.map(|u| (c, u));
         }
-        self.read_gpm(i, nvml, d, r, q);
+        self.read_gpm(i, nvml, d, mig_parent, r, q);
     }
 
     fn read_gpm(
@@ -179,14 +189,17 @@ impl<'n> Live<'n> {
         i: usize,
         nvml: &'n Nvml,
         d: &Device<'n>,
+        mig_parent: Option<(&Device<'n>, u32)>,
         r: &mut GpuReading,
         q: &mut Optional,
     ) {
+        // GPM belongs to the whole GPU: a MIG instance asks its parent, for its GPU instance.
+        let gpm_device = mig_parent.map_or(d, |(p, _)| p);
         let Some(state) = self.gpm.get_mut(i) else {
             return;
         };
         if let Gpm::Unknown = state {
-            *state = match d.gpm_support() {
+            *state = match gpm_device.gpm_support() {
                 Ok(true) => Gpm::Last(None),
                 Ok(false) => Gpm::Off(NoData::not_supported(
                     "this GPU has no GPM (NVML's GPU performance metrics need Hopper or newer)",
@@ -209,7 +222,11 @@ impl<'n> Live<'n> {
             Gpm::Last(last) => last,
             Gpm::Unknown => return,
         };
-        let now = match d.gpm_sample() {
+        let sampled = match mig_parent {
+            Some((p, gi)) => p.gpm_mig_sample(gi),
+            None => d.gpm_sample(),
+        };
+        let now = match sampled {
             Ok(s) => s,
             Err(NvmlError::GpuLost) => {
                 q.lost = true;

@@ -4,6 +4,7 @@
 //! and the tracker reports no GPU figures (null, with why).
 
 pub mod cloexec;
+mod ffi;
 pub mod figures;
 mod live;
 pub mod nvml;
@@ -13,21 +14,98 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What stays the same about a GPU during a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuInfo {
-    /// NVML index (the order NVML enumerates devices in).
+    /// NVML index (the order NVML enumerates devices in); a MIG instance's parent's.
     pub index: u32,
-    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names.
+    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names; a MIG
+    /// instance's parent's.
     pub minor: Option<u32>,
     /// `GPU-...` or `MIG-...` UUID.
     pub uuid: String,
     /// Product name.
     pub name: String,
-    /// Memory size in bytes.
+    /// Memory size in bytes (a MIG instance's own).
     pub memory_total: u64,
+    /// The MIG instance this device is, when it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigInfo>,
+}
+
+/// A MIG instance: a slice of a GPU with its own memory and SMs, named by its own `MIG-` UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInfo {
+    /// The parent GPU's UUID.
+    pub parent_uuid: String,
+    /// The parent GPU's NVML index.
+    pub parent_index: u32,
+    /// The instance's profile, as Slurm's gres.conf `Type=` names it (`1g.10gb`).
+    pub profile: String,
+    /// GPU instance id on the parent.
+    pub gpu_instance_id: u32,
+    /// Compute instance id within the GPU instance.
+    pub compute_instance_id: u32,
+    /// NVML's MIG device index on the parent (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    pub mig_index: u32,
+}
+
+/// Why a GPU's device-wide figures are not the job's alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    /// `shard` (Slurm's shard GRES), `mps` (Slurm's MPS GRES) or `other_processes` (processes
+    /// outside the step were seen on the GPU).
+    pub by: String,
+    /// Shards the step holds on its node (`shard` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The most processes outside the step seen on the GPU at once.
+    pub other_processes: u32,
+    /// The figures that are the whole device's, other jobs' use included; the step's own are
+    /// its processes' memory.
+    pub device_wide: Vec<String>,
+}
+
+/// The figures of a GPU record that are the device's, not its processes'.
+pub const DEVICE_WIDE: [&str; 5] = [
+    "peak_device_memory_bytes",
+    "utilization",
+    "energy_joules",
+    "sm_active_percent",
+    "throttle_seconds",
+];
+
+impl Shared {
+    /// How a step's GPU is shared, if it is: Slurm's `shards` or `mps` for the step, else
+    /// `others` (the most processes of others seen on it at once).
+    pub fn decide(shards: Option<u32>, mps: bool, others: u32) -> Option<Shared> {
+        let by = if shards.is_some() {
+            "shard"
+        } else if mps {
+            "mps"
+        } else if others > 0 {
+            "other_processes"
+        } else {
+            return None;
+        };
+        Some(Shared {
+            by: by.into(),
+            shards,
+            other_processes: others,
+            device_wide: DEVICE_WIDE.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+}
+
+impl MigInfo {
+    /// The profile from a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" → "1g.10gb").
+    pub fn profile_from_name(name: &str) -> Option<String> {
+        let at = name.rfind("MIG ")?;
+        let p = name[at + 4..].trim();
+        (!p.is_empty()).then(|| p.to_string())
+    }
 }
 
 /// GPM's figures over the time since the device's previous reading, percent; `None` where
@@ -65,6 +143,9 @@ pub struct GpuReading {
     pub energy_mj: Option<u64>,
     /// Compute processes on the device: host pid and memory used, where the driver tells it.
     pub processes: Vec<(u32, Option<u64>)>,
+    /// Each process's share of the SMs since the previous reading (NVML's per-process
+    /// samples, the latest of each pid), percent; empty when no process ran a kernel since.
+    pub process_utilization: Option<Vec<(u32, u32)>>,
     /// GPM's figures since the previous reading (none at the first: GPM needs two samples).
     pub gpm: Option<GpmReading>,
     /// Clock event (throttle) reasons active now: NVML's bit mask.
@@ -129,6 +210,9 @@ pub struct GpuConfig {
     pub nvml_lib: Option<PathBuf>,
     /// Skip GPUs altogether.
     pub disabled: bool,
+    /// List MIG instances beside whole GPUs (a Slurm step, which maps its allocation to
+    /// them). Without, a GPU in MIG mode is read whole: its instances' processes are its own.
+    pub mig: bool,
 }
 
 /// A GPU source that is being opened on its own thread, so a slow NVML start (seconds without
@@ -152,11 +236,12 @@ pub fn open_lazily(config: &GpuConfig) -> LazyGpu {
     }
     let (tx, rx) = mpsc::channel();
     let lib = config.nvml_lib.clone();
+    let mig = config.mig;
     let spawned = thread::Builder::new()
         .name("gpu-tracker-nvml-open".into())
         .spawn(move || {
-            let r =
-                nvml::NvmlSource::open(lib.as_deref()).map(|s| Box::new(s) as Box<dyn GpuSource>);
+            let r = nvml::NvmlSource::open(lib.as_deref(), mig)
+                .map(|s| Box::new(s) as Box<dyn GpuSource>);
             let _ = tx.send(r);
         });
     LazyGpu {

@@ -12,7 +12,7 @@ use nvml_wrapper::error::NvmlError;
 use super::figures::{NoData, figure};
 use super::live::{Live, Session};
 use super::query::{Optional, no_data};
-use super::{GpuError, GpuInfo, GpuReading, GpuSource, Missing};
+use super::{GpuError, GpuInfo, GpuReading, GpuSource, MigInfo, Missing};
 
 /// GPUs read through NVML.
 pub struct NvmlSource {
@@ -23,6 +23,8 @@ pub struct NvmlSource {
     cloexec_marked: usize,
     /// Queries that failed, by device and query, reported once each.
     reported: Vec<(usize, &'static str)>,
+    /// Per device: the newest per-process utilization sample read (µs), the start of the next.
+    util_seen: Vec<Option<u64>>,
     problems: Vec<String>,
 }
 
@@ -35,17 +37,18 @@ fn query<T>(what: impl Into<String>, r: Result<T, NvmlError>) -> Result<T, GpuEr
 
 impl NvmlSource {
     /// Loads NVML (from `lib`, or the loader's search path) and lists every device (which
-    /// gets every device's handle). The descriptors the library opened meanwhile are marked
-    /// close-on-exec: NVML may open the driver's device files without it.
-    pub fn open(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
-        let (r, marked) = super::cloexec::marking(|| NvmlSource::open_unmarked(lib));
+    /// gets every device's handle), and with `mig` every MIG instance after them. The
+    /// descriptors the library opened meanwhile are marked close-on-exec: NVML may open the
+    /// driver's device files without it.
+    pub fn open(lib: Option<&Path>, mig: bool) -> Result<NvmlSource, GpuError> {
+        let (r, marked) = super::cloexec::marking(|| NvmlSource::open_unmarked(lib, mig));
         r.map(|s| NvmlSource {
             cloexec_marked: marked,
             ..s
         })
     }
 
-    fn open_unmarked(lib: Option<&Path>) -> Result<NvmlSource, GpuError> {
+    fn open_unmarked(lib: Option<&Path>, mig: bool) -> Result<NvmlSource, GpuError> {
         let lib_name = lib
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "libnvidia-ml.so.1".to_string());
@@ -67,16 +70,26 @@ impl NvmlSource {
                 uuid: query(format!("UUID of device {i}"), d.uuid())?,
                 name: d.name().unwrap_or_else(|_| "unknown".into()),
                 memory_total: query(format!("memory of device {i}"), d.memory_info())?.total,
+                mig: None,
             });
         }
-        let session = Session::open(nvml, devices.len());
+        let mut problems = Vec::new();
+        let parents = if mig { devices.clone() } else { Vec::new() };
+        for parent in &parents {
+            match mig_instances(&nvml, parent) {
+                Ok(found) => devices.extend(found),
+                Err(e) => problems.push(e),
+            }
+        }
+        let session = Session::open(nvml, &devices);
         Ok(NvmlSource {
             lost: vec![false; devices.len()],
+            util_seen: vec![None; devices.len()],
             session,
             devices,
             cloexec_marked: 0,
             reported: Vec::new(),
-            problems: Vec::new(),
+            problems,
         })
     }
 
@@ -87,8 +100,95 @@ impl NvmlSource {
         self.devices.retain(|_| *flags.next().unwrap_or(&false));
         let mut flags = kept.iter();
         self.lost.retain(|_| *flags.next().unwrap_or(&false));
+        let mut flags = kept.iter();
+        self.util_seen.retain(|_| *flags.next().unwrap_or(&false));
         self.session.keep(&kept);
     }
+}
+
+/// The SM share of each process that ran on `d` since `seen` (the latest sample of each pid),
+/// moving `seen` on. `NotFound` is NVML's "no sample since then": no process ran a kernel.
+fn process_utilization(
+    d: &nvml_wrapper::Device,
+    seen: &mut Option<u64>,
+    q: &mut Optional,
+) -> Option<Vec<(u32, u32)>> {
+    let samples = match d.process_utilization_stats(*seen) {
+        Err(NvmlError::NotFound) => Ok(Vec::new()),
+        r => r,
+    };
+    let samples = q.get(
+        figure::PROCESS_UTILIZATION,
+        "per-process utilization",
+        samples,
+    )?;
+    let mut latest: Vec<(u32, u64, u32)> = Vec::new();
+    for s in samples {
+        *seen = Some(seen.map_or(s.timestamp, |t| t.max(s.timestamp)));
+        match latest.iter_mut().find(|(p, _, _)| *p == s.pid) {
+            Some(l) if l.1 >= s.timestamp => {}
+            Some(l) => *l = (s.pid, s.timestamp, s.sm_util),
+            None => latest.push((s.pid, s.timestamp, s.sm_util)),
+        }
+    }
+    Some(
+        latest
+            .into_iter()
+            .map(|(p, _, u)| (p, u.min(100)))
+            .collect(),
+    )
+}
+
+/// The MIG instances of `parent`, in NVML's MIG index order (the order slurmd's AutoDetect=nvml
+/// lists them in); none when the GPU is not in MIG mode or cannot be (`NotSupported`). An
+/// instance that cannot be described is left out, with a note.
+fn mig_instances(nvml: &Nvml, parent: &GpuInfo) -> Result<Vec<GpuInfo>, String> {
+    let what = |e: &dyn std::fmt::Display| {
+        format!(
+            "GPU {} ({}): MIG instances not listed: {e}",
+            parent.index, parent.uuid
+        )
+    };
+    let d = nvml.device_by_index(parent.index).map_err(|e| what(&e))?;
+    match d.mig_mode() {
+        Ok(m) if m.current == 1 => {}
+        Ok(_) | Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(what(&e)),
+    }
+    let slots = d.mig_device_count().map_err(|e| what(&e))?;
+    let mut out = Vec::new();
+    // At most 7 on today's GPUs; a driver answering more is not believed past 64.
+    for slot in 0..slots.min(64) {
+        let m = match d.mig_device_by_index(slot) {
+            Ok(m) => m,
+            // An empty slot.
+            Err(NvmlError::NotFound) => continue,
+            Err(e) => return Err(what(&e)),
+        };
+        let described = (|| {
+            let (gi, ci) = super::ffi::mig_instance_ids(nvml, &m)?;
+            let name = m.name()?;
+            Ok::<_, NvmlError>(GpuInfo {
+                index: parent.index,
+                minor: parent.minor,
+                uuid: m.uuid()?,
+                memory_total: m.memory_info()?.total,
+                mig: Some(MigInfo {
+                    parent_uuid: parent.uuid.clone(),
+                    parent_index: parent.index,
+                    profile: MigInfo::profile_from_name(&name).unwrap_or_else(|| name.clone()),
+                    gpu_instance_id: gi,
+                    compute_instance_id: ci,
+                    mig_index: slot,
+                }),
+                name,
+            })
+        })();
+        out.push(described.map_err(|e| what(&format!("MIG device {slot}: {e}")))?);
+    }
+    Ok(out)
 }
 
 impl GpuSource for NvmlSource {
@@ -119,61 +219,73 @@ impl GpuSource for NvmlSource {
             failed: Vec::new(),
         };
         let index = self.devices[i].index;
-        let mut reading =
-            self.session
-                .with_dependent_mut(|nvml: &Nvml, live: &mut Live| {
-                    match nvml.device_by_index(index) {
-                        Ok(d) => {
-                            let mut r = GpuReading {
-                                used: q
-                                    .get(figure::MEMORY, "memory in use", d.memory_info())
-                                    .map(|m| m.used),
-                                utilization: q
-                                    .get(figure::UTILIZATION, "utilization", d.utilization_rates())
-                                    .map(|u| u.gpu),
-                                energy_mj: q.get(
-                                    figure::ENERGY,
-                                    "energy",
-                                    d.total_energy_consumption(),
-                                ),
-                                processes: q
-                                    .get(
-                                        figure::PROCESS_MEMORY,
-                                        "processes",
-                                        d.running_compute_processes(),
-                                    )
-                                    .unwrap_or_default()
-                                    .into_iter()
-                                    .map(|p| {
-                                        let mem = match p.used_gpu_memory {
-                                            UsedGpuMemory::Used(b) => Some(b),
-                                            UsedGpuMemory::Unavailable => None,
-                                        };
-                                        (p.pid, mem)
-                                    })
-                                    .collect(),
-                                throttle: q
-                                    .get(
-                                        figure::THROTTLE,
-                                        "clock event reasons",
-                                        d.current_throttle_reasons(),
-                                    )
-                                    .map(|r| r.bits()),
-                                ..GpuReading::default()
-                            };
-                            live.read_extra(i, nvml, &d, &mut r, &mut q);
-                            r
-                        }
-                        Err(NvmlError::GpuLost) => {
-                            q.lost = true;
-                            GpuReading::default()
-                        }
-                        Err(e) => {
-                            q.failed.push((figure::MEMORY, "handle", e));
-                            GpuReading::default()
-                        }
-                    }
+        let mig = self.devices[i]
+            .mig
+            .as_ref()
+            .map(|m| (m.mig_index, m.gpu_instance_id));
+        let seen = &mut self.util_seen[i];
+        let mut reading = self
+            .session
+            .with_dependent_mut(|nvml: &Nvml, live: &mut Live| {
+                // A MIG instance is read through its own handle, and GPM through its parent.
+                let handles = nvml.device_by_index(index).and_then(|p| match mig {
+                    Some((slot, gi)) => p.mig_device_by_index(slot).map(|d| (d, Some((p, gi)))),
+                    None => Ok((p, None)),
                 });
+                match handles {
+                    Ok((d, parent)) => {
+                        let mut r = GpuReading {
+                            used: q
+                                .get(figure::MEMORY, "memory in use", d.memory_info())
+                                .map(|m| m.used),
+                            utilization: q
+                                .get(figure::UTILIZATION, "utilization", d.utilization_rates())
+                                .map(|u| u.gpu),
+                            energy_mj: q.get(
+                                figure::ENERGY,
+                                "energy",
+                                d.total_energy_consumption(),
+                            ),
+                            processes: q
+                                .get(
+                                    figure::PROCESS_MEMORY,
+                                    "processes",
+                                    d.running_compute_processes(),
+                                )
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|p| {
+                                    let mem = match p.used_gpu_memory {
+                                        UsedGpuMemory::Used(b) => Some(b),
+                                        UsedGpuMemory::Unavailable => None,
+                                    };
+                                    (p.pid, mem)
+                                })
+                                .collect(),
+                            process_utilization: process_utilization(&d, seen, &mut q),
+                            throttle: q
+                                .get(
+                                    figure::THROTTLE,
+                                    "clock event reasons",
+                                    d.current_throttle_reasons(),
+                                )
+                                .map(|r| r.bits()),
+                            ..GpuReading::default()
+                        };
+                        let parent = parent.as_ref().map(|(p, gi)| (p, *gi));
+                        live.read_extra(i, nvml, &d, parent, &mut r, &mut q);
+                        r
+                    }
+                    Err(NvmlError::GpuLost) => {
+                        q.lost = true;
+                        GpuReading::default()
+                    }
+                    Err(e) => {
+                        q.failed.push((figure::MEMORY, "handle", e));
+                        GpuReading::default()
+                    }
+                }
+            });
         if reading.processes.iter().any(|(_, m)| m.is_none()) {
             reading.missing.push(Missing {
                 figure: figure::PROCESS_MEMORY,
@@ -189,6 +301,7 @@ impl GpuSource for NvmlSource {
             });
             if [
                 figure::THROTTLE,
+                figure::PROCESS_UTILIZATION,
                 figure::ECC,
                 figure::SM_ACTIVITY,
                 figure::XID,

@@ -14,13 +14,22 @@
 //!   files gres.conf names that NVML does not show after them, in natural name order;
 //! - `AutoDetect=nvidia` (24.11+): the same set sorted by file name, in natural order.
 //!
+//!
+//! A MIG instance is a `MultipleFiles=` GPU: its parent's file and capability files, which the
+//! driver's `mig-minors` table turns into the instance ([`mig`]). AutoDetect=nvml lists each
+//! GPU in MIG mode as its MIG instances, in NVML's MIG index order.
+//!
 //! [`parse`] is pure; [`read_node_gres`] and [`minor_of`] are the thin I/O.
 
+pub mod mig;
 pub mod parse;
 
 use std::path::{Path, PathBuf};
 
+pub use mig::{Capability, MigMinors};
 pub use parse::{NodeGres, parse_gres_conf};
+
+use crate::gpu::GpuInfo;
 
 /// Where gres.conf usually is when neither the settings nor `SLURM_CONF` say.
 pub const DEFAULT_PATH: &str = "/etc/slurm/gres.conf";
@@ -82,6 +91,37 @@ pub struct DeviceFile {
     pub path: String,
     /// Its minor number (`None`: not a character device, or missing).
     pub minor: Option<u32>,
+    /// A `MultipleFiles=` GPU's further files: `Some` when they name a MIG instance (in the
+    /// driver's table), `None` otherwise.
+    pub mig: Option<Capability>,
+    /// A `MultipleFiles=` GPU whose further files name no MIG instance known to the table: the
+    /// GPU cannot be told.
+    pub unknown_caps: bool,
+}
+
+/// What one of Slurm's GPU indices stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A whole GPU, by the minor number of its device file.
+    Gpu(u32),
+    /// A MIG instance.
+    Mig(Capability),
+}
+
+impl Target {
+    /// Whether NVML device `d` is this target.
+    pub fn is(&self, d: &GpuInfo) -> bool {
+        match (self, &d.mig) {
+            (Target::Gpu(m), None) => d.minor == Some(*m),
+            (Target::Mig(c), Some(i)) => {
+                d.minor == Some(c.gpu_minor)
+                    && i.gpu_instance_id == c.gpu_instance
+                    && c.compute_instance
+                        .is_none_or(|ci| ci == i.compute_instance_id)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// How slurmd orders the node's GPUs.
@@ -99,14 +139,26 @@ pub enum GpuOrder {
 
 impl GpuOrder {
     /// The order slurmd uses for a node with this gres.conf content; `minor` resolves a path
-    /// (the real one is [`minor_of`]).
-    pub fn from_conf(conf: &NodeGres, minor: impl Fn(&str) -> Option<u32>) -> GpuOrder {
+    /// (the real one is [`minor_of`]); `mig` is the driver's capability table, when there is
+    /// one.
+    pub fn from_conf(
+        conf: &NodeGres,
+        minor: impl Fn(&str) -> Option<u32>,
+        mig: Option<&MigMinors>,
+    ) -> GpuOrder {
         let files: Vec<DeviceFile> = conf
-            .files()
+            .devices()
             .into_iter()
-            .map(|p| DeviceFile {
-                minor: minor(&p),
-                path: p,
+            .filter_map(|files| {
+                let (first, caps) = files.split_first()?;
+                let cap_minors: Vec<u32> = caps.iter().filter_map(|c| minor(c)).collect();
+                let instance = mig.and_then(|t| t.instance(&cap_minors));
+                Some(DeviceFile {
+                    minor: minor(first),
+                    path: first.clone(),
+                    mig: instance,
+                    unknown_caps: !caps.is_empty() && instance.is_none(),
+                })
             })
             .collect();
         match conf.autodetect.as_deref() {
@@ -132,38 +184,65 @@ impl GpuOrder {
         }
     }
 
-    /// Slurm's index → minor number table, given NVML's devices as (NVML index, minor).
-    /// `None` for [`GpuOrder::Unknown`]. An entry is `None` where the file has no minor.
-    pub fn minors(&self, nvml: &[(u32, Option<u32>)]) -> Option<Vec<Option<u32>>> {
+    /// Slurm's index → target table, given NVML's devices (whole GPUs and MIG instances).
+    /// `None` for [`GpuOrder::Unknown`]. An entry is `None` where the GPU cannot be told (a
+    /// file without a minor, capability files the driver's table does not name).
+    pub fn targets(&self, nvml: &[GpuInfo]) -> Option<Vec<Option<Target>>> {
+        let name = |m: u32| format!("/dev/nvidia{m}");
         let detected = |files: &[DeviceFile], sort_by_name: bool| {
-            let mut sys: Vec<(u32, u32)> = nvml
+            let mut whole: Vec<&GpuInfo> = nvml
                 .iter()
-                .filter_map(|&(i, m)| m.map(|m| (i, m)))
+                .filter(|d| d.mig.is_none() && d.minor.is_some())
                 .collect();
-            sys.sort_unstable();
-            let name = |m: u32| format!("/dev/nvidia{m}");
-            let mut chosen: Vec<(String, Option<u32>)> = if files.is_empty() {
-                sys.iter().map(|&(_, m)| (name(m), Some(m))).collect()
-            } else {
-                sys.iter()
-                    .filter(|&&(_, m)| files.iter().any(|f| f.path == name(m)))
-                    .map(|&(_, m)| (name(m), Some(m)))
-                    .collect()
-            };
-            let mut extra: Vec<(String, Option<u32>)> = files
+            whole.sort_by_key(|d| d.index);
+            let wanted = |m: u32| files.is_empty() || files.iter().any(|f| f.path == name(m));
+            let mut chosen: Vec<(String, Option<Target>)> = Vec::new();
+            for d in whole {
+                let m = d.minor.unwrap_or_default();
+                if !wanted(m) {
+                    continue;
+                }
+                // AutoDetect=nvml lists a GPU in MIG mode as its instances (AutoDetect=nvidia
+                // knows no MIG).
+                let mut instances: Vec<&GpuInfo> = nvml
+                    .iter()
+                    .filter(|i| i.mig.as_ref().is_some_and(|x| x.parent_index == d.index))
+                    .collect();
+                instances.sort_by_key(|i| i.mig.as_ref().map(|x| x.mig_index));
+                if instances.is_empty() || sort_by_name {
+                    chosen.push((name(m), Some(Target::Gpu(m))));
+                }
+                if !sort_by_name {
+                    for i in instances {
+                        let x = i.mig.as_ref().expect("filtered on mig");
+                        let cap = Capability {
+                            gpu_minor: m,
+                            gpu_instance: x.gpu_instance_id,
+                            compute_instance: Some(x.compute_instance_id),
+                        };
+                        chosen.push((name(m), Some(Target::Mig(cap))));
+                    }
+                }
+            }
+            let mut extra: Vec<(String, Option<Target>)> = files
                 .iter()
                 .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
-                .map(|f| (f.path.clone(), f.minor))
+                .map(|f| (f.path.clone(), f.minor.map(Target::Gpu)))
                 .collect();
             extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
             chosen.extend(extra);
             if sort_by_name {
                 chosen.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
             }
-            chosen.into_iter().map(|(_, m)| m).collect()
+            chosen.into_iter().map(|(_, t)| t).collect()
+        };
+        let listed = |f: &DeviceFile| match (f.mig, f.unknown_caps) {
+            (Some(c), _) => Some(Target::Mig(c)),
+            (None, true) => None,
+            (None, false) => f.minor.map(Target::Gpu),
         };
         match self {
-            GpuOrder::Files(f) => Some(f.iter().map(|f| f.minor).collect()),
+            GpuOrder::Files(f) => Some(f.iter().map(listed).collect()),
             GpuOrder::NvmlIndex(f) => Some(detected(f, false)),
             GpuOrder::FileName(f) => Some(detected(f, true)),
             GpuOrder::Unknown(_) => None,
@@ -174,9 +253,21 @@ impl GpuOrder {
     pub fn describe(&self, source: &str) -> String {
         let list = |f: &[DeviceFile]| {
             f.iter()
-                .map(|f| match f.minor {
-                    Some(m) => format!("{} (minor {m})", f.path),
-                    None => format!("{} (no device)", f.path),
+                .map(|f| match (f.minor, f.mig, f.unknown_caps) {
+                    (Some(m), Some(c), _) => format!(
+                        "{} (minor {m}) MIG gi {}{}",
+                        f.path,
+                        c.gpu_instance,
+                        c.compute_instance
+                            .map(|ci| format!(" ci {ci}"))
+                            .unwrap_or_default()
+                    ),
+                    (Some(m), None, true) => format!(
+                        "{} (minor {m}) with capability files the driver's mig-minors does not name",
+                        f.path
+                    ),
+                    (Some(m), None, false) => format!("{} (minor {m})", f.path),
+                    (None, _, _) => format!("{} (no device)", f.path),
                 })
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -209,15 +300,134 @@ impl GpuOrder {
 mod tests {
     use super::*;
 
+    fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
+        GpuInfo {
+            index,
+            minor,
+            uuid: format!("GPU-{index}"),
+            name: "G".into(),
+            memory_total: 1,
+            mig: None,
+        }
+    }
+
+    fn instance(parent: &GpuInfo, slot: u32, gi: u32) -> GpuInfo {
+        GpuInfo {
+            uuid: format!("MIG-{}-{slot}", parent.index),
+            mig: Some(crate::gpu::MigInfo {
+                parent_uuid: parent.uuid.clone(),
+                parent_index: parent.index,
+                profile: "1g.10gb".into(),
+                gpu_instance_id: gi,
+                compute_instance_id: 0,
+                mig_index: slot,
+            }),
+            ..parent.clone()
+        }
+    }
+
+    /// The whole-GPU minors of an order's targets, given NVML's (index, minor) devices.
+    trait Minors {
+        fn minors(&self, nvml: &[(u32, Option<u32>)]) -> Option<Vec<Option<u32>>>;
+    }
+
+    impl Minors for GpuOrder {
+        fn minors(&self, nvml: &[(u32, Option<u32>)]) -> Option<Vec<Option<u32>>> {
+            let devices: Vec<GpuInfo> = nvml.iter().map(|&(i, m)| gpu(i, m)).collect();
+            let t = self.targets(&devices)?;
+            Some(
+                t.into_iter()
+                    .map(|t| match t {
+                        Some(Target::Gpu(m)) => Some(m),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        }
+    }
+
     fn order(conf: &str) -> GpuOrder {
+        order_with(conf, None)
+    }
+
+    fn order_with(conf: &str, mig: Option<&MigMinors>) -> GpuOrder {
         // A device file's minor is its trailing number here, plus 100 for the `sim` files.
-        GpuOrder::from_conf(&parse_gres_conf(conf, "n1"), |p| {
-            let n: u32 = p
-                .trim_start_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .ok()?;
-            Some(if p.contains("sim") { n + 100 } else { n })
-        })
+        GpuOrder::from_conf(
+            &parse_gres_conf(conf, "n1"),
+            |p| {
+                let n: u32 = p
+                    .trim_start_matches(|c: char| !c.is_ascii_digit())
+                    .parse()
+                    .ok()?;
+                Some(if p.contains("sim") { n + 100 } else { n })
+            },
+            mig,
+        )
+    }
+
+    const MIG_MINORS: &str = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n\
+        gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n";
+
+    #[test]
+    fn a_mig_instance_of_gres_conf_is_found_by_its_capability_files() {
+        let table = MigMinors::parse(MIG_MINORS);
+        let conf = "Name=gpu Type=sim File=/dev/nvidia1\n\
+            Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap12,/dev/nvidia-caps/nvidia-cap13\n\
+            Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22\n";
+        let o = order_with(conf, Some(&table));
+        let parent = gpu(0, Some(0));
+        // NVML lists MIG instance slot 0 = gi 2 before slot 1 = gi 1: gres.conf's order rules.
+        let nvml = vec![
+            gpu(1, Some(1)),
+            parent.clone(),
+            instance(&parent, 0, 2),
+            instance(&parent, 1, 1),
+        ];
+        let t = o.targets(&nvml).unwrap();
+        assert_eq!(t[0], Some(Target::Gpu(1)));
+        let found: Vec<Option<&str>> = t
+            .iter()
+            .map(|t| {
+                t.and_then(|t| nvml.iter().find(|d| t.is(d)))
+                    .map(|d| d.uuid.as_str())
+            })
+            .collect();
+        assert_eq!(found, [Some("GPU-1"), Some("MIG-0-1"), Some("MIG-0-0")]);
+        assert!(
+            o.describe("g")
+                .contains("/dev/nvidia0 (minor 0) MIG gi 2 ci 0"),
+            "{}",
+            o.describe("g")
+        );
+        // Without the driver's table (or with files it does not name) the instance is unknown:
+        // never taken for the whole parent GPU.
+        let o = order_with(conf, None);
+        assert_eq!(o.targets(&nvml).unwrap()[1..], [None, None]);
+        assert!(o.describe("g").contains("mig-minors does not name"));
+    }
+
+    #[test]
+    fn autodetect_nvml_lists_a_mig_gpu_as_its_instances() {
+        let o = order("AutoDetect=nvml\nName=gpu Count=3\n");
+        let parent = gpu(0, Some(5));
+        let nvml = vec![
+            parent.clone(),
+            gpu(1, Some(2)),
+            instance(&parent, 1, 9),
+            instance(&parent, 0, 3),
+        ];
+        let t = o.targets(&nvml).unwrap();
+        let gi = |t: &Option<Target>| match t {
+            Some(Target::Mig(c)) => Some(c.gpu_instance),
+            _ => None,
+        };
+        assert_eq!(gi(&t[0]), Some(3));
+        assert_eq!(gi(&t[1]), Some(9));
+        assert_eq!(t[2], Some(Target::Gpu(2)));
+        assert_eq!(t.len(), 3);
+        // A MIG target is never the whole parent, nor the other instance.
+        assert!(!t[0].unwrap().is(&parent));
+        assert!(t[0].unwrap().is(&nvml[3]) && !t[0].unwrap().is(&nvml[2]));
     }
 
     #[test]

@@ -16,8 +16,12 @@
 pub struct GpuLine {
     /// `Type=`, when given.
     pub type_name: Option<String>,
-    /// The device files of `File=`/`Files=`, expanded, in the order written; empty without one.
+    /// The device files of `File=`/`Files=`/`MultipleFiles=`, expanded, in the order written;
+    /// empty without one.
     pub files: Vec<String>,
+    /// `MultipleFiles=`: the files are ONE GPU's (a MIG instance: the parent GPU's file and its
+    /// capability files), not one GPU each.
+    pub multiple: bool,
     /// `Count=`, when given.
     pub count: Option<u64>,
 }
@@ -35,11 +39,26 @@ pub struct NodeGres {
 }
 
 impl NodeGres {
-    /// The GPU device files of the node, in slurmd's order (before any AutoDetect merge).
-    pub fn files(&self) -> Vec<String> {
+    /// Each GPU's device files, in slurmd's order (before any AutoDetect merge): one file a GPU
+    /// for `File=`, all of them for a `MultipleFiles=` line.
+    pub fn devices(&self) -> Vec<Vec<String>> {
         self.gpus
             .iter()
-            .flat_map(|g| g.files.iter().cloned())
+            .flat_map(|g| {
+                if g.multiple {
+                    vec![g.files.clone()]
+                } else {
+                    g.files.iter().map(|f| vec![f.clone()]).collect()
+                }
+            })
+            .collect()
+    }
+
+    /// Each GPU's first device file (a MIG instance's parent GPU's), in slurmd's order.
+    pub fn files(&self) -> Vec<String> {
+        self.devices()
+            .into_iter()
+            .filter_map(|d| d.into_iter().next())
             .collect()
     }
 }
@@ -83,12 +102,15 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
         if !get("name").is_some_and(|n| n.eq_ignore_ascii_case("gpu")) {
             continue;
         }
+        let multiple = get("multiplefiles");
         let gpu = GpuLine {
             type_name: get("type").map(str::to_string),
             files: get("file")
                 .or_else(|| get("files"))
+                .or(multiple)
                 .map(expand_hostlist)
                 .unwrap_or_default(),
+            multiple: multiple.is_some(),
             count: get("count").and_then(|c| c.parse().ok()),
         };
         if for_node {
@@ -440,6 +462,32 @@ Name=mps Count=200 File=/dev/nvidia[0-1]
     }
 
     #[test]
+    fn a_multiple_files_line_is_one_gpu() {
+        let conf = "NodeName=m1 Name=gpu Type=sim File=/dev/nvidia1\n\
+            NodeName=m1 Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[12-13]\n\
+            NodeName=m1 Name=gpu Type=1g.10gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22\n";
+        let g = parse_gres_conf(conf, "m1");
+        assert_eq!(
+            g.devices(),
+            [
+                vec!["/dev/nvidia1"],
+                vec![
+                    "/dev/nvidia0",
+                    "/dev/nvidia-caps/nvidia-cap12",
+                    "/dev/nvidia-caps/nvidia-cap13"
+                ],
+                vec![
+                    "/dev/nvidia0",
+                    "/dev/nvidia-caps/nvidia-cap21",
+                    "/dev/nvidia-caps/nvidia-cap22"
+                ],
+            ]
+        );
+        assert_eq!(g.files(), ["/dev/nvidia1", "/dev/nvidia0", "/dev/nvidia0"]);
+        assert_eq!(g.gpus[1].type_name.as_deref(), Some("1g.10gb"));
+    }
+
+    #[test]
     fn autodetect_is_global_unless_the_node_says_otherwise() {
         let conf = "AutoDetect=nvml\nNodeName=n2 AutoDetect=off\nNAME=GPU Type=v100 Count=2\n";
         let n1 = parse_gres_conf(conf, "n1");
@@ -449,6 +497,7 @@ Name=mps Count=200 File=/dev/nvidia[0-1]
             [GpuLine {
                 type_name: Some("v100".into()),
                 files: vec![],
+                multiple: false,
                 count: Some(2)
             }]
         );

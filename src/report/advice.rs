@@ -87,9 +87,13 @@ pub fn advise(s: &Summary) -> Vec<Advice> {
         }
     }
 
+    // A shared GPU's utilization and SM activity are the device's, other jobs' included: no GPU
+    // advice rests on them (it could blame the job for another job's load).
+    let own = |g: &&GpuSummary| g.shared.is_none();
     let idle: Vec<&GpuSummary> = s
         .gpus
         .iter()
+        .filter(own)
         .filter(|g| g.max_utilization_percent.is_some_and(|u| u < 1.0))
         .collect();
     for g in &idle {
@@ -121,7 +125,7 @@ pub fn advise(s: &Summary) -> Vec<Advice> {
         });
     }
     if s.elapsed_seconds >= MIN_ELAPSED_FOR_USE_ADVICE {
-        for g in s.gpus.iter().filter(|g| {
+        for g in s.gpus.iter().filter(own).filter(|g| {
             g.max_utilization_percent.is_some_and(|u| u >= 1.0)
                 && g.mean_utilization_percent.is_some_and(|u| u < 10.0)
         }) {
@@ -135,7 +139,7 @@ pub fn advise(s: &Summary) -> Vec<Advice> {
                 ),
             });
         }
-        for g in s.gpus.iter() {
+        for g in s.gpus.iter().filter(own) {
             let (Some(busy), Some(sm)) = (g.mean_utilization_percent, g.depth.sm_active_percent)
             else {
                 continue;
@@ -285,6 +289,26 @@ mod tests {
         busy.gpus[0].depth = sm(8.0);
         let s = Summary::from_records(&[busy.clone()]);
         assert_eq!(few(&s), 1, "{:?}", s.advice);
+        // The same GPU shared through Slurm's shards: its figures are the device's, other
+        // jobs' load included, so no GPU advice at all.
+        let mut shared = busy.clone();
+        shared.gpus[0].shared = crate::gpu::Shared::decide(Some(1), false, 0);
+        let s = Summary::from_records(&[shared.clone()]);
+        assert!(
+            s.advice.iter().all(|a| !a.code.starts_with("gpu-")),
+            "{:?}",
+            s.advice
+        );
+        shared.gpus = vec![StepGpu {
+            shared: crate::gpu::Shared::decide(None, false, 2),
+            ..gpu(0, 0.0)
+        }];
+        let s = Summary::from_records(&[shared]);
+        assert!(
+            s.advice.iter().all(|a| !a.code.starts_with("gpu-")),
+            "{:?}",
+            s.advice
+        );
         busy.gpus[0].depth = Default::default();
         assert_eq!(few(&Summary::from_records(&[busy])), 0);
         // A short job gets no CPU advice: start-up dominates.

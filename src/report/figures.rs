@@ -161,6 +161,12 @@ pub struct GpuSummary {
     pub max_utilization_percent: Option<f64>,
     /// Energy over the longest step that had it, joules.
     pub energy_joules: Option<f64>,
+    /// The MIG instance, when the GPU is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::gpu::MigInfo>,
+    /// Why its device-wide figures are not the job's alone, when some step said so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<crate::gpu::Shared>,
     /// SM activity, clock event reasons, Xid and ECC errors over the longest step that had the
     /// figure (Xid errors of every step), and why a figure has none.
     #[serde(flatten)]

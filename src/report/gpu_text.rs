@@ -103,7 +103,37 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
         String::new()
     };
     let label = format!("GPU {idx}{node}:");
-    let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
+    match &g.mig {
+        Some(m) => {
+            let _ = writeln!(
+                w,
+                "{label:<15}MIG {} {} (GPU instance {}, compute instance {}) of GPU {} ({})",
+                m.profile,
+                g.uuid,
+                m.gpu_instance_id,
+                m.compute_instance_id,
+                m.parent_index,
+                m.parent_uuid
+            );
+        }
+        None => {
+            let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
+        }
+    }
+    if let Some(sh) = &g.shared {
+        let how = match (sh.by.as_str(), sh.shards) {
+            ("shard", Some(n)) => format!("through Slurm's shards ({n} held by the job)"),
+            ("mps", _) => "through Slurm's MPS".to_string(),
+            _ => format!(
+                "with {} process(es) of others seen on it",
+                sh.other_processes
+            ),
+        };
+        let _ = writeln!(
+            w,
+            "               shared {how}: its memory in use, utilization, SM activity, energy and slowdowns are the whole device's, other jobs' use included; the job's own is its processes' memory"
+        );
+    }
     if g.depth.no_data.contains_key(figure::MEMORY) {
         let _ = writeln!(
             w,
@@ -128,9 +158,18 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
         ),
         None => why(&g.depth, figure::UTILIZATION),
     };
+    let own = if g.shared.is_some() {
+        let p = match g.depth.process_utilization_percent {
+            Some(p) => format!("mean {}, max {}", pct(Some(p.mean)), pct(Some(p.max))),
+            None => why(&g.depth, figure::PROCESS_UTILIZATION),
+        };
+        format!(" (the whole device's); the job's processes: {p}")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         w,
-        "               utilization: {util}; {}",
+        "               utilization: {util}{own}; {}",
         sm_activity(&g.depth)
     );
     let e = g
@@ -166,6 +205,48 @@ mod tests {
     fn energy_is_in_wh_for_small_jobs_and_kwh_for_large() {
         assert_eq!(energy(3600.0), "1.0 Wh");
         assert_eq!(energy(3.6e6 * 2.5), "2.50 kWh");
+    }
+
+    #[test]
+    fn a_mig_instance_is_named_with_its_parent_and_a_shared_gpu_says_so() {
+        let s = Summary::default();
+        let g = GpuSummary {
+            slurm_index: Some(1),
+            uuid: "MIG-a1".into(),
+            mig: Some(crate::gpu::MigInfo {
+                parent_uuid: "GPU-22".into(),
+                parent_index: 2,
+                profile: "1g.10gb".into(),
+                gpu_instance_id: 1,
+                compute_instance_id: 0,
+                mig_index: 0,
+            }),
+            ..GpuSummary::default()
+        };
+        let mut w = String::new();
+        one_gpu(&mut w, &s, &g, &|b| b.to_string());
+        assert!(
+            w.starts_with("GPU 1:         MIG 1g.10gb MIG-a1 (GPU instance 1, compute instance 0) of GPU 2 (GPU-22)\n"),
+            "{w}"
+        );
+        assert!(!w.contains("shared"), "{w}");
+        let g = GpuSummary {
+            shared: crate::gpu::Shared::decide(Some(2), false, 1),
+            ..GpuSummary::default()
+        };
+        let mut w = String::new();
+        one_gpu(&mut w, &s, &g, &|b| b.to_string());
+        assert!(
+            w.contains("shared through Slurm's shards (2 held by the job)"),
+            "{w}"
+        );
+        let g = GpuSummary {
+            shared: crate::gpu::Shared::decide(None, false, 3),
+            ..GpuSummary::default()
+        };
+        let mut w = String::new();
+        one_gpu(&mut w, &s, &g, &|b| b.to_string());
+        assert!(w.contains("shared with 3 process(es) of others"), "{w}");
     }
 
     #[test]

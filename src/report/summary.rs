@@ -175,6 +175,16 @@ impl Summary {
                     });
                     let (sum, longest, gpm_longest, measured) = e;
                     sum.slurm_index = sum.slurm_index.or(g.slurm_index);
+                    if sum.mig.is_none() {
+                        sum.mig = g.mig.clone().map(|mut m| {
+                            m.profile = clean_text(&m.profile, 32);
+                            m.parent_uuid = clean_text(&m.parent_uuid, 96);
+                            m
+                        });
+                    }
+                    if sum.shared.is_none() {
+                        sum.shared = g.shared.clone();
+                    }
                     sum.job_peak_bytes = sum.job_peak_bytes.max(g.peak_step_memory_bytes);
                     sum.device_peak_bytes = sum.device_peak_bytes.max(g.peak_device_memory_bytes);
                     sum.max_utilization_percent =
@@ -310,6 +320,10 @@ fn merge_depth(
             *a = *b;
         }
     };
+    take(
+        &mut job.process_utilization_percent,
+        &step.process_utilization_percent,
+    );
     take(&mut job.sm_active_percent, &step.sm_active_percent);
     take(&mut job.sm_occupancy_percent, &step.sm_occupancy_percent);
     take(&mut job.tensor_active_percent, &step.tensor_active_percent);
@@ -434,7 +448,7 @@ mod tests {
             assert_eq!(d.sm_active_percent.map(|x| x.mean), Some(30.0));
         }
         let s = Summary::from_records(&[b]);
-        assert_eq!(s.gpus[0].depth.no_data.len(), 7);
+        assert_eq!(s.gpus[0].depth.no_data.len(), 8);
         let text = super::super::text::render(&s, &[], &Default::default());
         assert!(
             text.contains("memory: n/a, not sampled: too short"),

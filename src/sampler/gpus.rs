@@ -20,7 +20,11 @@ struct DeviceAcc {
     selected: bool,
     max_used: u64,
     max_tracked: u64,
+    /// The most processes outside the tracked set seen on the device at once.
+    others_max: u32,
     util: PercentAcc,
+    /// The tracked processes' summed SM share.
+    proc_util: PercentAcc,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
     /// Readings of the energy counter: one reading measures nothing.
@@ -50,7 +54,9 @@ impl DeviceAcc {
             selected,
             max_used: 0,
             max_tracked: 0,
+            others_max: 0,
             util: PercentAcc::default(),
+            proc_util: PercentAcc::default(),
             energy_first: None,
             energy_last: None,
             energy_readings: 0,
@@ -128,6 +134,11 @@ impl DeviceAcc {
             "of its utilization",
         );
         why(
+            figure::PROCESS_UTILIZATION,
+            !self.proc_util.is_empty(),
+            "of its processes' utilization",
+        );
+        why(
             figure::ENERGY,
             self.energy_readings >= 2,
             "of energy at two samples",
@@ -156,6 +167,10 @@ impl DeviceAcc {
             })
         };
         GpuDepth {
+            process_utilization_percent: (!self.proc_util.is_empty()).then(|| Spread {
+                mean: self.proc_util.mean(),
+                max: self.proc_util.max(),
+            }),
             sm_active_percent: spread(&self.gpm[0]),
             sm_occupancy_percent: spread(&self.gpm[1]),
             tensor_active_percent: spread(&self.gpm[2]),
@@ -285,6 +300,20 @@ impl GpuAccumulator {
             system += used;
             d.max_used = d.max_used.max(used);
             let mut tracked = 0;
+            let others = r
+                .processes
+                .iter()
+                .filter(|(pid, _)| *pid != main && !members.contains(pid))
+                .count();
+            d.others_max = d.others_max.max(others as u32);
+            if let Some(samples) = &r.process_utilization {
+                let own: u32 = samples
+                    .iter()
+                    .filter(|(pid, _)| *pid == main || members.contains(pid))
+                    .map(|(_, u)| *u)
+                    .sum();
+                d.proc_util.add(f64::from(own.min(100)), weight);
+            }
             for (pid, mem) in &r.processes {
                 // Memory the driver cannot report is left out, never guessed.
                 let Some(b) = mem else { continue };
@@ -402,6 +431,7 @@ impl GpuAccumulator {
                     _ => None,
                 },
                 lost: d.lost,
+                other_processes: d.others_max,
                 depth: d.depth(),
             })
             .collect();
@@ -453,6 +483,7 @@ mod tests {
             uuid: "GPU-0".into(),
             name: "G".into(),
             memory_total: 10,
+            mig: None,
         };
         let mut src = Fake {
             devices: vec![info],
@@ -495,12 +526,17 @@ mod tests {
     }
 
     fn depth_after(samples: usize, reading: GpuReading) -> GpuDepth {
+        usage_after(samples, reading).depth
+    }
+
+    fn usage_after(samples: usize, reading: GpuReading) -> crate::usage::GpuUsage {
         let info = GpuInfo {
             index: 0,
             minor: None,
             uuid: "GPU-0".into(),
             name: "G".into(),
             memory_total: 10,
+            mig: None,
         };
         let mut src = Same(vec![info], reading);
         let mut acc = GpuAccumulator::new(None);
@@ -510,7 +546,27 @@ mod tests {
             let mut notes = Vec::new();
             acc.sample(&mut src, 1, &HashSet::new(), 1.0, &u, &mut tp, &mut notes);
         }
-        acc.finish(&u).0.pop().map(|g| g.depth).unwrap_or_default()
+        acc.finish(&u).0.pop().expect("one GPU")
+    }
+
+    #[test]
+    fn on_a_gpu_others_use_the_runs_own_share_and_the_others_are_counted() {
+        // The run's main process is pid 1; pids 7 and 8 are someone else's.
+        let shared = GpuReading {
+            used: Some(600),
+            utilization: Some(90),
+            processes: vec![(1, Some(100)), (7, Some(200)), (8, None)],
+            process_utilization: Some(vec![(1, 30), (7, 50), (8, 10)]),
+            ..GpuReading::default()
+        };
+        let g = usage_after(3, shared);
+        assert_eq!(g.other_processes, 2);
+        // Figures in gigabytes: only pid 1's 100 bytes are the run's.
+        assert_eq!((g.max_tracked * 1e9).round(), 100.0);
+        assert_eq!((g.max_used * 1e9).round(), 600.0);
+        let own = g.depth.process_utilization_percent.expect("measured");
+        assert_eq!((own.mean, own.max), (30.0, 30.0));
+        assert_eq!(g.mean_utilization_percent, Some(90.0));
     }
 
     #[test]
@@ -528,10 +584,13 @@ mod tests {
             }),
             throttle: Some(0),
             ecc: Some((0, 0)),
+            // Another process ran (pid 7 is none of the run's): the run's own share is 0.
+            process_utilization: Some(vec![(7, 60)]),
             ..GpuReading::default()
         };
         let d = depth_after(2, zero.clone());
         assert_eq!(d.sm_active_percent.map(|s| s.max), Some(0.0));
+        assert_eq!(d.process_utilization_percent.map(|s| s.max), Some(0.0));
         assert_eq!(d.throttle_seconds, Some(Default::default()));
         assert_eq!(d.ecc_errors.map(|e| e.corrected), Some(0));
         assert_eq!(d.xid_errors, Some(vec![]));

@@ -79,6 +79,24 @@ fn allocated_gpus(sp: Spank, kind: StepKind, slurm_conf: &SlurmConf) -> Vec<u32>
     })
 }
 
+/// How the step shares its GPU through Slurm, where slurmstepd says so: the shards it holds
+/// (`SLURM_SHARDS_ON_NODE`, which Slurm's shard GRES plugin writes or removes for every step)
+/// and whether it runs under Slurm's MPS GRES (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, likewise).
+/// Only where the plugin is loaded (`GresTypes`); elsewhere the variable is the user's.
+fn gpu_sharing(sp: Spank, kind: StepKind, slurm_conf: &SlurmConf) -> (Option<u32>, bool) {
+    if kind == StepKind::Extern {
+        return (None, false);
+    }
+    let has = |t: &str| slurm_conf.gres_types.iter().any(|g| g == t);
+    let shards = has("shard")
+        .then(|| sp.getenv("SLURM_SHARDS_ON_NODE"))
+        .flatten()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|n| *n > 0);
+    let mps = has("mps") && sp.getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").is_some();
+    (shards, mps)
+}
+
 /// More nodes than any Slurm cluster has: a larger `SLURM_JOB_NUM_NODES` is not Slurm's.
 const MAX_JOB_NODES: u32 = 1 << 20;
 
@@ -109,7 +127,18 @@ pub(super) fn gpu_order(cfg: &Config, node: &str) -> (GpuOrder, Option<PathBuf>)
     let paths = gres::candidates(setting.as_deref(), slurm_conf.as_deref());
     match gres::read_node_gres(&paths, node) {
         Ok(Some((path, conf))) => {
-            let order = GpuOrder::from_conf(&conf, |p| gres::minor_of(Path::new(p)));
+            // The driver's own table (under /proc), or the site's setting: never the job's.
+            let mig = match gres::MigMinors::read(Path::new(&cfg.mig_minors_file)) {
+                Ok(t) => t,
+                Err(e) => {
+                    ffi::log_error(&format!(
+                        "gpu-tracker: {} not readable ({e}): MIG instances cannot be told",
+                        cfg.mig_minors_file
+                    ));
+                    None
+                }
+            };
+            let order = GpuOrder::from_conf(&conf, |p| gres::minor_of(Path::new(p)), mig.as_ref());
             (order, Some(path))
         }
         Ok(None) => {
@@ -151,6 +180,11 @@ pub(super) fn job_and_step(
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| hostname.clone());
     let gpus = allocated_gpus(sp, kind, &slurm_conf);
+    let (gpu_shards, gpu_mps) = if gpus.is_empty() {
+        (None, false)
+    } else {
+        gpu_sharing(sp, kind, &slurm_conf)
+    };
     let job = JobInfo {
         id: job_id,
         array_job_id: array_job,
@@ -197,6 +231,8 @@ pub(super) fn job_and_step(
         alloc_cores: sp.str_item(spank_item::S_STEP_ALLOC_CORES),
         alloc_memory_bytes: mb_to_bytes(sp.u64_item(spank_item::S_STEP_ALLOC_MEM)),
         alloc_gpus: gpus,
+        gpu_shards,
+        gpu_mps,
         local_tasks: sp.u32_item(spank_item::S_JOB_LOCAL_TASK_COUNT),
         // The batch step runs one task, the script; Slurm answers with the job's task count.
         total_tasks: match kind {

@@ -5,6 +5,7 @@ use super::record::{SCHEMA, SCHEMA_VERSION, TaskRecord};
 use super::record::{SamplerStats, StepCpu, StepGpu, StepMemory, StepRecord};
 use super::state::{Acc, Inner};
 use crate::cgroup::{Cgroup, CgroupReading};
+use crate::gpu::Shared;
 use crate::units::{MemUnit, TimeUnit, Units};
 
 pub(super) fn rfc3339(t: chrono::DateTime<chrono::Local>) -> String {
@@ -185,6 +186,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         time: TimeUnit::Seconds,
     };
     let (usage, _, _, _) = acc.gpu.finish(&units);
+    let shared = |others: u32| Shared::decide(step.gpu_shards, step.gpu_mps, others);
     let gpus: Vec<StepGpu> = if usage.is_empty() {
         acc.gpu_devices
             .iter()
@@ -195,6 +197,8 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
                 memory_total_bytes: d.memory_total,
+                mig: d.mig.clone(),
+                shared: shared(0),
                 depth: crate::gpu::figures::GpuDepth::unsampled(
                     "the step ended before its first GPU reading",
                 ),
@@ -220,6 +224,8 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                     energy_joules: g.energy_joules,
                     lost: g.lost,
                     idle: None,
+                    mig: dev.and_then(|(_, d)| d.mig.clone()),
+                    shared: shared(g.other_processes),
                     depth: g.depth.clone(),
                 }
             })

@@ -128,6 +128,13 @@ pub struct StepInfo {
     pub alloc_memory_bytes: Option<u64>,
     /// GPUs allocated, as Slurm's indices (`SLURM_STEP_GPUS` / `SLURM_JOB_GPUS`).
     pub alloc_gpus: Vec<u32>,
+    /// Shards of a GPU the step holds on this node (Slurm's shard GRES, `SLURM_SHARDS_ON_NODE`).
+    /// Absent without shards, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_shards: Option<u32>,
+    /// Whether the step's GPU is shared through Slurm's MPS GRES.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu_mps: bool,
     /// Tasks of the step on this node.
     pub local_tasks: Option<u32>,
     /// Tasks of the step over all nodes (1 for the batch step: the script; version 1 wrote the
@@ -263,6 +270,13 @@ pub struct StepGpu {
     /// Its idle time. Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<crate::history::GpuIdle>,
+    /// The MIG instance, when the GPU is one: `uuid` is then the instance's `MIG-` UUID and the
+    /// memory figures are the instance's. Absent otherwise, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<crate::gpu::MigInfo>,
+    /// Why the device-wide figures are not the step's alone, when they are not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<crate::gpu::Shared>,
     /// SM activity, clock event reasons, Xid and ECC errors, and why a figure has no value.
     #[serde(flatten)]
     pub depth: crate::gpu::figures::GpuDepth,

@@ -398,6 +398,7 @@ mod tests {
             max: 100.0,
         });
         GpuDepth {
+            process_utilization_percent: sp,
             sm_active_percent: sp,
             sm_occupancy_percent: sp,
             tensor_active_percent: sp,

@@ -8,6 +8,7 @@ use super::setup::StepSetup;
 use super::state::{Acc, Inner, Work};
 use crate::cgroup::{CgroupError, CgroupReading};
 use crate::gpu::{GpuInfo, GpuReading, GpuSource, LazyGpu};
+use crate::gres::Target;
 use crate::history::Observation;
 use crate::proc::ProcFs;
 use crate::sampler::Timepoint;
@@ -42,27 +43,28 @@ impl GpuSource for Allocated {
     }
 }
 
-/// Slurm's GPU indices mapped to NVML devices (position in `devices`). `minors` is Slurm's
-/// index → minor number table ([`crate::gres::GpuOrder::minors`]): index `a` is the device whose minor is
-/// `minors[a]`. Without a table (`None`: the order is unknown) the index is taken for the minor
-/// number, or for NVML's index where NVML gives no minors: the old assumption, which the
-/// record's `gpu_mapping` then names.
+/// Slurm's GPU indices mapped to NVML devices (position in `devices`). `targets` is Slurm's
+/// index → target table ([`crate::gres::GpuOrder::targets`]): index `a` is the whole GPU or
+/// MIG instance `targets[a]`. Without a table (`None`: the order is unknown) the index is taken
+/// for a whole GPU's minor number, or for NVML's index where NVML gives no minors: the old
+/// assumption, which the record's `gpu_mapping` then names.
 pub fn map_allocated(
     alloc: &[u32],
     devices: &[GpuInfo],
-    minors: Option<&[Option<u32>]>,
+    targets: Option<&[Option<Target>]>,
 ) -> Vec<(u32, usize)> {
     let by_minor = devices.iter().all(|d| d.minor.is_some());
+    let whole = |d: &GpuInfo| d.mig.is_none();
     alloc
         .iter()
         .filter_map(|&a| {
-            let found = match minors {
+            let found = match targets {
                 Some(table) => {
-                    let m = (*table.get(a as usize)?)?;
-                    devices.iter().position(|d| d.minor == Some(m))
+                    let t = (*table.get(a as usize)?)?;
+                    devices.iter().position(|d| t.is(d))
                 }
-                None if by_minor => devices.iter().position(|d| d.minor == Some(a)),
-                None => devices.iter().position(|d| d.index == a),
+                None if by_minor => devices.iter().position(|d| whole(d) && d.minor == Some(a)),
+                None => devices.iter().position(|d| whole(d) && d.index == a),
             };
             found.map(|i| (a, i))
         })
@@ -276,9 +278,7 @@ fn gpu_sample(
         // First reading: narrow the source to the step's GPUs, once.
         acc.gpu_opened = true;
         acc.nvml_cloexec += src.descriptors_marked_cloexec() as u64;
-        let nvml: Vec<(u32, Option<u32>)> =
-            src.devices().iter().map(|d| (d.index, d.minor)).collect();
-        let table = s.gpu_order.minors(&nvml);
+        let table = s.gpu_order.targets(src.devices());
         let pairs = map_allocated(&s.step.alloc_gpus, src.devices(), table.as_deref());
         let source = s
             .gres_conf
@@ -350,6 +350,7 @@ mod tests {
             uuid: format!("GPU-{index}"),
             name: "G".into(),
             memory_total: 1,
+            mig: None,
         }
     }
 
@@ -383,7 +384,8 @@ mod tests {
     fn slurm_indices_map_through_the_minor_table() {
         // NVML index 0 is minor 7, index 1 is minor 4; Slurm's index 0 is the minor-4 file.
         let devs = [gpu(0, Some(7)), gpu(1, Some(4))];
-        let table = [Some(4), Some(7)];
+        let g = |m: u32| Some(Target::Gpu(m));
+        let table = [g(4), g(7)];
         assert_eq!(map_allocated(&[0], &devs, Some(&table)), vec![(0, 1)]);
         assert_eq!(
             map_allocated(&[1, 0], &devs, Some(&table)),
@@ -392,7 +394,7 @@ mod tests {
         // Beyond the table, or a file with no minor, or a minor NVML lacks: not mapped.
         assert_eq!(map_allocated(&[2], &devs, Some(&table)), vec![]);
         assert_eq!(map_allocated(&[0], &devs, Some(&[None])), vec![]);
-        assert_eq!(map_allocated(&[0], &devs, Some(&[Some(5)])), vec![]);
+        assert_eq!(map_allocated(&[0], &devs, Some(&[g(5)])), vec![]);
         // A subset: gres.conf names /dev/nvidia[2-3] of four GPUs.
         let four = [
             gpu(0, Some(0)),
@@ -400,7 +402,7 @@ mod tests {
             gpu(2, Some(2)),
             gpu(3, Some(3)),
         ];
-        let subset = [Some(2), Some(3)];
+        let subset = [g(2), g(3)];
         assert_eq!(
             map_allocated(&[0, 1], &four, Some(&subset)),
             vec![(0, 2), (1, 3)]
@@ -414,6 +416,30 @@ mod tests {
         assert_eq!(map_allocated(&[1, 5], &devs, None), vec![(1, 0)]);
         let no_minor = [gpu(0, None), gpu(1, Some(0))];
         assert_eq!(map_allocated(&[1], &no_minor, None), vec![(1, 1)]);
+        // A MIG instance (here sharing its parent's minor 1) is never taken for a whole GPU.
+        let mut mig = gpu(2, Some(1));
+        mig.mig = Some(crate::gpu::MigInfo {
+            parent_uuid: "GPU-0".into(),
+            parent_index: 0,
+            profile: "1g.10gb".into(),
+            gpu_instance_id: 1,
+            compute_instance_id: 0,
+            mig_index: 0,
+        });
+        assert_eq!(
+            map_allocated(&[1], &[mig.clone(), devs[0].clone()], None),
+            vec![(1, 1)]
+        );
+        let cap = crate::gres::Capability {
+            gpu_minor: 1,
+            gpu_instance: 1,
+            compute_instance: None,
+        };
+        let t = [Some(Target::Mig(cap))];
+        assert_eq!(
+            map_allocated(&[0], &[devs[0].clone(), mig], Some(&t)),
+            vec![(0, 1)]
+        );
     }
 
     #[test]

@@ -124,6 +124,7 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
                     gpu = crate::gpu::open_lazily(&GpuConfig {
                         nvml_lib: Some(lib),
                         disabled: false,
+                        mig: true,
                     });
                     acc.nvml_opened = Some(trigger);
                 }

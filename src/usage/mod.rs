@@ -166,6 +166,10 @@ pub struct GpuUsage {
     pub energy_joules: Option<f64>,
     /// Whether the device fell off the bus during the run (figures stop there).
     pub lost: bool,
+    /// The most processes outside the tracked ones seen on the GPU at once (the step's record
+    /// says so; `-e`'s output keeps the Python tool's keys).
+    #[serde(skip)]
+    pub other_processes: u32,
     /// Added: SM activity, clock event reasons, Xid and ECC errors, and why a figure has no
     /// value.
     #[serde(flatten)]

@@ -1,11 +1,11 @@
 //! The exported NVML C functions.
 #![allow(non_camel_case_types, non_snake_case)]
 
-use crate::state::{self, Device, Session, Stall};
+use crate::state::{self, Session, Stall, Target};
 use crate::{
     ARGUMENT_VERSION_MISMATCH, CODES, DRIVER_NOT_LOADED, GPU_IS_LOST, INSUFFICIENT_SIZE,
-    INVALID_ARGUMENT, NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, Ret, SUCCESS, UNINITIALIZED,
-    UNKNOWN, scenario,
+    INVALID_ARGUMENT, NO_INSTANCE, NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, Ret, SUCCESS,
+    UNINITIALIZED, UNKNOWN, scenario,
 };
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong};
 use std::io::Write;
@@ -14,6 +14,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 mod events;
 mod gpm;
 mod health;
+mod mig;
 
 /// Opaque device type; `nvmlDevice_t` is a pointer to it.
 #[repr(C)]
@@ -70,7 +71,6 @@ const _: () = assert!(size_of::<nvmlProcessUtilizationSample_t>() == 32);
 
 const MEMORY_V2_VERSION: c_uint = (size_of::<nvmlMemory_v2_t>() | (2 << 24)) as c_uint;
 const VALUE_NOT_AVAILABLE: c_ulonglong = c_ulonglong::MAX;
-const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
 type Res = Result<(), Ret>;
 
@@ -121,25 +121,36 @@ fn with_session(name: &str, body: impl FnOnce(&Session) -> Res) -> Ret {
     ffi(name, || body(state::lock().as_ref().ok_or(UNINITIALIZED)?))
 }
 
-/// Checks that device `index` is not lost and has no error injected for `name`.
-fn device_ok(session: &Session, index: u32, name: &str) -> Res {
-    if session.is_lost(index) {
+/// Checks that `target`'s GPU (a MIG device's parent) is not lost and that `target` has no
+/// error injected for `name`.
+fn target_ok(session: &Session, target: Target, name: &str) -> Res {
+    if session.is_lost(target.device()) {
         return Err(GPU_IS_LOST);
     }
-    match session.spec(index).errors.get(name) {
+    match session.errors(target).get(name) {
         Some(&code) if code != SUCCESS => Err(code),
         _ => Ok(()),
     }
 }
 
-/// Runs a call on a device handle: validates the handle, lost state and injections.
-fn with_device(name: &str, handle: nvmlDevice_t, body: impl FnOnce(&Session, u32) -> Res) -> Ret {
+/// Runs a call that answers on GPU and MIG device handles alike: validates the handle, lost
+/// state and injections.
+fn with_any(name: &str, handle: nvmlDevice_t, body: impl FnOnce(&Session, Target) -> Res) -> Ret {
     with_session(name, |session| {
-        let index = session
-            .device_index(handle.cast_const().cast::<Device>())
+        let target = session
+            .target(handle.cast_const().cast())
             .ok_or(INVALID_ARGUMENT)?;
-        device_ok(session, index, name)?;
-        body(session, index)
+        target_ok(session, target, name)?;
+        body(session, target)
+    })
+}
+
+/// Runs a call on a GPU handle: as `with_any`, but a MIG device gets `NOT_SUPPORTED`, as real
+/// NVML answers most device queries on a MIG device.
+fn with_device(name: &str, handle: nvmlDevice_t, body: impl FnOnce(&Session, u32) -> Res) -> Ret {
+    with_any(name, handle, |session, target| match target {
+        Target::Gpu(index) => body(session, index),
+        Target::Mig(..) => Err(NOT_SUPPORTED),
     })
 }
 
@@ -287,12 +298,13 @@ pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut nvml
         if index as usize >= s.devices.len() || device.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        device_ok(s, index, name)?;
+        target_ok(s, Target::Gpu(index), name)?;
         open_device_file(s, index)?;
-        put(device, s.handle(index).cast_mut().cast())
+        put(device, s.handle(Target::Gpu(index)).cast_mut().cast())
     })
 }
 
+/// A MIG device's uuid gives that MIG device, after its parent's `device_file` is open.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) -> Ret {
     let name = "nvmlDeviceGetHandleByUUID";
@@ -302,12 +314,21 @@ pub extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nv
         }
         // SAFETY: non-null, and NVML's contract says it is a NUL-terminated string.
         let wanted = unsafe { CStr::from_ptr(uuid) };
-        let index = (0..s.devices.len() as u32)
-            .find(|&i| s.spec(i).uuid.as_c_str() == wanted)
+        let target = (0..s.devices.len() as u32)
+            .find_map(|i| {
+                if s.spec(i).uuid.as_c_str() == wanted {
+                    return Some(Target::Gpu(i));
+                }
+                let k = s
+                    .instances(i)
+                    .iter()
+                    .position(|m| m.uuid.as_c_str() == wanted)?;
+                Some(Target::Mig(i, k as u32))
+            })
             .ok_or(NOT_FOUND)?;
-        device_ok(s, index, name)?;
-        open_device_file(s, index)?;
-        put(device, s.handle(index).cast_mut().cast())
+        target_ok(s, target, name)?;
+        open_device_file(s, target.device())?;
+        put(device, s.handle(target).cast_mut().cast())
     })
 }
 
@@ -317,8 +338,12 @@ pub extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> Ret {
-    with_device("nvmlDeviceGetUUID", device, |s, i| {
-        put_str(uuid, length, &s.spec(i).uuid)
+    with_any("nvmlDeviceGetUUID", device, |s, t| {
+        let id = match t {
+            Target::Gpu(i) => &s.spec(i).uuid,
+            Target::Mig(i, k) => &s.instances(i)[k as usize].uuid,
+        };
+        put_str(uuid, length, id)
     })
 }
 
@@ -328,8 +353,12 @@ pub extern "C" fn nvmlDeviceGetName(
     name: *mut c_char,
     length: c_uint,
 ) -> Ret {
-    with_device("nvmlDeviceGetName", device, |s, i| {
-        put_str(name, length, &s.spec(i).name)
+    with_any("nvmlDeviceGetName", device, |s, t| {
+        let text = match t {
+            Target::Gpu(i) => &s.spec(i).name,
+            Target::Mig(i, k) => &s.instances(i)[k as usize].name,
+        };
+        put_str(name, length, text)
     })
 }
 
@@ -347,8 +376,8 @@ pub extern "C" fn nvmlDeviceGetMinorNumber(device: nvmlDevice_t, minorNumber: *m
 
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> Ret {
-    with_device("nvmlDeviceGetMemoryInfo", device, |s, i| {
-        let (total, used, free) = s.memory(i);
+    with_any("nvmlDeviceGetMemoryInfo", device, |s, t| {
+        let (total, used, free) = s.memory(t);
         put(memory, nvmlMemory_t { total, free, used })
     })
 }
@@ -358,7 +387,7 @@ pub extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> Ret {
-    with_device("nvmlDeviceGetMemoryInfo_v2", device, |s, i| {
+    with_any("nvmlDeviceGetMemoryInfo_v2", device, |s, t| {
         if memory.is_null() {
             return Err(INVALID_ARGUMENT);
         }
@@ -368,7 +397,7 @@ pub extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if version != MEMORY_V2_VERSION {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
-        let (total, used, free) = s.memory(i);
+        let (total, used, free) = s.memory(t);
         let reserved = 0;
         put(
             memory,
@@ -400,15 +429,23 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> Ret {
-    with_device("nvmlDeviceGetComputeRunningProcesses_v3", device, |s, i| {
+    with_any("nvmlDeviceGetComputeRunningProcesses_v3", device, |s, t| {
+        let instances = s.instances(t.device());
         let items = s
-            .matched(i)
+            .matched_all(t.device())
             .into_iter()
-            .map(|m| nvmlProcessInfo_t {
-                pid: m.pid,
-                usedGpuMemory: m.used_memory.unwrap_or(VALUE_NOT_AVAILABLE),
-                gpuInstanceId: NO_INSTANCE,
-                computeInstanceId: NO_INSTANCE,
+            .filter(|m| match t {
+                Target::Gpu(_) => true,
+                Target::Mig(_, k) => m.instance == Some(k),
+            })
+            .map(|m| {
+                let ids = m.instance.map(|k| &instances[k as usize]);
+                nvmlProcessInfo_t {
+                    pid: m.pid,
+                    usedGpuMemory: m.used_memory.unwrap_or(VALUE_NOT_AVAILABLE),
+                    gpuInstanceId: ids.map_or(NO_INSTANCE, |i| i.gpu_instance_id),
+                    computeInstanceId: ids.map_or(NO_INSTANCE, |i| i.compute_instance_id),
+                }
             })
             .collect();
         put_array(infoCount, infos, items)
@@ -421,7 +458,7 @@ pub extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     infoCount: *mut c_uint,
     infos: *mut nvmlProcessInfo_t,
 ) -> Ret {
-    with_device(
+    with_any(
         "nvmlDeviceGetGraphicsRunningProcesses_v3",
         device,
         |_, _| put_array(infoCount, infos, Vec::new()),
@@ -485,13 +522,15 @@ pub extern "C" fn nvmlDeviceGetMigMode(
 ) -> Ret {
     let name = "nvmlDeviceGetMigMode";
     with_device(name, device, |s, i| {
-        if s.spec(i).errors.get(name) != Some(&SUCCESS) {
+        let spec = s.spec(i);
+        if spec.mig.is_none() && spec.errors.get(name) != Some(&SUCCESS) {
             return Err(NOT_SUPPORTED);
         }
         if pendingMode.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        put(currentMode, 0)?;
-        put(pendingMode, 0)
+        let mode = c_uint::from(spec.mig.is_some());
+        put(currentMode, mode)?;
+        put(pendingMode, mode)
     })
 }

@@ -19,7 +19,8 @@
 //! variable `FAKE_NVML_SCENARIO`. If neither is there the fake behaves like a machine with
 //! 0 GPUs and init succeeds. If the file cannot be read or is invalid, init returns
 //! `NVML_ERROR_UNKNOWN` and prints one line to stderr saying why. Unknown fields
-//! are rejected. All fields except `uuid`, `name` and `memory_total` are optional.
+//! are rejected. All fields except `uuid`, `name` and `memory_total` (and an instance's
+//! `uuid`, `profile`, ids and `memory_total`) are optional.
 //!
 //! ```json
 //! {
@@ -40,7 +41,8 @@
 //!       "energy_base_mj": 1000000,     // energy (mJ) = energy_base_mj + power_mw * elapsed_ms / 1000
 //!       "processes": [
 //!         {"cmdline_contains": "gpu-hold-marker", "used_memory": 1073741824},
-//!         {"pid": 4242, "used_memory": null}
+//!         {"pid": 4242, "used_memory": null},
+//!         {"cmdline_contains": "python", "environ_contains": "SLURM_JOB_ID=7"}
 //!       ],
 //!       "lost_after_ms": null,         // after this many ms since init: GPU_IS_LOST everywhere
 //!       "errors": {"nvmlDeviceGetUtilizationRates": "NOT_SUPPORTED"},
@@ -48,7 +50,22 @@
 //!       "gpm": {"sm_active": 55, "sm_occupancy": 30,   // GPM metrics (percent, 0..=100, each
 //!               "tensor_active": 20, "dram_bandwidth": 15}, // default 0); absent: no GPM
 //!       "ecc": {"corrected": 0, "uncorrected": 0},     // ECC counts at init; absent: no ECC
-//!       "fault_throttle_ms": 2000      // how long a fault throttles the clocks (default 2000)
+//!       "fault_throttle_ms": 2000,     // how long a fault throttles the clocks (default 2000)
+//!       "mig": {                       // present: the device is in MIG mode
+//!         "max_instances": 7,          // nvmlDeviceGetMaxMigDeviceCount, default 7
+//!         "instances": [{              // the MIG devices, in handle index order
+//!           "uuid": "MIG-aaaaaaaa-1111-2222-3333-444444444444",
+//!           "profile": "1g.10gb",      // name: "<device name> MIG <profile>"
+//!           "gpu_instance_id": 1,      // unique on the device (one compute instance per GI)
+//!           "compute_instance_id": 0,
+//!           "memory_total": 10468982784,
+//!           "memory_used_base": 0,     // default 0
+//!           "gpm": {"sm_active": 40},  // as the device's; absent: no GPM sample of this GI
+//!           "processes": [{"cmdline_contains": "x", "environ_contains": "MARK=1",
+//!                          "used_memory": 1073741824}],
+//!           "errors": {"nvmlDeviceGetMemoryInfo_v2": "UNKNOWN"}  // calls on this MIG device
+//!         }]
+//!       }
 //!     }
 //!   ],
 //!   "fault_marker": "SIMGPU_XID",      // a device's process with this in its command line
@@ -76,7 +93,10 @@
 //!   `cmdline_contains` entry matches every
 //!   process (except the caller itself) whose `/proc/<pid>/cmdline`, NUL separators
 //!   turned into spaces, contains the string; a `pid` entry matches if `/proc/<pid>`
-//!   exists. `used_memory: null` (or absent) is reported as `NVML_VALUE_NOT_AVAILABLE`.
+//!   exists. An entry with `environ_contains` matches only those of these processes with the
+//!   string in one of the NUL-separated entries of `/proc/<pid>/environ` (unreadable: no
+//!   match); environments are read only for such entries, once per scan.
+//!   `used_memory: null` (or absent) is reported as `NVML_VALUE_NOT_AVAILABLE`.
 //!   Device memory used = `memory_used_base` + the sum of the matched processes'
 //!   known `used_memory`; free = total − used (saturating).
 //! * `nvmlDeviceGetProcessUtilization` reports one sample per matched process with
@@ -106,7 +126,7 @@
 //!   `dram_bandwidth`, each the mean of the two samples' values; any other metric gets
 //!   `NOT_SUPPORTED` in its own `nvmlReturn`; metric names are null. Both samples must be
 //!   filled, of one device, the second taken after the first, else `INVALID_ARGUMENT`.
-//!   `nvmlGpmMigSampleGet` is `NOT_SUPPORTED` (no MIG). Sample handles are checked against the
+//!   `nvmlGpmMigSampleGet`: see MIG below. Sample handles are checked against the
 //!   live ones (a foreign or freed handle is `INVALID_ARGUMENT`); samples left are freed at the
 //!   last `nvmlShutdown`. Versioned structs with another version: `ARGUMENT_VERSION_MISMATCH`.
 //! * **Faults.** A live process matched by one of a device's `processes` entries whose command
@@ -133,10 +153,54 @@
 //! * **ECC** (`nvmlDeviceGetTotalEccErrors`): `INVALID_ARGUMENT` for an unknown error or
 //!   counter type or a null pointer, else `NOT_SUPPORTED` without `ecc`, else the count;
 //!   volatile and aggregate counts both start at the scenario's values at init.
-//! * `errors` may name every device function above. `nvmlGpmMetricsGet` takes the injection of
-//!   its samples' device, `nvmlEventSetWait_v2`/`nvmlEventSetWait` that of any device
-//!   registered on the set; `nvmlGpmSampleAlloc`/`Free` and `nvmlEventSetCreate`/`Free` have
-//!   no device, so only `delays_ms` and `hang` can name them.
+//! * `errors` may name every device function above and the MIG ones below. `nvmlGpmMetricsGet`
+//!   takes the injection of its samples' device (of a MIG sample: its instance's),
+//!   `nvmlEventSetWait_v2`/`nvmlEventSetWait` that of any device registered on the set;
+//!   `nvmlGpmSampleAlloc`/`Free` and `nvmlEventSetCreate`/`Free` have no device, so only
+//!   `delays_ms` and `hang` can name them.
+//!
+//! # MIG
+//!
+//! Codes marked *real* are what an H100 with driver 580 answered; the others are assumptions.
+//! `nvmlDeviceGetCount_v2` and `nvmlDeviceGetHandleByIndex_v2` see the physical GPUs only;
+//! `nvmlDeviceGetHandleByUUID` with an instance's uuid gives its MIG device handle (and opens the
+//! parent's `device_file`). MIG handles are distinct addresses looked up like device handles
+//! (a foreign pointer is `INVALID_ARGUMENT`). A lost parent makes its MIG devices
+//! `GPU_IS_LOST` too; a MIG device's `errors` apply to calls on it and to the lookups of it
+//! (`nvmlDeviceGetHandleByUUID`, `nvmlDeviceGetMigDeviceHandleByIndex`).
+//!
+//! Answers (functions without their `nvml`/`nvmlDevice` prefix) on a GPU without `mig`, on a
+//! GPU with `mig` (its "parent"), and on a MIG device:
+//!
+//! * `GetMigMode`: `NOT_SUPPORTED` (real; but see `errors` above) / current = pending = 1
+//!   (real) / `NOT_SUPPORTED`.
+//! * `IsMigDeviceHandle`: 0 (real) / 0 (real) / 1 (real).
+//! * `GetMaxMigDeviceCount`: 0 / `max_instances` (real) / `NOT_SUPPORTED`.
+//! * `GetMigDeviceHandleByIndex(i)`: `NOT_FOUND` (real for 0, assumed for any i) / below the
+//!   instance count the handle, below `max_instances` `NOT_FOUND`, else `INVALID_ARGUMENT`
+//!   (real) / `NOT_SUPPORTED`. A null output pointer: `INVALID_ARGUMENT`.
+//! * `GetGpuInstanceId`, `GetComputeInstanceId`, `GetDeviceHandleFromMigDeviceHandle`:
+//!   `INVALID_ARGUMENT` (real) / `INVALID_ARGUMENT` (real) / its ids, its parent (real).
+//! * `GetUUID`, `GetName`: as ever / as ever / its uuid, "<parent name> MIG <profile>" (real).
+//! * `GetMemoryInfo`, `_v2`: as ever / used = its own base and processes plus every instance's
+//!   used / the instance's total, used = its base + its processes.
+//! * `GetComputeRunningProcesses_v3`: ids `0xFFFFFFFF` / its own entries' (`0xFFFFFFFF`) and
+//!   every instance's processes with that instance's ids / its own with its ids (real).
+//!   `GetGraphicsRunningProcesses_v3`: always empty.
+//! * `GetUtilizationRates`, `GetProcessUtilization`: as ever / as ever (own processes) /
+//!   `NOT_SUPPORTED` (real).
+//! * `GpmQueryDeviceSupport`: as ever / as ever / the parent's.
+//! * `GpmSampleGet`: as ever / device-wide: `gpm` while a process of it or of an instance runs
+//!   / `NOT_SUPPORTED`.
+//! * `GpmMigSampleGet(gi)`: `INVALID_ARGUMENT` (real) / the `gpm` of the instance with that
+//!   `gpu_instance_id` while one of its processes runs, else 0; `NOT_SUPPORTED` when it has
+//!   no `gpm`, `NOT_FOUND` for an unknown gi / `NOT_SUPPORTED`.
+//! * Every other device call (minor number, index, energy, power, clocks, ECC, events): as
+//!   ever / as ever / `NOT_SUPPORTED`.
+//!
+//! `nvmlGpmMetricsGet` takes two samples of the same device and GPU instance (or both of the
+//! device), else `INVALID_ARGUMENT`. Throttle reasons and faults of a GPU in MIG mode count its
+//! instances' processes too (a fault is the parent's: throttling, ECC, its Xid events).
 //!
 //! If the environment variable `FAKE_NVML_LOG` names a file, one line with the
 //! function name is appended to it for every exported call.
@@ -161,6 +225,9 @@ pub(crate) const TIMEOUT: Ret = 10;
 pub(crate) const GPU_IS_LOST: Ret = 15;
 pub(crate) const ARGUMENT_VERSION_MISMATCH: Ret = 25;
 pub(crate) const UNKNOWN: Ret = 999;
+
+/// `gpuInstanceId`/`computeInstanceId` of what concerns no MIG instance (`0xFFFFFFFF`).
+pub(crate) const NO_INSTANCE: std::os::raw::c_uint = 0xFFFF_FFFF;
 
 /// The file this library was loaded from (`dladdr` of one of its own functions).
 pub(crate) fn own_path() -> Option<std::path::PathBuf> {

@@ -25,6 +25,8 @@ pub(crate) struct Sample {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Taken {
     pub device: u32,
+    /// `Some(gi)`: a sample of the device's GPU instance `gi` (`nvmlGpmMigSampleGet`).
+    pub gpu_instance: Option<u32>,
     /// Order of the samples taken in this session: a later sample has a larger `seq`.
     pub seq: u64,
     /// The device's GPM metrics (percent) at that moment.
@@ -142,8 +144,15 @@ impl Live {
         }
     }
 
-    /// Stores a sample of `device` with `values` in sample `handle`; false when not live.
-    pub fn fill_sample(&mut self, handle: *const Sample, device: u32, values: Gpm) -> bool {
+    /// Stores a sample of `device` (of its GPU instance `gpu_instance` when given) with
+    /// `values` in sample `handle`; false when not live.
+    pub fn fill_sample(
+        &mut self,
+        handle: *const Sample,
+        device: u32,
+        gpu_instance: Option<u32>,
+        values: Gpm,
+    ) -> bool {
         let seq = self.next_seq;
         let Some(sample) = self.samples.get_mut(handle) else {
             return false;
@@ -151,6 +160,7 @@ impl Live {
         self.next_seq += 1;
         sample.taken = Some(Taken {
             device,
+            gpu_instance,
             seq,
             values,
         });

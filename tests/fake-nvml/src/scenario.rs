@@ -1,6 +1,6 @@
 //! The JSON scenario file (format documented at the crate root).
 
-use crate::{CODES, Ret, SUCCESS};
+use crate::{CODES, NO_INSTANCE, Ret, SUCCESS};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
@@ -53,6 +53,13 @@ pub(crate) const DEVICE_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetSupportedClocksThrottleReasons",
     "nvmlDeviceGetSupportedClocksEventReasons",
     "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    // On a parent: that call; on an instance: the lookup of that instance.
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
 ];
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +125,41 @@ struct RawDevice {
     ecc: Option<Ecc>,
     #[serde(default = "default_fault_throttle_ms")]
     fault_throttle_ms: u64,
+    #[serde(default)]
+    mig: Option<RawMig>,
+}
+
+/// A device in MIG mode: its instances (MIG devices).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMig {
+    #[serde(default = "default_max_instances")]
+    max_instances: u32,
+    #[serde(default)]
+    instances: Vec<RawInstance>,
+}
+
+fn default_max_instances() -> u32 {
+    7
+}
+
+/// One MIG device: a compute instance of a GPU instance.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInstance {
+    uuid: String,
+    profile: String,
+    gpu_instance_id: u32,
+    compute_instance_id: u32,
+    memory_total: u64,
+    #[serde(default)]
+    memory_used_base: u64,
+    #[serde(default)]
+    gpm: Option<Gpm>,
+    #[serde(default)]
+    processes: Vec<ProcessSpec>,
+    #[serde(default)]
+    errors: BTreeMap<String, String>,
 }
 
 fn default_fault_throttle_ms() -> u64 {
@@ -157,7 +199,8 @@ pub(crate) struct UtilStep {
     pub memory: u32,
 }
 
-/// A process using the device: matched by command line substring or by pid.
+/// A process using the device: matched by command line substring or by pid, and then by a
+/// substring of one of its environment entries when `environ_contains` is set.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProcessSpec {
@@ -165,6 +208,8 @@ pub(crate) struct ProcessSpec {
     pub cmdline_contains: Option<String>,
     #[serde(default)]
     pub pid: Option<u32>,
+    #[serde(default)]
+    pub environ_contains: Option<String>,
     #[serde(default)]
     pub used_memory: Option<u64>,
 }
@@ -205,6 +250,31 @@ pub(crate) struct DeviceSpec {
     pub ecc: Option<Ecc>,
     /// How long a fault throttles the device's clocks.
     pub fault_throttle: Duration,
+    /// `Some`: the device is in MIG mode, with these instances.
+    pub mig: Option<MigSpec>,
+}
+
+/// A device's MIG mode.
+#[derive(Debug)]
+pub(crate) struct MigSpec {
+    /// `nvmlDeviceGetMaxMigDeviceCount`.
+    pub max_instances: u32,
+    pub instances: Vec<InstanceSpec>,
+}
+
+/// A validated MIG device.
+#[derive(Debug)]
+pub(crate) struct InstanceSpec {
+    pub uuid: CString,
+    /// "<parent name> MIG <profile>", as NVML names a MIG device.
+    pub name: CString,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub memory_total: u64,
+    pub memory_used_base: u64,
+    pub gpm: Option<Gpm>,
+    pub processes: Vec<ProcessSpec>,
+    pub errors: BTreeMap<String, Ret>,
 }
 
 /// Parses an error name such as `NOT_SUPPORTED` or `NVML_ERROR_NOT_SUPPORTED`.
@@ -283,38 +353,12 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
         if d.utilization.iter().any(|u| u.gpu > 100 || u.memory > 100) {
             return Err(format!("{at}: utilization above 100%"));
         }
-        for p in &d.processes {
-            match (&p.cmdline_contains, p.pid) {
-                (Some(s), None) if !s.is_empty() => {}
-                (None, Some(_)) => {}
-                _ => {
-                    return Err(format!(
-                        "{at}: each process needs exactly one of a non-empty \
-                         cmdline_contains or pid"
-                    ));
-                }
-            }
-        }
-        let mut errors = BTreeMap::new();
-        for (function, name) in d.errors {
-            if !DEVICE_FUNCTIONS.contains(&function.as_str()) {
-                return Err(format!(
-                    "{at}: errors: unknown device function {function:?}"
-                ));
-            }
-            errors.insert(function, parse_code(&name)?);
-        }
-        if let Some(g) = &d.gpm {
-            let values = [
-                g.sm_active,
-                g.sm_occupancy,
-                g.tensor_active,
-                g.dram_bandwidth,
-            ];
-            if values.iter().any(|&v| v > 100) {
-                return Err(format!("{at}: gpm above 100%"));
-            }
-        }
+        check_processes(&at, &d.processes)?;
+        check_gpm(&at, d.gpm.as_ref())?;
+        let mig = match d.mig {
+            Some(m) => Some(mig_spec(&format!("{at}.mig"), &d.name, m, &mut uuids)?),
+            None => None,
+        };
         let mut utilization = d.utilization;
         utilization.sort_by_key(|u| u.at_ms);
         devices.push(DeviceSpec {
@@ -328,11 +372,12 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
             energy_base_mj: d.energy_base_mj,
             processes: d.processes,
             lost_after_ms: d.lost_after_ms,
-            errors,
+            errors: parse_errors(&at, d.errors)?,
             device_file: d.device_file,
             gpm: d.gpm,
             ecc: d.ecc,
             fault_throttle: Duration::from_millis(d.fault_throttle_ms),
+            mig,
         });
     }
     Ok(Scenario {
@@ -346,153 +391,104 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_full_example() {
-        let s = parse(
-            r#"{"init_error": null, "driver_version": "550.54.15", "devices": [{
-                "uuid": "GPU-1", "name": "Sim", "memory_total": 100,
-                "utilization": [{"at_ms": 500, "gpu": 90, "memory": 30},
-                                {"at_ms": 0, "gpu": 40, "memory": 10}],
-                "processes": [{"cmdline_contains": "x", "used_memory": 5},
-                              {"pid": 1, "used_memory": null}],
-                "errors": {"nvmlDeviceGetMigMode": "NVML_ERROR_GPU_IS_LOST"}}]}"#,
-        )
-        .unwrap();
-        let d = &s.devices[0];
-        assert_eq!(d.minor, 0);
-        assert_eq!(d.utilization[0].at_ms, 0);
-        assert_eq!(d.errors["nvmlDeviceGetMigMode"], 15);
-        assert_eq!(s.driver_version.to_str().unwrap(), "550.54.15");
-    }
-
-    #[test]
-    fn rejects_bad_documents() {
-        for bad in [
-            r#"{"bogus": 1}"#,
-            r#"{"init_error": "NOPE"}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n"}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1, "extra": 0}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "errors": {"nvmlFoo": "UNKNOWN"}}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "processes": [{"pid": 1, "cmdline_contains": "x"}]}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1},
-                            {"uuid": "a", "name": "n", "memory_total": 1}]}"#,
-            r#"{"hang": {"call": "nvmlFoo"}}"#,
-            r#"{"hang": {"after_ms": 5}}"#,
-            r#"{"hang": {"call": "nvmlShutdown", "forever": true}}"#,
-            r#"{"delays_ms": {"nvmlFoo": 5}}"#,
-            r#"{"delays_ms": {"nvmlShutdown": -1}}"#,
-        ] {
-            assert!(parse(bad).is_err(), "accepted {bad}");
+/// Checks that each process entry has exactly one of a non-empty `cmdline_contains` or `pid`,
+/// and no empty `environ_contains`.
+fn check_processes(at: &str, processes: &[ProcessSpec]) -> Result<(), String> {
+    for p in processes {
+        match (&p.cmdline_contains, p.pid) {
+            (Some(s), None) if !s.is_empty() => {}
+            (None, Some(_)) => {}
+            _ => {
+                return Err(format!(
+                    "{at}: each process needs exactly one of a non-empty \
+                     cmdline_contains or pid"
+                ));
+            }
         }
-        assert_eq!(parse("{}").unwrap().devices.len(), 0);
-    }
-
-    #[test]
-    fn parses_gpm_ecc_and_faults() {
-        let s = parse(
-            r#"{"fault_marker": "SIMGPU_XID", "devices": [
-                {"uuid": "a", "name": "n", "memory_total": 1, "fault_throttle_ms": 50,
-                 "gpm": {"sm_active": 55, "sm_occupancy": 30, "tensor_active": 20,
-                         "dram_bandwidth": 15},
-                 "ecc": {"corrected": 3, "uncorrected": 1},
-                 "errors": {"nvmlGpmSampleGet": "UNKNOWN", "nvmlEventSetWait_v2": "TIMEOUT"}},
-                {"uuid": "b", "name": "n", "memory_total": 1, "gpm": {"sm_active": 100},
-                 "ecc": {}},
-                {"uuid": "c", "name": "n", "memory_total": 1}]}"#,
-        )
-        .unwrap();
-        assert_eq!(s.fault_marker.as_deref(), Some("SIMGPU_XID"));
-        let [a, b, c] = &s.devices[..] else {
-            panic!("3 devices")
-        };
-        let gpm = Gpm {
-            sm_active: 55,
-            sm_occupancy: 30,
-            tensor_active: 20,
-            dram_bandwidth: 15,
-        };
-        assert_eq!(a.gpm, Some(gpm));
-        assert_eq!(
-            a.ecc,
-            Some(Ecc {
-                corrected: 3,
-                uncorrected: 1
-            })
-        );
-        assert_eq!(a.fault_throttle, Duration::from_millis(50));
-        assert_eq!(a.errors["nvmlEventSetWait_v2"], 10);
-        let b_gpm = Gpm {
-            sm_active: 100,
-            ..Gpm::default()
-        };
-        assert_eq!((b.gpm, b.ecc), (Some(b_gpm), Some(Ecc::default())));
-        assert_eq!((c.gpm, c.ecc), (None, None));
-        assert_eq!(c.fault_throttle, Duration::from_millis(2000));
-        assert!(parse("{}").unwrap().fault_marker.is_none());
-        let s = parse(r#"{"delays_ms": {"nvmlEventSetCreate": 5, "nvmlGpmSampleFree": 1}}"#);
-        assert_eq!(s.unwrap().delays.len(), 2);
-    }
-
-    #[test]
-    fn rejects_bad_gpm_ecc_and_faults() {
-        for bad in [
-            r#"{"fault_marker": ""}"#,
-            r#"{"fault_marker": 5}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "gpm": {"sm_active": 101}}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "gpm": {"dram_bandwidth": -1}}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "gpm": {"sm_util": 5}}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "ecc": {"corrected": 1, "double_bit": 1}}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1, "ecc": 3}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "fault_throttle_ms": null}]}"#,
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "fault_marker": "x"}]}"#,
-            // Functions without a device handle take no injected errors.
-            r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
-                "errors": {"nvmlEventSetCreate": "UNKNOWN"}}]}"#,
-        ] {
-            assert!(parse(bad).is_err(), "accepted {bad}");
+        if p.environ_contains.as_deref() == Some("") {
+            return Err(format!("{at}: empty environ_contains"));
         }
     }
-
-    #[test]
-    fn parses_files_hangs_and_delays() {
-        let s = parse(
-            r#"{"control_file": "/tmp/ctl", "delays_ms": {"nvmlDeviceGetUtilizationRates": 30},
-                "hang": {"call": "nvmlDeviceGetMemoryInfo_v2", "after_ms": 1000, "after_calls": 2},
-                "devices": [{"uuid": "a", "name": "n", "memory_total": 1, "device_file": "/tmp/d0"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            s.control_file.as_deref(),
-            Some(std::path::Path::new("/tmp/ctl"))
-        );
-        assert_eq!(
-            s.devices[0].device_file.as_deref(),
-            Some(std::path::Path::new("/tmp/d0"))
-        );
-        assert_eq!(
-            s.delays["nvmlDeviceGetUtilizationRates"],
-            Duration::from_millis(30)
-        );
-        let h = s.hang.unwrap();
-        assert_eq!(
-            (h.call.as_str(), h.after_ms, h.after_calls, h.for_ms),
-            ("nvmlDeviceGetMemoryInfo_v2", 1000, 2, None)
-        );
-        let s = parse(r#"{"hang": {"call": "nvmlInit_v2", "for_ms": 50}}"#).unwrap();
-        let h = s.hang.unwrap();
-        assert_eq!((h.after_ms, h.after_calls, h.for_ms), (0, 0, Some(50)));
-        assert!(s.control_file.is_none() && s.delays.is_empty());
-    }
+    Ok(())
 }
+
+fn check_gpm(at: &str, gpm: Option<&Gpm>) -> Result<(), String> {
+    if let Some(g) = gpm {
+        let values = [
+            g.sm_active,
+            g.sm_occupancy,
+            g.tensor_active,
+            g.dram_bandwidth,
+        ];
+        if values.iter().any(|&v| v > 100) {
+            return Err(format!("{at}: gpm above 100%"));
+        }
+    }
+    Ok(())
+}
+
+/// An `errors` map: device function name -> return code.
+fn parse_errors(at: &str, raw: BTreeMap<String, String>) -> Result<BTreeMap<String, Ret>, String> {
+    let mut errors = BTreeMap::new();
+    for (function, name) in raw {
+        if !DEVICE_FUNCTIONS.contains(&function.as_str()) {
+            return Err(format!(
+                "{at}: errors: unknown device function {function:?}"
+            ));
+        }
+        errors.insert(function, parse_code(&name)?);
+    }
+    Ok(errors)
+}
+
+/// Validates a device's `mig`: uuids unique among all devices and instances (`uuids`), at most
+/// `max_instances` instances, GPU instance ids unique on the device.
+fn mig_spec(
+    at: &str,
+    parent_name: &str,
+    raw: RawMig,
+    uuids: &mut HashSet<String>,
+) -> Result<MigSpec, String> {
+    if raw.instances.len() > raw.max_instances as usize {
+        return Err(format!("{at}: more instances than max_instances"));
+    }
+    let mut gis = HashSet::new();
+    let mut instances = Vec::with_capacity(raw.instances.len());
+    for (k, i) in raw.instances.into_iter().enumerate() {
+        let at = format!("{at}.instances[{k}]");
+        if !uuids.insert(i.uuid.clone()) {
+            return Err(format!("{at}: duplicate uuid {:?}", i.uuid));
+        }
+        // One compute instance per GPU instance: GPM samples are taken per GPU instance.
+        if !gis.insert(i.gpu_instance_id) {
+            return Err(format!(
+                "{at}: duplicate gpu_instance_id {}",
+                i.gpu_instance_id
+            ));
+        }
+        if i.gpu_instance_id == NO_INSTANCE || i.compute_instance_id == NO_INSTANCE {
+            return Err(format!("{at}: instance id 0xFFFFFFFF means none"));
+        }
+        check_processes(&at, &i.processes)?;
+        check_gpm(&at, i.gpm.as_ref())?;
+        let name = format!("{parent_name} MIG {}", i.profile);
+        instances.push(InstanceSpec {
+            uuid: c_string(&format!("{at}.uuid"), i.uuid)?,
+            name: c_string(&format!("{at}.profile"), name)?,
+            gpu_instance_id: i.gpu_instance_id,
+            compute_instance_id: i.compute_instance_id,
+            memory_total: i.memory_total,
+            memory_used_base: i.memory_used_base,
+            gpm: i.gpm,
+            processes: i.processes,
+            errors: parse_errors(&at, i.errors)?,
+        });
+    }
+    Ok(MigSpec {
+        max_instances: raw.max_instances,
+        instances,
+    })
+}
+
+#[cfg(test)]
+mod tests;

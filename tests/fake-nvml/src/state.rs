@@ -1,14 +1,15 @@
 //! Global library state: init reference count, the loaded scenario and live queries.
 
+use crate::Ret;
 use crate::live::Live;
-use crate::scenario::{DeviceSpec, Gpm, Scenario};
+use crate::scenario::{DeviceSpec, Gpm, InstanceSpec, ProcessSpec, Scenario};
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
-use std::ffi::CString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{CString, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The state of an initialized library (refcount > 0).
@@ -19,6 +20,8 @@ pub(crate) struct Session {
     /// One slot per device; a handle is the address of its slot (stable: the vector
     /// is never modified during a session).
     pub devices: Vec<Device>,
+    /// One slot per MIG device of every device in MIG mode, handed out like `devices`.
+    migs: Vec<MigSlot>,
     /// The scenario's `control_file`, open since init.
     _control: Option<OwnedFd>,
     /// Each device's `device_file`, open once its handle was handed out.
@@ -45,8 +48,33 @@ pub(crate) struct Device {
     pub index: u32,
 }
 
+/// A MIG device slot. Its address is the `nvmlDevice_t` of that MIG device.
+pub(crate) struct MigSlot {
+    device: u32,
+    instance: u32,
+}
+
+/// What a live device handle names: a GPU (its index), or a MIG device (its parent's index
+/// and its index among the parent's instances).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    Gpu(u32),
+    Mig(u32, u32),
+}
+
+impl Target {
+    /// The physical GPU: the device itself or the MIG device's parent.
+    pub fn device(self) -> u32 {
+        match self {
+            Target::Gpu(d) | Target::Mig(d, _) => d,
+        }
+    }
+}
+
 /// A process currently matched on a device.
 pub(crate) struct Matched {
+    /// `None`: matched by the device's own entries; `Some(k)`: by its MIG instance `k`'s.
+    pub instance: Option<u32>,
     pub pid: u32,
     pub used_memory: Option<u64>,
     /// Its command line contains the scenario's `fault_marker`.
@@ -85,6 +113,15 @@ impl Session {
         let devices = (0..scenario.devices.len() as u32)
             .map(|index| Device { index })
             .collect();
+        let migs = (0..scenario.devices.len() as u32)
+            .flat_map(|device| {
+                let count = scenario.devices[device as usize]
+                    .mig
+                    .as_ref()
+                    .map_or(0, |m| m.instances.len() as u32);
+                (0..count).map(move |instance| MigSlot { device, instance })
+            })
+            .collect();
         let control = match &scenario.control_file {
             Some(p) => Some(
                 open_inheritable(p).map_err(|e| format!("control_file {}: {e}", p.display()))?,
@@ -98,6 +135,7 @@ impl Session {
             live: RefCell::new(Live::new(&scenario.devices)),
             scenario,
             devices,
+            migs,
             _control: control,
             hang_calls: Cell::new(0),
         })
@@ -142,21 +180,51 @@ impl Session {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The handle of device `index`.
-    pub fn handle(&self, index: u32) -> *const Device {
-        &self.devices[index as usize]
+    /// The handle of `target`.
+    pub fn handle(&self, target: Target) -> *const c_void {
+        match target {
+            Target::Gpu(index) => (&raw const self.devices[index as usize]).cast(),
+            Target::Mig(device, instance) => self
+                .migs
+                .iter()
+                .find(|m| (m.device, m.instance) == (device, instance))
+                .map_or(std::ptr::null(), |m| (&raw const *m).cast()),
+        }
     }
 
-    /// Finds the device whose slot address is `handle` (never dereferences it).
-    pub fn device_index(&self, handle: *const Device) -> Option<u32> {
-        self.devices
+    /// What `handle` names when it is the address of one of the slots (never dereferenced).
+    pub fn target(&self, handle: *const c_void) -> Option<Target> {
+        if let Some(d) = self
+            .devices
             .iter()
-            .find(|d| std::ptr::eq(*d, handle))
-            .map(|d| d.index)
+            .find(|d| std::ptr::eq(*d, handle.cast()))
+        {
+            return Some(Target::Gpu(d.index));
+        }
+        self.migs
+            .iter()
+            .find(|m| std::ptr::eq(*m, handle.cast()))
+            .map(|m| Target::Mig(m.device, m.instance))
     }
 
     pub fn spec(&self, index: u32) -> &DeviceSpec {
         &self.scenario.devices[index as usize]
+    }
+
+    /// The MIG instances of device `index` (none when it is not in MIG mode).
+    pub fn instances(&self, index: u32) -> &[InstanceSpec] {
+        self.spec(index)
+            .mig
+            .as_ref()
+            .map_or(&[], |m| m.instances.as_slice())
+    }
+
+    /// The errors injected for `target`: a MIG device has its own.
+    pub fn errors(&self, target: Target) -> &BTreeMap<String, Ret> {
+        match target {
+            Target::Gpu(index) => &self.spec(index).errors,
+            Target::Mig(index, k) => &self.instances(index)[k as usize].errors,
+        }
     }
 
     pub fn is_lost(&self, index: u32) -> bool {
@@ -184,29 +252,50 @@ impl Session {
             .saturating_add(u64::try_from(extra).unwrap_or(u64::MAX))
     }
 
-    /// (total, used, free) memory in bytes of device `index`.
-    pub fn memory(&self, index: u32) -> (u64, u64, u64) {
-        let spec = self.spec(index);
-        let used = self
-            .matched(index)
+    /// (total, used, free) memory in bytes of `target`. A MIG device counts its own base and
+    /// processes; a device in MIG mode counts its own and every instance's.
+    pub fn memory(&self, target: Target) -> (u64, u64, u64) {
+        let matched = self.matched_all(target.device());
+        let spec = self.spec(target.device());
+        let (total, base, of) = match target {
+            Target::Gpu(index) => {
+                let bases = self.instances(index).iter().map(|i| i.memory_used_base);
+                let base = bases.fold(spec.memory_used_base, u64::saturating_add);
+                (spec.memory_total, base, None)
+            }
+            Target::Mig(index, k) => {
+                let i = &self.instances(index)[k as usize];
+                (i.memory_total, i.memory_used_base, Some(k))
+            }
+        };
+        let used = matched
             .iter()
+            .filter(|m| of.is_none() || m.instance == of)
             .filter_map(|m| m.used_memory)
-            .fold(spec.memory_used_base, u64::saturating_add);
-        (
-            spec.memory_total,
-            used,
-            spec.memory_total.saturating_sub(used),
-        )
+            .fold(base, u64::saturating_add);
+        (total, used, total.saturating_sub(used))
     }
 }
 
 impl Session {
-    /// The processes that currently match device `index`'s entries; a faulty one the device
-    /// has not noticed yet makes it fault now (see `Live::notice_fault`). Every call that looks
-    /// at the device's processes, throttling, events or ECC goes through here first.
+    /// The processes that currently match device `index`'s own entries (see `matched_all`).
     pub fn matched(&self, index: u32) -> Vec<Matched> {
+        let mut all = self.matched_all(index);
+        all.retain(|m| m.instance.is_none());
+        all
+    }
+
+    /// The processes that currently match device `index`'s entries, then each of its MIG
+    /// instances' entries; a faulty one the device has not noticed yet makes it fault now (see
+    /// `Live::notice_fault`). Every call that looks at the device's processes, throttling,
+    /// events or ECC goes through here first.
+    pub fn matched_all(&self, index: u32) -> Vec<Matched> {
         let spec = self.spec(index);
-        let matched = matched_processes(spec, self.scenario.fault_marker.as_deref());
+        let marker = self.scenario.fault_marker.as_deref();
+        let mut matched = matched_processes(&spec.processes, None, marker);
+        for (k, i) in self.instances(index).iter().enumerate() {
+            matched.extend(matched_processes(&i.processes, Some(k as u32), marker));
+        }
         let mut live = self.live.borrow_mut();
         for m in matched.iter().filter(|m| m.faulty) {
             live.notice_fault(index, m.pid, spec.fault_throttle);
@@ -214,20 +303,31 @@ impl Session {
         matched
     }
 
-    /// Device `index`'s GPM metrics now: the scenario's while a process of it runs, else 0;
-    /// `None` when the device has no GPM.
+    /// Device `index`'s GPM metrics now: the scenario's while a process of it (or of one of its
+    /// MIG instances) runs, else 0; `None` when the device has no GPM.
     pub fn gpm(&self, index: u32) -> Option<Gpm> {
         let gpm = self.spec(index).gpm?;
-        Some(if self.matched(index).is_empty() {
+        Some(if self.matched_all(index).is_empty() {
             Gpm::default()
         } else {
             gpm
         })
     }
 
+    /// The GPM metrics of device `index`'s MIG instance `k` now, as `gpm` but with the
+    /// instance's values and processes.
+    pub fn instance_gpm(&self, index: u32, k: u32) -> Option<Gpm> {
+        let gpm = self.instances(index)[k as usize].gpm?;
+        let busy = self
+            .matched_all(index)
+            .iter()
+            .any(|m| m.instance == Some(k));
+        Some(if busy { gpm } else { Gpm::default() })
+    }
+
     /// Device `index`'s current clock throttle reasons.
     pub fn throttle_reasons(&self, index: u32) -> u64 {
-        let idle = self.matched(index).is_empty();
+        let idle = self.matched_all(index).is_empty();
         if self.live.borrow().throttled(index) {
             REASONS_FAULT
         } else if idle {
@@ -238,21 +338,28 @@ impl Session {
     }
 }
 
-/// The processes that currently match the device's process entries (live scan), each marked
-/// `faulty` when its command line contains `fault_marker`.
-fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Matched> {
+/// The processes that currently match `processes` (live scan), each tagged with `instance` and
+/// marked `faulty` when its command line contains `fault_marker`.
+fn matched_processes(
+    processes: &[ProcessSpec],
+    instance: Option<u32>,
+    fault_marker: Option<&str>,
+) -> Vec<Matched> {
     let me = std::process::id();
-    let needs_scan = spec.processes.iter().any(|p| p.cmdline_contains.is_some());
-    let cmdlines = if needs_scan {
-        cmdlines()
+    let needs_scan = processes
+        .iter()
+        .any(|p| p.cmdline_contains.is_some() || p.environ_contains.is_some());
+    let scan = if needs_scan {
+        scan()
     } else {
         Default::default()
     };
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    for p in &spec.processes {
+    for p in processes {
         let pids: Vec<u32> = match (&p.cmdline_contains, p.pid) {
-            (Some(needle), _) => cmdlines
+            (Some(needle), _) => scan
+                .cmdlines
                 .iter()
                 .filter(|(pid, cmd)| *pid != me && cmd.contains(needle.as_str()))
                 .map(|(pid, _)| *pid)
@@ -262,16 +369,22 @@ fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Match
             }
             _ => Vec::new(),
         };
-        for pid in pids {
+        let wanted = |pid: &u32| {
+            p.environ_contains
+                .as_deref()
+                .is_none_or(|needle| scan.environ_has(*pid, needle))
+        };
+        for pid in pids.into_iter().filter(wanted) {
             if seen.insert(pid) {
                 let faulty = fault_marker.is_some_and(|marker| {
-                    let cmdline = match cmdlines.binary_search_by_key(&pid, |(p, _)| *p) {
-                        Ok(at) => Some(cmdlines[at].1.clone()),
+                    let cmdline = match scan.cmdlines.binary_search_by_key(&pid, |(p, _)| *p) {
+                        Ok(at) => Some(scan.cmdlines[at].1.clone()),
                         Err(_) => read_cmdline(pid),
                     };
                     cmdline.is_some_and(|c| c.contains(marker))
                 });
                 out.push(Matched {
+                    instance,
                     pid,
                     used_memory: p.used_memory,
                     faulty,
@@ -287,24 +400,49 @@ fn matched_processes(spec: &DeviceSpec, fault_marker: Option<&str>) -> Vec<Match
 /// is not slowed by a scan per call. A process started later is seen at most this much later.
 const SCAN_FRESH: Duration = Duration::from_millis(20);
 
-/// Every visible process: (pid, command line), sorted by pid.
-type Cmdlines = std::sync::Arc<Vec<(u32, String)>>;
+/// One scan of `/proc`: every visible process's command line, and the environments read so far.
+#[derive(Default)]
+struct Scan {
+    /// (pid, command line with NULs turned into spaces), sorted by pid.
+    cmdlines: Vec<(u32, String)>,
+    /// Environments (`None`: unreadable) read while this scan is fresh, only of the pids an
+    /// `environ_contains` entry asked about: most processes never need theirs read.
+    environs: Mutex<BTreeMap<u32, Option<Vec<u8>>>>,
+}
+
+impl Scan {
+    /// Whether one of `pid`'s environment entries contains `needle`; an unreadable environment
+    /// contains nothing.
+    fn environ_has(&self, pid: u32, needle: &str) -> bool {
+        let mut environs = self.environs.lock().unwrap_or_else(|p| p.into_inner());
+        let environ = environs
+            .entry(pid)
+            .or_insert_with(|| std::fs::read(format!("/proc/{pid}/environ")).ok());
+        let needle = needle.as_bytes();
+        environ.as_deref().is_some_and(|env| {
+            env.split(|&b| b == 0)
+                .any(|entry| entry.windows(needle.len()).any(|w| w == needle))
+        })
+    }
+}
 
 /// The latest scan and when it was taken.
-static SCAN: Mutex<Option<(Instant, Cmdlines)>> = Mutex::new(None);
+static SCAN: Mutex<Option<(Instant, Arc<Scan>)>> = Mutex::new(None);
 
-/// (pid, command line with NULs turned into spaces) of every visible process, sorted by pid:
-/// the latest scan while it is fresh.
-fn cmdlines() -> Cmdlines {
+/// The latest scan of `/proc` while it is fresh, else a new one.
+fn scan() -> Arc<Scan> {
     let mut scan = SCAN.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((at, list)) = scan.as_ref()
+    if let Some((at, latest)) = scan.as_ref()
         && at.elapsed() < SCAN_FRESH
     {
-        return std::sync::Arc::clone(list);
+        return Arc::clone(latest);
     }
-    let list = std::sync::Arc::new(scan_cmdlines());
-    *scan = Some((Instant::now(), std::sync::Arc::clone(&list)));
-    list
+    let latest = Arc::new(Scan {
+        cmdlines: scan_cmdlines(),
+        environs: Mutex::default(),
+    });
+    *scan = Some((Instant::now(), Arc::clone(&latest)));
+    latest
 }
 
 fn scan_cmdlines() -> Vec<(u32, String)> {

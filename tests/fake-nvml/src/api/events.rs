@@ -2,8 +2,11 @@
 
 use super::{Res, ffi, nvmlDevice_t, put, with_device, with_session};
 use crate::live::{Event, EventSet, XID_CRITICAL_EVENT};
+use crate::state::Target;
 use crate::state::{self, Session};
-use crate::{GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS, TIMEOUT, UNINITIALIZED};
+use crate::{
+    GPU_IS_LOST, INVALID_ARGUMENT, NO_INSTANCE, NOT_SUPPORTED, Ret, SUCCESS, TIMEOUT, UNINITIALIZED,
+};
 use std::ffi::{c_uint, c_ulonglong};
 use std::ptr::addr_of_mut;
 use std::time::{Duration, Instant};
@@ -27,9 +30,6 @@ pub struct nvmlEventData_t {
 }
 
 const _: () = assert!(size_of::<nvmlEventData_t>() == 32);
-
-/// `gpuInstanceId`/`computeInstanceId` of an event that concerns the whole GPU.
-const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
 /// How often a waiting call looks at its set again (no lock is held in between).
 const POLL: Duration = Duration::from_millis(10);
@@ -122,8 +122,12 @@ fn wait(
             let next = {
                 let guard = state::lock();
                 let session = guard.as_ref().ok_or(UNINITIALIZED)?;
-                next_event(session, set.cast_const().cast(), name)?
-                    .map(|e| (session.handle(e.device).cast_mut().cast::<_>(), e))
+                next_event(session, set.cast_const().cast(), name)?.map(|e| {
+                    (
+                        session.handle(Target::Gpu(e.device)).cast_mut().cast::<_>(),
+                        e,
+                    )
+                })
             };
             if let Some((device, event)) = next {
                 return write_event(data, device, event, v2);

@@ -1,9 +1,10 @@
 //! GPM (GPU Performance Monitoring, Hopper and newer): samples and the metrics between two.
 
-use super::{device_ok, nvmlDevice_t, put, with_device, with_session};
-use crate::live::Sample;
+use super::{nvmlDevice_t, put, target_ok, with_any, with_device, with_session};
+use crate::live::{Sample, Taken};
 use crate::scenario::Gpm;
-use crate::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_SUPPORTED, Ret, SUCCESS};
+use crate::state::{Session, Target};
+use crate::{ARGUMENT_VERSION_MISMATCH, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Ret, SUCCESS};
 use std::ffi::{c_char, c_uint};
 use std::ptr::{addr_of, addr_of_mut, null_mut};
 
@@ -77,7 +78,8 @@ pub extern "C" fn nvmlGpmQueryDeviceSupport(
     device: nvmlDevice_t,
     gpmSupport: *mut nvmlGpmSupport_t,
 ) -> Ret {
-    with_device("nvmlGpmQueryDeviceSupport", device, |s, i| {
+    // A MIG device answers for its parent.
+    with_any("nvmlGpmQueryDeviceSupport", device, |s, t| {
         if gpmSupport.is_null() {
             return Err(INVALID_ARGUMENT);
         }
@@ -87,7 +89,7 @@ pub extern "C" fn nvmlGpmQueryDeviceSupport(
         if version != GPM_SUPPORT_VERSION {
             return Err(ARGUMENT_VERSION_MISMATCH);
         }
-        let isSupportedDevice = c_uint::from(s.spec(i).gpm.is_some());
+        let isSupportedDevice = c_uint::from(s.spec(t.device()).gpm.is_some());
         put(
             gpmSupport,
             nvmlGpmSupport_t {
@@ -125,29 +127,52 @@ pub extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, gpmSample: nvmlGpmSampl
             return Err(INVALID_ARGUMENT);
         }
         let values = s.gpm(i).ok_or(NOT_SUPPORTED)?;
-        s.live.borrow_mut().fill_sample(sample, i, values);
+        s.live.borrow_mut().fill_sample(sample, i, None, values);
         Ok(())
     })
 }
 
-/// MIG is not simulated: no GPU instance has samples.
+/// A sample of GPU instance `gpuInstanceId` of a device in MIG mode: the instance's `gpm`
+/// while one of its processes runs. A device not in MIG mode: `INVALID_ARGUMENT`; an unknown
+/// instance: `NOT_FOUND`; an instance without `gpm`: `NOT_SUPPORTED`.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlGpmMigSampleGet(
     device: nvmlDevice_t,
-    _gpuInstanceId: c_uint,
+    gpuInstanceId: c_uint,
     gpmSample: nvmlGpmSample_t,
 ) -> Ret {
-    with_device("nvmlGpmMigSampleGet", device, |s, _| {
-        if s.live
-            .borrow()
-            .samples
-            .get(gpmSample.cast_const().cast())
-            .is_none()
-        {
+    with_device("nvmlGpmMigSampleGet", device, |s, i| {
+        let sample: *const Sample = gpmSample.cast_const().cast();
+        if s.live.borrow().samples.get(sample).is_none() || s.spec(i).mig.is_none() {
             return Err(INVALID_ARGUMENT);
         }
-        Err(NOT_SUPPORTED)
+        let k = instance_of(s, i, gpuInstanceId).ok_or(NOT_FOUND)?;
+        let values = s.instance_gpm(i, k).ok_or(NOT_SUPPORTED)?;
+        s.live
+            .borrow_mut()
+            .fill_sample(sample, i, Some(gpuInstanceId), values);
+        Ok(())
     })
+}
+
+/// The index among device `index`'s instances of GPU instance `gi`.
+fn instance_of(s: &Session, index: u32, gi: c_uint) -> Option<u32> {
+    let k = s
+        .instances(index)
+        .iter()
+        .position(|m| m.gpu_instance_id == gi)?;
+    Some(k as u32)
+}
+
+/// What a sample was taken of: its device, or the MIG device of its GPU instance.
+fn sampled(s: &Session, taken: &Taken) -> Target {
+    match taken
+        .gpu_instance
+        .and_then(|gi| instance_of(s, taken.device, gi))
+    {
+        Some(k) => Target::Mig(taken.device, k),
+        None => Target::Gpu(taken.device),
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -179,11 +204,12 @@ pub extern "C" fn nvmlGpmMetricsGet(metricsGet: *mut nvmlGpmMetricsGet_t) -> Ret
         let (Some(first), Some(second)) = (taken(sample1), taken(sample2)) else {
             return Err(INVALID_ARGUMENT);
         };
-        if first.device != second.device || second.seq <= first.seq {
+        let source = |t: &Taken| (t.device, t.gpu_instance);
+        if source(&first) != source(&second) || second.seq <= first.seq {
             return Err(INVALID_ARGUMENT);
         }
         drop(live);
-        device_ok(s, first.device, name)?;
+        target_ok(s, sampled(s, &first), name)?;
         for k in 0..count as usize {
             // SAFETY: `k < numMetrics <= METRIC_MAX`, the length of the caller's array; the
             // place is only named, never turned into a reference.

@@ -17,7 +17,7 @@ const WANTED: [GpmMetricId; 5] = [
 ];
 
 /// The four simulated metrics between two samples; Fp64Util must be NOT_SUPPORTED.
-fn metrics(nvml: &Nvml, a: &GpmSample, b: &GpmSample) -> [f64; 4] {
+pub(super) fn metrics(nvml: &Nvml, a: &GpmSample, b: &GpmSample) -> [f64; 4] {
     let got = gpm_metrics_get(nvml, a, b, &WANTED).expect("metrics");
     assert_eq!(got.len(), 5);
     assert!(matches!(got[4], Err(NvmlError::NotSupported)), "{got:?}");
@@ -48,7 +48,10 @@ fn gpm_follows_the_load_on_a_device_that_has_it() {
     assert!(d0.gpm_support().unwrap());
     assert!(!d1.gpm_support().unwrap(), "a pre-Hopper device");
     assert!(matches!(d1.gpm_sample(), Err(NvmlError::NotSupported)));
-    assert!(matches!(d0.gpm_mig_sample(1), Err(NvmlError::NotSupported)));
+    assert!(
+        matches!(d0.gpm_mig_sample(1), Err(NvmlError::InvalidArg)),
+        "not in MIG mode"
+    );
 
     let idle1 = d0.gpm_sample().unwrap();
     let idle2 = d0.gpm_sample().unwrap();

@@ -6,6 +6,7 @@
 
 mod faults;
 mod gpm;
+mod mig;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
