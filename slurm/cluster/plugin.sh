@@ -43,7 +43,9 @@ write_tracker_config() {
         # 2 s thermal slowdown (and, on GPU 0, one corrected ECC error) on each GPU it holds.
         # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
         # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i. NVML index 2 (minor 9) is the MIG node's
-        # MIG GPU: two 1g.10gb instances, Slurm's GPUs 1 and 2 there (setup.sh), each with GPM.
+        # MIG GPU: two 1g.10gb instances, Slurm's GPUs 1 and 2 there (setup.sh), each with GPM
+        # (an instance's GPM support is its parent's: the parent has GPM too, device-wide 11 %,
+        # about two of seven slices at 40 %).
         # A holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of the job
         # whose SLURM_JOB_GPUS is 1, 2 GiB on the one whose is 2.
         put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
@@ -64,6 +66,7 @@ write_tracker_config() {
     {"uuid": "GPU-22222222-5151-4d55-8000-222222222222", "name": "SIMULATED GPU 2 (test fake, MIG)",
      "minor": 9, "memory_total": 85899345920, "memory_used_base": 268435456, "power_mw": 60000,
      "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "gpm": {"sm_active": 11, "sm_occupancy": 6, "tensor_active": 3, "dram_bandwidth": 2},
      "mig": {"max_instances": 7, "instances": [
        {"uuid": "MIG-a1a1a1a1-5151-4d55-8000-a1a1a1a1a1a1", "profile": "1g.10gb",
         "gpu_instance_id": 1, "compute_instance_id": 0, "memory_total": 10468982784,

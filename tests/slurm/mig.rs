@@ -86,7 +86,6 @@ fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
         assert_eq!(g.max_utilization_percent, None, "{g:?}");
         let why = &g.depth.no_data[figure::UTILIZATION];
         assert_eq!(why.kind, "not_supported", "{why:?}");
-        assert!(why.why.contains("MIG"), "{why:?}");
         // SM activity from the instance's own GPM: 40 % while its holder runs. A reading that
         // straddles the holder's start reads half (see gpu_depth).
         let sm = g
