@@ -294,11 +294,14 @@ impl GpuSource for NvmlSource {
                 ),
             });
         }
+        let is_mig = self.devices[i].mig.is_some();
         for (fig, what, e) in q.failed {
-            reading.missing.push(Missing {
-                figure: fig,
-                why: no_data(what, &e),
-            });
+            let mut why = no_data(what, &e);
+            if is_mig && why.kind == super::figures::NOT_SUPPORTED {
+                // NVML's words do not say why: a MIG instance has no such figure of its own.
+                why.why = format!("not per MIG instance; {}", why.why);
+            }
+            reading.missing.push(Missing { figure: fig, why });
             if [
                 figure::THROTTLE,
                 figure::PROCESS_UTILIZATION,

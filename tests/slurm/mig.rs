@@ -86,6 +86,7 @@ fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
         assert_eq!(g.max_utilization_percent, None, "{g:?}");
         let why = &g.depth.no_data[figure::UTILIZATION];
         assert_eq!(why.kind, "not_supported", "{why:?}");
+        assert!(why.why.contains("MIG instance"), "{why:?}");
         // SM activity from the instance's own GPM: 40 % while its holder runs. A reading that
         // straddles the holder's start reads half (see gpu_depth).
         let sm = g
@@ -147,6 +148,21 @@ fn a_sharded_gpu_job_is_labelled_shared() {
     assert_eq!(shared["by"], "shard", "{shared}");
     assert_eq!(shared["shards"], 1, "{shared}");
     assert!(v["gpus"][0]["mig"].is_null(), "{v}");
+    // The record's own types say the same.
+    let sh = g.shared.as_ref().expect("shared");
+    assert_eq!((sh.by.as_str(), sh.shards), ("shard", Some(1)), "{sh:?}");
+    // The job's own share of the GPU: its holder's per-process samples (the test NVML gives
+    // each of the device's processes the device's 37 %).
+    let own = g
+        .depth
+        .process_utilization_percent
+        .expect("the job's processes' utilization");
+    assert!(own.max > 36.0 && own.max < 38.0, "{own:?}");
     let summary = summary_of(&out);
-    assert!(summary.contains("shared"), "not said shared:\n{summary}");
+    for want in [
+        "shared through Slurm's shards (1 held by the job)",
+        "(the whole device's); the job's processes: mean",
+    ] {
+        assert!(summary.contains(want), "{want:?} not in:\n{summary}");
+    }
 }
