@@ -299,9 +299,14 @@ impl GpuSource for NvmlSource {
             let mut why = no_data(what, &e);
             if is_mig && why.kind == super::figures::NOT_SUPPORTED {
                 // NVML's words do not say why: a MIG instance has no such figure of its own.
-                why.why = format!("not per MIG instance; {}", why.why);
+                why.why = format!("none per MIG instance ({})", why.why);
             }
+            let expected = is_mig && why.kind == super::figures::NOT_SUPPORTED;
             reading.missing.push(Missing { figure: fig, why });
+            if expected {
+                // The figure's "no data" says it; a MIG instance lacking it is no fault.
+                continue;
+            }
             if [
                 figure::THROTTLE,
                 figure::PROCESS_UTILIZATION,

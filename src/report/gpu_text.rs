@@ -144,9 +144,14 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
     } else {
         let _ = writeln!(
             w,
-            "               memory: {} by the job's processes, {} in use on the device (of {})",
+            "               memory: {} by the job's processes, {} in use on the {} (of {})",
             mem(g.job_peak_bytes),
             mem(g.device_peak_bytes),
+            if g.mig.is_some() {
+                "instance"
+            } else {
+                "device"
+            },
             mem(g.memory_total_bytes)
         );
     }
@@ -230,6 +235,7 @@ mod tests {
             "{w}"
         );
         assert!(!w.contains("shared"), "{w}");
+        assert!(w.contains(" in use on the instance (of "), "{w}");
         let g = GpuSummary {
             shared: crate::gpu::Shared::decide(Some(2), false, 1),
             ..GpuSummary::default()

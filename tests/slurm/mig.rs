@@ -96,9 +96,11 @@ fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
         assert!(sm.max >= 20.0 && sm.max <= 40.0 + 1e-9, "{sm:?}");
         // The summary names the instance.
         let summary = summary_of(&out);
-        for want in ["MIG 1g.10gb", uuid] {
+        for want in ["MIG 1g.10gb", uuid, "in use on the instance"] {
             assert!(summary.contains(want), "{want:?} not in:\n{summary}");
         }
+        // What an instance does not have is said once, as "n/a", and is no tracking fault.
+        assert!(!summary.contains("not read"), "{summary}");
         seen.push((gi, r.step.start.clone(), r.step.end.clone().unwrap()));
     }
     // One job on each instance, at the same time (the times are RFC 3339 in UTC with
