@@ -131,7 +131,7 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
         };
         let _ = writeln!(
             w,
-            "               shared {how}: its memory in use, utilization, SM activity, energy and slowdowns are the whole device's, other jobs' use included; the job's own is its processes' memory"
+            "               shared {how}: its memory in use, utilization, SM activity, energy and slowdowns are the whole device's, other jobs' use included; the job's own are its processes' memory and utilization"
         );
     }
     if g.depth.no_data.contains_key(figure::MEMORY) {
