@@ -266,12 +266,23 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
 /// `Ok(Err(why))` when the database has none, or could not be asked: `why` says which, for
 /// people.
 fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
-    let db = match slurmdb::fetch(job) {
-        Ok(Some(db)) => db,
-        Ok(None) => return Ok(Err(format!("sacct shows no job {job} to you"))),
+    let rows = match slurmdb::fetch_all(job) {
+        Ok(rows) => rows,
         Err(e) => {
             return Ok(Err(format!("Slurm's database could not be asked ({e})")));
         }
+    };
+    // An array's own id: sacct lists every task, each with its stored summary.
+    if let Some((a, notes)) = job
+        .parse()
+        .ok()
+        .and_then(|id| array::db::from_rows(id, &rows))
+    {
+        show_array_summary(args, &a, &notes);
+        return Ok(Ok(if a.incomplete > 0 { INCOMPLETE } else { OK }));
+    }
+    let Some(db) = rows.into_iter().next() else {
+        return Ok(Err(format!("sacct shows no job {job} to you")));
     };
     let stored = match Stored::decode(&db.admin_comment) {
         Ok(s) => s,
@@ -451,6 +462,20 @@ fn problems_code(problems: &[Problem]) -> u8 {
         .unwrap_or(OK)
 }
 
+/// Prints an array's summary as `--format` asks, with `notes` on what could not be used.
+fn show_array_summary(args: &Args, a: &ArraySummary, notes: &[String]) {
+    if args.format == "json" {
+        say_json(&a.to_json(notes));
+    } else {
+        let o = TextOptions {
+            ram: args.ru,
+            time: args.tu,
+            tasks: args.tasks,
+        };
+        say!("{}", array::text::render(a, notes, &o));
+    }
+}
+
 /// `gpu-tracker-report ARRAYID`: the array summarised over its tasks in the spool.
 fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
     let root = &site.cfg.spool_dir;
@@ -488,16 +513,7 @@ fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
         ));
     }
     let a = ArraySummary::of(array_id, &summaries);
-    if args.format == "json" {
-        say_json(&a.to_json(&notes));
-    } else {
-        let o = TextOptions {
-            ram: args.ru,
-            time: args.tu,
-            tasks: args.tasks,
-        };
-        say!("{}", array::text::render(&a, &notes, &o));
-    }
+    show_array_summary(args, &a, &notes);
     for n in &notes {
         warnln!("gpu-tracker-report: array {array_id}: {n}");
     }

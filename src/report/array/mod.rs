@@ -5,6 +5,7 @@
 //! Built from each task's [`Summary`] only: [`find`] finds the tasks in the spool, the report
 //! loads and summarises each one as it does a single job, and [`text`] renders the result.
 
+pub mod db;
 pub mod find;
 pub mod text;
 
@@ -322,18 +323,29 @@ pub struct ArraySummary {
 impl ArraySummary {
     /// Summarises array `array_job_id` from its tasks' summaries (any order).
     pub fn of(array_job_id: u32, summaries: &[Summary]) -> ArraySummary {
-        let mut tasks: Vec<TaskFigures> = summaries.iter().map(TaskFigures::of).collect();
+        let mut a = ArraySummary::of_tasks(
+            array_job_id,
+            summaries.iter().map(TaskFigures::of).collect(),
+        );
+        a.name = summaries.iter().find_map(|s| s.name.clone());
+        if let Some(s) = summaries.first() {
+            a.user.clone_from(&s.user);
+            a.uid = s.uid;
+        }
+        a
+    }
+
+    /// Summarises array `array_job_id` from its tasks' figures (any order); the name and user
+    /// are left for the caller.
+    pub fn of_tasks(array_job_id: u32, mut tasks: Vec<TaskFigures>) -> ArraySummary {
         tasks.sort_by_key(|t| (t.task_id, t.job_id));
         let count = |f: fn(&TaskFigures) -> bool| tasks.iter().filter(|t| f(t)).count();
         let with_gpus = || tasks.iter().filter(|t| t.gpus_allocated > 0);
         ArraySummary {
             array_job_id,
-            name: summaries.iter().find_map(|s| s.name.clone()),
-            user: summaries
-                .first()
-                .map(|s| s.user.clone())
-                .unwrap_or_default(),
-            uid: summaries.first().map_or(0, |s| s.uid),
+            name: None,
+            user: String::new(),
+            uid: 0,
             tasks_found: tasks.len(),
             completed: count(|t| t.complete && !t.failed && !t.oom_killed),
             failed: count(|t| t.failed),
