@@ -9,6 +9,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use gpu_tracker::config::Config;
 use gpu_tracker::report::args::{Args, parse_spec};
+use gpu_tracker::report::array::{self, ArraySummary};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::settings::{self, Places};
 use gpu_tracker::report::slurmdb;
@@ -265,12 +266,23 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
 /// `Ok(Err(why))` when the database has none, or could not be asked: `why` says which, for
 /// people.
 fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
-    let db = match slurmdb::fetch(job) {
-        Ok(Some(db)) => db,
-        Ok(None) => return Ok(Err(format!("sacct shows no job {job} to you"))),
+    let rows = match slurmdb::fetch_all(job) {
+        Ok(rows) => rows,
         Err(e) => {
             return Ok(Err(format!("Slurm's database could not be asked ({e})")));
         }
+    };
+    // An array's own id: sacct lists every task, each with its stored summary.
+    if let Some((a, notes)) = job
+        .parse()
+        .ok()
+        .and_then(|id| array::db::from_rows(id, &rows))
+    {
+        show_array_summary(args, &a, &notes);
+        return Ok(Ok(if a.incomplete > 0 { INCOMPLETE } else { OK }));
+    }
+    let Some(db) = rows.into_iter().next() else {
+        return Ok(Err(format!("sacct shows no job {job} to you")));
     };
     let stored = match Stored::decode(&db.admin_comment) {
         Ok(s) => s,
@@ -320,6 +332,15 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         };
         Err(not_found(job, root, &site.spool_origin, &db))
     };
+    let whole = args.timeline.is_none() && args.events.is_none() && args.plot.is_none();
+    if let (Some(j), None, true) = (spec.job, &spec.step, whole) {
+        // An array's own id is also one task's job id: alone, it means the whole array.
+        if array::find::is_array(root, j)
+            .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?
+        {
+            return show_array(site, args, j);
+        }
+    }
     let job_id = match (spec.job, spec.array) {
         (Some(j), _) => j,
         (None, Some((a, t))) => {
@@ -421,8 +442,16 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         };
         say!("{}", render(&summary, &records.problems, &o));
     }
-    let code = records
-        .problems
+    let code = problems_code(&records.problems);
+    for p in &records.problems {
+        warnln!("gpu-tracker-report: job {job_id}: {}", p.message());
+    }
+    Ok(code)
+}
+
+/// The exit status the problems of a job's records call for: the highest.
+fn problems_code(problems: &[Problem]) -> u8 {
+    problems
         .iter()
         .map(|p| match p {
             Problem::Incomplete { .. } => INCOMPLETE,
@@ -430,9 +459,69 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             Problem::FutureVersion { .. } => FUTURE_SCHEMA,
         })
         .max()
-        .unwrap_or(OK);
-    for p in &records.problems {
-        warnln!("gpu-tracker-report: job {job_id}: {}", p.message());
+        .unwrap_or(OK)
+}
+
+/// Prints an array's summary as `--format` asks, with `notes` on what could not be used.
+fn show_array_summary(args: &Args, a: &ArraySummary, notes: &[String]) {
+    if args.format == "json" {
+        say_json(&a.to_json(notes));
+    } else {
+        let o = TextOptions {
+            ram: args.ru,
+            time: args.tu,
+            tasks: args.tasks,
+        };
+        say!("{}", array::text::render(a, notes, &o));
+    }
+}
+
+/// `gpu-tracker-report ARRAYID`: the array summarised over its tasks in the spool.
+fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
+    let root = &site.cfg.spool_dir;
+    let loaded = array::find::load_array(root, array_id)
+        .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?;
+    let mut code = OK;
+    let mut notes = Vec::new();
+    for (id, e) in &loaded.skipped {
+        code = code.max(match e {
+            LoadError::Denied(..) => DENIED,
+            LoadError::Refused(..) => CORRUPT,
+            _ => FAILED,
+        });
+        notes.push(format!("task job {id}: {e}"));
+    }
+    let mut summaries = Vec::new();
+    for t in &loaded.tasks {
+        let mut s = Summary::from_records(&t.records);
+        s.set_co2(site.cfg.co2_grams_per_kwh);
+        summaries.push(s);
+        code = code.max(problems_code(&t.problems));
+        notes.extend(
+            t.problems
+                .iter()
+                .map(|p| format!("task job {}: {}", t.job_id, p.message())),
+        );
+    }
+    if summaries.is_empty() {
+        return Err((
+            code.max(FAILED),
+            format!(
+                "array {array_id}: no task could be read: {}",
+                notes.join("; ")
+            ),
+        ));
+    }
+    let a = ArraySummary::of(array_id, &summaries);
+    show_array_summary(args, &a, &notes);
+    for n in &notes {
+        warnln!("gpu-tracker-report: array {array_id}: {n}");
+    }
+    if loaded.unreadable > 0 && gpu_tracker::sys::euid() == 0 {
+        warnln!(
+            "gpu-tracker-report: {} job directories could not be read",
+            loaded.unreadable
+        );
     }
     Ok(code)
 }

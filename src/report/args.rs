@@ -30,7 +30,8 @@ use crate::units::{FIRST_SINCE_YEAR, LAST_SINCE_YEAR, MAX_AGE_DAYS, MemUnit, Tim
 #[derive(Debug, Parser)]
 #[command(name = "gpu-tracker-report", version)]
 pub struct Args {
-    /// Job: JOBID, JOBID.STEP (STEP: batch, extern, interactive or a number), ARRAYID_TASK.
+    /// Job: JOBID, JOBID.STEP (STEP: batch, extern, interactive or a number), ARRAYID_TASK,
+    /// or ARRAYID alone: every task of the array summarised together.
     pub job: Option<String>,
     /// Output: text (the summary) or json (the merged records, see RECORD.md).
     #[arg(short = 'f', long = "format", default_value = "text", value_parser = ["text", "json"])]

@@ -12,6 +12,7 @@
 
 pub mod advice;
 pub mod args;
+pub mod array;
 pub mod figures;
 pub mod gpu_text;
 pub mod listing;

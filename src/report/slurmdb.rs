@@ -141,6 +141,12 @@ pub fn parse_sacct_line(line: &str) -> Option<DbJob> {
 /// The job as Slurm's database has it; `None` when `sacct` shows no such job (or not to this
 /// user: Slurm's `PrivateData` decides).
 pub fn fetch(job: &str) -> Result<Option<DbJob>, String> {
+    Ok(fetch_all(job)?.into_iter().next())
+}
+
+/// Every job `sacct -j job` shows: one for a job or an array task, every task for an array's
+/// own id.
+pub fn fetch_all(job: &str) -> Result<Vec<DbJob>, String> {
     let out = run(
         Command::new("sacct").args([
             "-n",
@@ -153,7 +159,7 @@ pub fn fetch(job: &str) -> Result<Option<DbJob>, String> {
         ]),
         COMMAND_DEADLINE,
     )?;
-    Ok(out.lines().find_map(parse_sacct_line))
+    Ok(out.lines().filter_map(parse_sacct_line).collect())
 }
 
 #[cfg(test)]

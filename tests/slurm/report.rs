@@ -1,5 +1,5 @@
 //! `gpu-tracker-report` beyond one job's summary: the admin listing, an exit code for each
-//! problem, and purge.
+//! problem, purge, and an array summarised over its tasks.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -203,4 +203,72 @@ fn purge_removes_old_records_only_and_only_for_root() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!old.exists(), "{out}");
     assert!(spool.join(recent.id.to_string()).exists());
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn an_array_id_summarises_its_tasks_and_sizes_the_next_submission() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    // Task i holds (i + 1) × 50 MB.
+    let array = submit_as(
+        USER,
+        "arraysum",
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track --mem=1G --array=0-3\n{h} --mb $(( (SLURM_ARRAY_TASK_ID + 1) * 50 )) --hold-ms 300\n"
+        ),
+        &[],
+    );
+    let id = array.to_string();
+    let started = Instant::now();
+    let doc = loop {
+        let (code, text, err) = report_as(USER, &[&id, "--format", "json"]);
+        if code == 0 {
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if v["array"]["tasks_found"] == 4 && v["array"]["incomplete"] == 0 {
+                break v;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "{code}: {text} {err}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(doc["schema"], "gpu-tracker/array");
+    let a = &doc["array"];
+    assert_eq!(a["completed"], 4, "{a}");
+    for (i, t) in a["tasks"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(t["task_id"], i as u64);
+        let peak = t["peak_memory_bytes"].as_u64().unwrap();
+        let want = 50_000_000 * (i as u64 + 1);
+        assert!(
+            (want..want + 30_000_000).contains(&peak),
+            "task {i}: {peak}"
+        );
+    }
+    // At most 230 MB × 1.2: 256 MiB, or 512 MiB past it; no GPU asked, no --gres.
+    let mem = a["right_size"]["mem"].as_str().unwrap();
+    assert!(matches!(mem, "256M" | "512M"), "{a}");
+    assert!(a["right_size"]["gres"].is_null(), "{a}");
+    let (code, text, err) = report_as(USER, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(&format!("gpu-tracker summary of array {array} (4 task(s))"))
+            && text.contains("4 found: 4 completed, 0 failed, 0 OOM-killed")
+            && text.contains(&format!("Next time:     --mem={mem} --time=00:01:00")),
+        "{text}"
+    );
+    // One task is still one task.
+    let (code, text, _) = report_as(USER, &[&format!("{array}_2")]);
+    assert_eq!(code, 0);
+    assert!(text.contains(&format!("(array {array}_2)")), "{text}");
+    assert!(!text.contains("summary of array"), "{text}");
+    // Another user sees none of it; root sees it all.
+    let (code, text, _) = report_as("gtuser2", &[&id]);
+    assert_ne!(code, 0, "{text}");
+    assert!(!text.contains("summary of array"), "{text}");
+    let (code, text, _) = report_as("root", &[&id]);
+    assert_eq!(code, 0);
+    assert!(text.contains("4 found"), "{text}");
 }

@@ -1,0 +1,409 @@
+//! An array job as a whole (`gpu-tracker-report ARRAYID`): how many of its tasks ran, failed
+//! or were OOM-killed, the spread of their figures, the tasks far from the rest, the classes
+//! counted, and the `--mem`, `--time` and `--gres` that would fit every task next time.
+//!
+//! Built from each task's [`Summary`] only: [`find`] finds the tasks in the spool, the report
+//! loads and summarises each one as it does a single job, and [`text`] renders the result.
+
+pub mod db;
+pub mod find;
+pub mod text;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::figures::Summary;
+
+/// A figure's spread over the tasks that have it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Smallest.
+    pub min: f64,
+    /// Median: the middle value, or the mean of the two middle values for an even count.
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (any order, NaN left out); `None` when there is none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| !x.is_nan()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            min: v[0],
+            median,
+            max: v[n - 1],
+        })
+    }
+}
+
+/// One task's figures, as the array summary compares them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TaskFigures {
+    /// The task's own job id.
+    pub job_id: u32,
+    /// Its index in the array.
+    pub task_id: u32,
+    /// Wall-clock time, seconds.
+    pub elapsed_seconds: f64,
+    /// Peak memory of the task on its busiest node, bytes (what `--mem`, a per-node request,
+    /// has to cover).
+    pub peak_memory_bytes: u64,
+    /// CPU efficiency, percent.
+    pub cpu_efficiency_percent: Option<f64>,
+    /// Mean GPU utilization over its GPUs, percent.
+    pub gpu_utilization_percent: Option<f64>,
+    /// Peak GPU memory of its processes, added up over its GPUs, bytes.
+    pub gpu_memory_bytes: u64,
+    /// GPUs on which its processes held memory.
+    pub gpus_used: u32,
+    /// GPUs it was given.
+    pub gpus_allocated: u32,
+    /// Some task of it exited non-zero or was killed.
+    pub failed: bool,
+    /// The kernel killed some of its processes for memory.
+    pub oom_killed: bool,
+    /// Every record of it is final.
+    pub complete: bool,
+    /// The tags of its classes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<String>,
+}
+
+impl TaskFigures {
+    /// The figures of one task's summary. A summary with no array task id (which a task's
+    /// records always carry) is given task id `u32::MAX`.
+    pub fn of(s: &Summary) -> TaskFigures {
+        let used = s.gpus.iter().filter(|g| g.job_peak_bytes > 0).count();
+        TaskFigures {
+            job_id: s.job_id,
+            task_id: s.array_task_id.unwrap_or(u32::MAX),
+            elapsed_seconds: s.elapsed_seconds,
+            peak_memory_bytes: s.per_node.iter().map(|n| n.peak_bytes).max().unwrap_or(0),
+            cpu_efficiency_percent: s.cpu.efficiency_percent,
+            gpu_utilization_percent: s.totals.gpu_mean_utilization_percent,
+            gpu_memory_bytes: s.totals.gpu_memory_peak_bytes,
+            gpus_used: u32::try_from(used).unwrap_or(u32::MAX),
+            gpus_allocated: u32::try_from(s.gpus.len()).unwrap_or(u32::MAX),
+            failed: s.any_failed(),
+            oom_killed: !s.oom.is_empty(),
+            complete: s.complete,
+            classes: class_tags(s),
+        }
+    }
+}
+
+/// The tags of a summary's classes.
+// HOOKUP (named job classes): `s.classes.iter().map(|c| c.tag.clone()).collect()` once
+// `Summary::classes` exists; until then no summary has a class.
+fn class_tags(_s: &Summary) -> Vec<String> {
+    Vec::new()
+}
+
+/// How many tasks have each class tag, by tag.
+pub fn count_classes<'a>(tags: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for t in tags {
+        *out.entry(t.to_string()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Fewest tasks for outliers to be named: with fewer, a median says little.
+pub const OUTLIER_MIN_TASKS: usize = 4;
+/// A task is an outlier when its figure is more than this many times the median ...
+pub const OUTLIER_ABOVE: f64 = 2.0;
+/// ... or less than this fraction of it.
+pub const OUTLIER_BELOW: f64 = 0.5;
+
+/// A task far from the rest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outlier {
+    /// Its index in the array.
+    pub task_id: u32,
+    /// Its job id.
+    pub job_id: u32,
+    /// `elapsed` or `peak_memory`.
+    pub figure: &'static str,
+    /// Its value (seconds or bytes).
+    pub value: f64,
+    /// The median over the tasks.
+    pub median: f64,
+    /// `value` / `median`.
+    pub ratio: f64,
+}
+
+/// Tasks whose elapsed time or peak memory is more than [`OUTLIER_ABOVE`] times, or less
+/// than [`OUTLIER_BELOW`] of, the median over the tasks; none with fewer than
+/// [`OUTLIER_MIN_TASKS`] tasks or a median of 0. Ordered by task id, elapsed first.
+pub fn outliers(tasks: &[TaskFigures]) -> Vec<Outlier> {
+    if tasks.len() < OUTLIER_MIN_TASKS {
+        return Vec::new();
+    }
+    /// A figure of a task, as a number.
+    type Figure = fn(&TaskFigures) -> f64;
+    let figures: [(&'static str, Figure); 2] = [
+        ("elapsed", |t| t.elapsed_seconds),
+        ("peak_memory", |t| t.peak_memory_bytes as f64),
+    ];
+    let medians = figures.map(|(name, get)| {
+        let median = Spread::of(tasks.iter().map(get)).map_or(0.0, |s| s.median);
+        (name, get, median)
+    });
+    let mut out = Vec::new();
+    for t in tasks {
+        for (figure, get, median) in medians {
+            if median <= 0.0 {
+                continue;
+            }
+            let value = get(t);
+            let ratio = value / median;
+            if !(OUTLIER_BELOW..=OUTLIER_ABOVE).contains(&ratio) {
+                out.push(Outlier {
+                    task_id: t.task_id,
+                    job_id: t.job_id,
+                    figure,
+                    value,
+                    median,
+                    ratio,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Margin on the largest task's peak memory in [`RightSize::mem`].
+pub const MEM_MARGIN: f64 = 1.2;
+/// Margin on the longest task's time in [`RightSize::time`].
+pub const TIME_MARGIN: f64 = 1.5;
+
+/// The requests that would fit every task of the array next time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RightSize {
+    /// `--mem=`: the largest task's peak × [`MEM_MARGIN`], rounded up as Slurm takes it
+    /// (multiples of 256 MiB up to 4 GiB, whole GiB above). `None` with no peak recorded.
+    pub mem: Option<String>,
+    /// `--time=`: the longest task's elapsed time × [`TIME_MARGIN`], rounded up to a whole
+    /// minute, as `[D-]HH:MM:SS`. `None` with no time recorded.
+    pub time: Option<String>,
+    /// `--gres=gpu:N`: the most GPUs any task used (held memory on). `None` when no task was
+    /// given a GPU; `gpu:0` when tasks were given GPUs and none used one.
+    pub gres: Option<String>,
+    /// The options with their margins, for people.
+    pub line: String,
+}
+
+/// `seconds` as Slurm's `--time` takes it: `[D-]HH:MM:SS`.
+pub fn slurm_time(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds / 3_600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+    );
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+impl RightSize {
+    /// From the tasks' figures.
+    pub fn of(tasks: &[TaskFigures]) -> RightSize {
+        let peak = tasks.iter().map(|t| t.peak_memory_bytes).max().unwrap_or(0);
+        let longest = tasks
+            .iter()
+            .map(|t| t.elapsed_seconds)
+            .filter(|s| s.is_finite())
+            .fold(0.0, f64::max);
+        let mem = (peak > 0).then(|| {
+            let want = (peak as f64 * MEM_MARGIN).ceil().min(u64::MAX as f64) as u64;
+            super::advice::mem_option(want)
+        });
+        let time = (longest > 0.0).then(|| {
+            let minutes = (longest * TIME_MARGIN / 60.0).ceil().min(1e12) as u64;
+            slurm_time(minutes.max(1) * 60)
+        });
+        let gres = tasks.iter().any(|t| t.gpus_allocated > 0).then(|| {
+            format!(
+                "gpu:{}",
+                tasks.iter().map(|t| t.gpus_used).max().unwrap_or(0)
+            )
+        });
+        let mut options = Vec::new();
+        let mut why = Vec::new();
+        if let Some(m) = &mem {
+            options.push(format!("--mem={m}"));
+            why.push(format!(
+                "largest task's peak {} + {:.0}%",
+                crate::units::human_bytes(peak),
+                (MEM_MARGIN - 1.0) * 100.0
+            ));
+        }
+        if let Some(t) = &time {
+            options.push(format!("--time={t}"));
+            why.push(format!(
+                "longest task {} + {:.0}%, whole minutes",
+                slurm_time(longest.round() as u64),
+                (TIME_MARGIN - 1.0) * 100.0
+            ));
+        }
+        if let Some(g) = &gres {
+            options.push(format!("--gres={g}"));
+            why.push("most GPUs a task used".to_string());
+        }
+        let line = if options.is_empty() {
+            "no figures to size the next submission from".to_string()
+        } else {
+            format!("{} ({})", options.join(" "), why.join("; "))
+        };
+        RightSize {
+            mem,
+            time,
+            gres,
+            line,
+        }
+    }
+}
+
+/// An array job summarised over its tasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArraySummary {
+    /// The array's own job id.
+    pub array_job_id: u32,
+    /// Job name (the first task's that has one).
+    pub name: Option<String>,
+    /// User name.
+    pub user: String,
+    /// User id.
+    pub uid: u32,
+    /// Tasks with records.
+    pub tasks_found: usize,
+    /// Tasks whose records are all final, with no failed task and no OOM kill.
+    pub completed: usize,
+    /// Tasks where some process exited non-zero or was killed.
+    pub failed: usize,
+    /// Tasks where the kernel killed processes for memory.
+    pub oom_killed: usize,
+    /// Tasks still running, or killed before their final record.
+    pub incomplete: usize,
+    /// Elapsed time, seconds.
+    pub elapsed_seconds: Option<Spread>,
+    /// Peak memory on a task's busiest node, bytes.
+    pub peak_memory_bytes: Option<Spread>,
+    /// CPU efficiency, percent (tasks that have it).
+    pub cpu_efficiency_percent: Option<Spread>,
+    /// Mean GPU utilization, percent (tasks that have it).
+    pub gpu_utilization_percent: Option<Spread>,
+    /// Peak GPU memory of a task's processes, bytes (tasks given a GPU).
+    pub gpu_memory_bytes: Option<Spread>,
+    /// Tasks far from the rest ([`outliers`]).
+    pub outliers: Vec<Outlier>,
+    /// Tasks per class tag.
+    pub classes: BTreeMap<String, usize>,
+    /// What to ask for next time.
+    pub right_size: RightSize,
+    /// Each task, by task id.
+    pub tasks: Vec<TaskFigures>,
+}
+
+impl ArraySummary {
+    /// Summarises array `array_job_id` from its tasks' summaries (any order).
+    pub fn of(array_job_id: u32, summaries: &[Summary]) -> ArraySummary {
+        let mut a = ArraySummary::of_tasks(
+            array_job_id,
+            summaries.iter().map(TaskFigures::of).collect(),
+        );
+        a.name = summaries.iter().find_map(|s| s.name.clone());
+        if let Some(s) = summaries.first() {
+            a.user.clone_from(&s.user);
+            a.uid = s.uid;
+        }
+        a
+    }
+
+    /// Summarises array `array_job_id` from its tasks' figures (any order); the name and user
+    /// are left for the caller.
+    pub fn of_tasks(array_job_id: u32, mut tasks: Vec<TaskFigures>) -> ArraySummary {
+        tasks.sort_by_key(|t| (t.task_id, t.job_id));
+        let count = |f: fn(&TaskFigures) -> bool| tasks.iter().filter(|t| f(t)).count();
+        let with_gpus = || tasks.iter().filter(|t| t.gpus_allocated > 0);
+        ArraySummary {
+            array_job_id,
+            name: None,
+            user: String::new(),
+            uid: 0,
+            tasks_found: tasks.len(),
+            completed: count(|t| t.complete && !t.failed && !t.oom_killed),
+            failed: count(|t| t.failed),
+            oom_killed: count(|t| t.oom_killed),
+            incomplete: count(|t| !t.complete),
+            elapsed_seconds: Spread::of(tasks.iter().map(|t| t.elapsed_seconds)),
+            peak_memory_bytes: Spread::of(tasks.iter().map(|t| t.peak_memory_bytes as f64)),
+            cpu_efficiency_percent: Spread::of(
+                tasks.iter().filter_map(|t| t.cpu_efficiency_percent),
+            ),
+            gpu_utilization_percent: Spread::of(
+                tasks.iter().filter_map(|t| t.gpu_utilization_percent),
+            ),
+            gpu_memory_bytes: Spread::of(with_gpus().map(|t| t.gpu_memory_bytes as f64)),
+            outliers: outliers(&tasks),
+            classes: count_classes(
+                tasks
+                    .iter()
+                    .flat_map(|t| t.classes.iter().map(String::as_str)),
+            ),
+            right_size: RightSize::of(&tasks),
+            tasks,
+        }
+    }
+}
+
+/// The JSON document `gpu-tracker-report --format json ARRAYID` prints.
+#[derive(Debug, Serialize)]
+pub struct ArrayDocument<'a> {
+    /// Always [`ARRAY_SCHEMA`].
+    pub schema: &'static str,
+    /// Version of this document's format.
+    pub schema_version: u32,
+    /// The array's figures.
+    pub array: &'a ArraySummary,
+    /// What could not be used, one line each (`job N: ...`).
+    pub problems: &'a [String],
+}
+
+/// Value of [`ArrayDocument::schema`].
+pub const ARRAY_SCHEMA: &str = "gpu-tracker/array";
+/// Value of [`ArrayDocument::schema_version`].
+pub const ARRAY_SCHEMA_VERSION: u32 = 1;
+
+impl ArraySummary {
+    /// The JSON document, pretty, newline-terminated.
+    pub fn to_json(&self, problems: &[String]) -> String {
+        let doc = ArrayDocument {
+            schema: ARRAY_SCHEMA,
+            schema_version: ARRAY_SCHEMA_VERSION,
+            array: self,
+            problems,
+        };
+        let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests;
