@@ -103,6 +103,27 @@ pub struct Config {
     /// Grams of CO2 per kWh of the site's electricity: the summary adds the emissions of the
     /// job's GPU energy. 0 (the default): no emissions line.
     pub co2_grams_per_kwh: f64,
+    /// Job classes (docs/SUMMARY.md): `gpu-unused` when at least this many allocated GPUs had
+    /// no process of the job; 0 turns the class off.
+    pub class_gpu_unused_gpus: u32,
+    /// `gpu-low` when a GPU's mean utilization is under this percent; 0 turns the class off.
+    pub class_gpu_low_percent: f64,
+    /// ... or, where SM activity was measured (GPM), its mean is under this percent; 0 leaves
+    /// SM activity out.
+    pub class_gpu_low_sm_percent: f64,
+    /// `gpu-idle-tail` when a GPU that was busy then stayed idle to the end this many seconds;
+    /// 0 turns the class off.
+    pub class_gpu_idle_tail_seconds: f64,
+    /// `mem-over` when a node's peak memory is under this fraction of `--mem` (and at least
+    /// 1 GiB under it); 0 turns the class off.
+    pub class_mem_over_ratio: f64,
+    /// `cpu-low` when the job's CPU efficiency is under this percent; 0 turns the class off.
+    pub class_cpu_low_percent: f64,
+    /// `oom` when at least this many processes were killed for memory; 0 turns the class off.
+    pub class_oom_kills: u64,
+    /// `failed` when at least this many tasks exited non-zero or were killed; 0 turns the
+    /// class off.
+    pub class_failed_tasks: u32,
 }
 
 impl Default for Config {
@@ -126,6 +147,14 @@ impl Default for Config {
             gpu_idle_percent: 5.0,
             warn_user: false,
             co2_grams_per_kwh: 0.0,
+            class_gpu_unused_gpus: 1,
+            class_gpu_low_percent: 10.0,
+            class_gpu_low_sm_percent: 25.0,
+            class_gpu_idle_tail_seconds: 1800.0,
+            class_mem_over_ratio: 0.5,
+            class_cpu_low_percent: 25.0,
+            class_oom_kills: 1,
+            class_failed_tasks: 1,
         }
     }
 }
@@ -300,6 +329,41 @@ impl Config {
                     c.gpu_idle_percent
                 ),
             );
+        }
+        // The classes' thresholds: 0 turns each off.
+        for (key, v, max, unit) in [
+            (
+                "class_gpu_low_percent",
+                c.class_gpu_low_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_gpu_low_sm_percent",
+                c.class_gpu_low_sm_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_gpu_idle_tail_seconds",
+                c.class_gpu_idle_tail_seconds,
+                MAX_INTERVAL_SECONDS,
+                " seconds (1 day)",
+            ),
+            ("class_mem_over_ratio", c.class_mem_over_ratio, 1.0, ""),
+            (
+                "class_cpu_low_percent",
+                c.class_cpu_low_percent,
+                100.0,
+                " percent",
+            ),
+        ] {
+            if !within(v, 0.0, max) {
+                return bad(
+                    key,
+                    format!("must be from 0 (off) to {max}{unit}, not {v:?}"),
+                );
+            }
         }
         if c.steps.is_empty() {
             return bad(

@@ -236,3 +236,51 @@ fn the_option_and_the_site_decide_together() {
     assert_eq!(all.decide(None), Ok(Tracking::On { interval: 1.0 }));
     assert_eq!(all.decide(Some("off")), Ok(Tracking::Off));
 }
+
+#[test]
+fn class_thresholds_are_0_for_off_or_within_their_range() {
+    for (t, key, range) in [
+        (
+            "class_gpu_low_percent = 101",
+            "class_gpu_low_percent",
+            "100",
+        ),
+        (
+            "class_gpu_low_sm_percent = -1",
+            "class_gpu_low_sm_percent",
+            "100",
+        ),
+        (
+            "class_gpu_idle_tail_seconds = 1e9",
+            "class_gpu_idle_tail_seconds",
+            "86400",
+        ),
+        (
+            "class_mem_over_ratio = 1.5",
+            "class_mem_over_ratio",
+            "0 (off) to 1",
+        ),
+        (
+            "class_cpu_low_percent = nan",
+            "class_cpu_low_percent",
+            "100",
+        ),
+    ] {
+        refused(t, key, range);
+    }
+    assert!(parse("class_oom_kills = -1").is_err());
+    let c = parse(
+        "class_gpu_unused_gpus = 0\nclass_gpu_low_percent = 0\nclass_mem_over_ratio = 0.25\nclass_failed_tasks = 3",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            c.class_gpu_unused_gpus,
+            c.class_gpu_low_percent,
+            c.class_mem_over_ratio,
+            c.class_failed_tasks
+        ),
+        (0, 0.0, 0.25, 3)
+    );
+    assert_eq!(Config::default().class_gpu_low_percent, 10.0);
+}
