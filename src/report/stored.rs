@@ -290,8 +290,23 @@ impl Stored {
                 .collect();
             s.advice = super::advice::advise(&s, &rules);
         } else {
-            // An earlier build stored no classes: those its figures show here.
+            // An earlier build stored no classes: those its figures show here. Its OOM kills
+            // and failed tasks are counts only (no steps are stored): they are the last two.
             s.set_classes(&rules);
+            let mut add = |tag: &str, on: bool| {
+                if on {
+                    s.classes.push(JobClass {
+                        tag: tag.into(),
+                        reason: classes::rule_of(tag).into(),
+                    });
+                }
+            };
+            add(
+                "oom",
+                rules.oom_kills > 0 && self.oom_kills >= rules.oom_kills,
+            );
+            let failed = rules.failed_tasks > 0 && self.failed_tasks >= rules.failed_tasks as usize;
+            add("failed", failed);
         }
         s
     }
@@ -454,6 +469,11 @@ mod tests {
         let back = st.to_summary("alice", 1001, None);
         assert_eq!(back.class_tags(), "mem-over");
         assert_eq!(back.advice[0].code, "memory-over-requested");
+        let failed = old.replace("`failed_tasks`:0", "`failed_tasks`:2");
+        let back = Stored::decode(&failed)
+            .unwrap()
+            .to_summary("alice", 1001, None);
+        assert_eq!(back.class_tags(), "mem-over, failed");
         // Text that is no tag is dropped.
         let odd = text.replace("`gpu-unused`", "`GPU\\u001b[31m`");
         let back = Stored::decode(&odd)
