@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 use gpu_tracker::config::Config;
 use gpu_tracker::report::args::{Args, parse_spec};
 use gpu_tracker::report::array::{self, ArraySummary};
+use gpu_tracker::report::classes::ClassRules;
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::settings::{self, Places};
 use gpu_tracker::report::slurmdb;
@@ -246,7 +247,8 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
         sayln!("gpu-tracker-report: job {job_id} has no readable record: nothing stored");
         return Ok(NOT_TRACKED);
     }
-    let summary = Summary::from_records(&records.records);
+    let mut summary = Summary::from_records(&records.records);
+    summary.set_classes(&ClassRules::from_config(cfg));
     let text = Stored::of(&summary).encode();
     let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
     slurmdb::store(&job, &text).map_err(|e| (FAILED, format!("job {job}: {e}")))?;
@@ -383,6 +385,7 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         None => Summary::from_records(&records.records),
     };
     summary.set_co2(site.cfg.co2_grams_per_kwh);
+    summary.set_classes(&ClassRules::from_config(&site.cfg));
     let recs = &records.records;
     let has_story = recs.iter().any(|r| r.timeline.is_some());
     if (args.timeline.is_some() || args.events.is_some() || args.plot.is_some()) && !has_story {
@@ -495,6 +498,7 @@ fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
     for t in &loaded.tasks {
         let mut s = Summary::from_records(&t.records);
         s.set_co2(site.cfg.co2_grams_per_kwh);
+        s.set_classes(&ClassRules::from_config(&site.cfg));
         summaries.push(s);
         code = code.max(problems_code(&t.problems));
         notes.extend(
@@ -541,8 +545,8 @@ fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {
         since: args.since,
     };
     let root = &cfg.spool_dir;
-    let scan =
-        listing::scan(root, &filter).map_err(|e| (FAILED, format!("{}: {e}", root.display())))?;
+    let scan = listing::scan_with(root, &filter, &ClassRules::from_config(cfg))
+        .map_err(|e| (FAILED, format!("{}: {e}", root.display())))?;
     if args.format == "json" {
         let docs: Vec<serde_json::Value> = scan
             .jobs

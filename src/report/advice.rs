@@ -1,13 +1,19 @@
-//! Advice from a job's figures: what the user could change next time. Given only where the
-//! figures show it; a job that used what it asked for gets none.
+//! Advice from a job's classes ([`super::classes`]): what the user could change next time.
+//! Each line is given only where the job is in the class behind it ([`ADVICE_OF_CLASS`]), so
+//! a job that used what it asked for gets none; the figures only pick the words.
 
+use super::classes::{self, ClassRules, gpu_low, gpu_name, gpu_unused};
 use super::figures::{Advice, GpuSummary, Summary};
 
-/// Memory requests are compared with peaks only above this much waste.
-const MEMORY_SLACK_BYTES: u64 = 1 << 30;
-/// Utilization and CPU advice needs a job at least this long (seconds); start-up dominates
-/// shorter ones.
-const MIN_ELAPSED_FOR_USE_ADVICE: f64 = 60.0;
+/// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
+/// are shown in the summary's `Classes:` line only.
+pub const ADVICE_OF_CLASS: [(&str, &[&str]); 5] = [
+    ("gpu-unused", &["gpu-idle"]),
+    ("gpu-low", &["gpu-low-use", "gpu-few-sms"]),
+    ("mem-over", &["memory-over-requested"]),
+    ("cpu-low", &["cpu-idle"]),
+    ("oom", &["oom"]),
+];
 
 /// A `--mem` value Slurm takes, at least `bytes`: multiples of 256 MiB up to 4 GiB, whole GiB
 /// above.
@@ -35,141 +41,132 @@ fn gib(bytes: u64) -> String {
     }
 }
 
-/// A GPU busy (NVML's duty cycle) at least this percent of the time on average ...
+/// A `gpu-low` GPU busy (NVML's duty cycle) at least this percent of the time on average is
+/// told it runs small kernels (its SMs were the low figure), rather than that it waits.
 pub const FEW_SMS_BUSY_PERCENT: f64 = 50.0;
-/// ... with fewer of its SMs active than this on average (GPM) is told it runs small kernels.
-pub const FEW_SMS_ACTIVE_PERCENT: f64 = 25.0;
 
-/// The advice the figures support.
-pub fn advise(s: &Summary) -> Vec<Advice> {
+/// The advice the job's classes (`s.classes`, evaluated under `rules`) support.
+pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
     let mut out = Vec::new();
-    for o in &s.oom {
-        let more = o
-            .limit_bytes
-            .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
-            .unwrap_or_default();
-        let limit = o
-            .limit_bytes
-            .map(|l| format!(" of its {} limit", gib(l)))
-            .unwrap_or_default();
-        out.push(Advice {
-            code: "oom",
-            message: format!(
-                "Step {} on {} was killed for memory: {} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
-                o.step,
-                o.node,
-                o.kills,
-                gib(o.peak_bytes)
-            ),
-        });
-    }
-
-    // Memory asked for far above the peak (not after an OOM kill, and only with every record).
-    if s.oom.is_empty() && s.complete {
-        let worst = s
-            .per_node
-            .iter()
-            .filter_map(|m| m.requested_bytes.map(|r| (r, m.peak_bytes)))
-            .max_by_key(|&(_, p)| p);
-        if let Some((req, peak)) = worst {
-            if peak.saturating_mul(2) < req && req - peak >= MEMORY_SLACK_BYTES {
-                let suggest = mem_option(peak + peak / 5);
-                out.push(Advice {
-                    code: "memory-over-requested",
-                    message: format!(
-                        "Memory: the job was allocated {} per node but used at most {} ({:.0}%). Request less next time, for example --mem={suggest}.",
-                        gib(req),
-                        gib(peak),
-                        100.0 * peak as f64 / req as f64
-                    ),
-                });
-            }
+    if s.has_class("oom") {
+        for o in &s.oom {
+            let more = o
+                .limit_bytes
+                .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
+                .unwrap_or_default();
+            let limit = o
+                .limit_bytes
+                .map(|l| format!(" of its {} limit", gib(l)))
+                .unwrap_or_default();
+            out.push(Advice {
+                code: "oom",
+                message: format!(
+                    "Step {} on {} was killed for memory: {} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
+                    o.step,
+                    o.node,
+                    o.kills,
+                    gib(o.peak_bytes)
+                ),
+            });
         }
     }
 
-    // A shared GPU's utilization and SM activity are the device's, other jobs' included: no GPU
-    // advice rests on them (it could blame the job for another job's load).
-    let own = |g: &&GpuSummary| g.shared.is_none();
-    let idle: Vec<&GpuSummary> = s
-        .gpus
-        .iter()
-        .filter(own)
-        .filter(|g| g.max_utilization_percent.is_some_and(|u| u < 1.0))
-        .collect();
-    for g in &idle {
-        let held = if g.job_peak_bytes > 0 {
-            format!(" (its processes held {} on it)", gib(g.job_peak_bytes))
-        } else {
-            String::new()
-        };
+    if s.has_class("mem-over")
+        && let Some((req, peak)) = classes::largest_request_and_peak(s)
+    {
+        let suggest = mem_option(peak + peak / 5);
         out.push(Advice {
-            code: "gpu-idle",
+            code: "memory-over-requested",
             message: format!(
-                "GPU {} on {} ({}) was allocated but idle: 0% utilization throughout{held}.",
-                g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
-                g.node,
-                g.uuid
+                "Memory: the job was allocated {} per node but used at most {} ({:.0}%). Request less next time, for example --mem={suggest}.",
+                gib(req),
+                gib(peak),
+                100.0 * peak as f64 / req.max(1) as f64
             ),
         });
     }
-    if !idle.is_empty() {
-        let per_node = s.gpus.len() / s.nodes.len().max(1);
-        let used = per_node.saturating_sub(idle.len() / s.nodes.len().max(1));
-        out.push(Advice {
-            code: "gpu-idle",
-            message: if used == 0 {
-                "This job did not use its GPUs: run it without --gres=gpu (or --gpus) and leave them to others.".into()
+
+    // The advice quotes a GPU's utilization, which on a shared GPU is the device's, other
+    // jobs' load included: no GPU advice is given for one (its classes still are).
+    let own = |g: &&GpuSummary| g.shared.is_none();
+    if s.has_class("gpu-unused") {
+        let idle: Vec<&GpuSummary> = s
+            .gpus
+            .iter()
+            .filter(own)
+            .filter(|g| gpu_unused(g))
+            .collect();
+        for g in &idle {
+            let why = if g.max_utilization_percent.is_some() {
+                "0% utilization throughout"
             } else {
-                format!("Request only the GPUs the job uses: --gres=gpu:{used} per node.")
-            },
-        });
+                "no process of the job ran on it"
+            };
+            out.push(Advice {
+                code: "gpu-idle",
+                message: format!(
+                    "{} ({}) was allocated but idle: {why}.",
+                    gpu_name(g),
+                    g.uuid
+                ),
+            });
+        }
+        if !idle.is_empty() {
+            let per_node = s.gpus.len() / s.nodes.len().max(1);
+            let used = per_node.saturating_sub(idle.len() / s.nodes.len().max(1));
+            out.push(Advice {
+                code: "gpu-idle",
+                message: if used == 0 {
+                    "This job did not use its GPUs: run it without --gres=gpu (or --gpus) and leave them to others.".into()
+                } else {
+                    format!("Request only the GPUs the job uses: --gres=gpu:{used} per node.")
+                },
+            });
+        }
     }
-    if s.elapsed_seconds >= MIN_ELAPSED_FOR_USE_ADVICE {
-        for g in s.gpus.iter().filter(own).filter(|g| {
-            g.max_utilization_percent.is_some_and(|u| u >= 1.0)
-                && g.mean_utilization_percent.is_some_and(|u| u < 10.0)
+    if s.has_class("gpu-low") {
+        let low = || s.gpus.iter().filter(own).filter(|g| gpu_low(g, rules));
+        for g in low().filter(|g| {
+            g.mean_utilization_percent
+                .is_some_and(|u| u < rules.gpu_low_percent)
         }) {
             out.push(Advice {
                 code: "gpu-low-use",
                 message: format!(
-                    "GPU {} on {} was busy {:.0}% of the time on average: the job may be waiting on data loading or the CPU.",
-                    g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
-                    g.node,
+                    "{} was busy {:.0}% of the time on average: the job may be waiting on data loading or the CPU.",
+                    gpu_name(g),
                     g.mean_utilization_percent.unwrap_or(0.0)
                 ),
             });
         }
-        for g in s.gpus.iter().filter(own) {
+        for g in low() {
             let (Some(busy), Some(sm)) = (g.mean_utilization_percent, g.depth.sm_active_percent)
             else {
                 continue;
             };
-            if busy >= FEW_SMS_BUSY_PERCENT && sm.mean < FEW_SMS_ACTIVE_PERCENT {
+            if busy >= FEW_SMS_BUSY_PERCENT && sm.mean < rules.gpu_low_sm_percent {
                 out.push(Advice {
                     code: "gpu-few-sms",
                     message: format!(
-                        "GPU {} on {} ran kernels {busy:.0}% of the time, but only {:.0}% of its SMs were active: the kernels are too small to fill it (small batches, many tiny launches, one sample at a time). Larger batches, fused operations or CUDA graphs use it better.",
-                        g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
-                        g.node,
+                        "{} ran kernels {busy:.0}% of the time, but only {:.0}% of its SMs were active: the kernels are too small to fill it (small batches, many tiny launches, one sample at a time). Larger batches, fused operations or CUDA graphs use it better.",
+                        gpu_name(g),
                         sm.mean
                     ),
                 });
             }
         }
-        let per_node = s.cpu.alloc_cpus / (s.nodes.len().max(1) as u32);
-        if let Some(eff) = s.cpu.efficiency_percent {
-            let needed = (s.cpu.max_cores.ceil() as u32).max(1);
-            if per_node >= 2 && eff < 25.0 && f64::from(needed) <= 0.75 * f64::from(per_node) {
-                out.push(Advice {
-                    code: "cpu-idle",
-                    message: format!(
-                        "CPU: {per_node} cores per node were allocated, the job kept {:.1} busy on average and at most {:.1}. Request {needed} (for example -c {needed}, or fewer tasks).",
-                        s.cpu.efficiency_percent.unwrap_or(0.0) / 100.0 * f64::from(per_node),
-                        s.cpu.max_cores
-                    ),
-                });
-            }
-        }
+    }
+    if s.has_class("cpu-low")
+        && let Some((per_node, needed, eff)) = classes::cpu_low(s, rules)
+    {
+        out.push(Advice {
+            code: "cpu-idle",
+            message: format!(
+                "CPU: {per_node} cores per node were allocated, the job kept {:.1} busy on average and at most {:.1}. Request {needed} (for example -c {needed}, or fewer tasks).",
+                eff / 100.0 * f64::from(per_node),
+                s.cpu.max_cores
+            ),
+        });
     }
     out
 }
@@ -315,5 +312,41 @@ mod tests {
         r.step.elapsed_seconds = 10.0;
         let s = Summary::from_records(&[r]);
         assert!(s.advice.iter().all(|a| a.code != "cpu-idle"));
+    }
+
+    #[test]
+    fn the_advice_comes_from_the_classes() {
+        use crate::report::classes::ClassRules;
+        let mut r = job(600 << 20, 16 * GIB);
+        r.gpus = vec![StepGpu {
+            slurm_index: Some(1),
+            uuid: "GPU-1".into(),
+            memory_total_bytes: 16 * GIB,
+            mean_utilization_percent: Some(0.0),
+            max_utilization_percent: Some(0.0),
+            ..StepGpu::default()
+        }];
+        let mut s = Summary::from_records(&[r]);
+        let codes: Vec<&str> = s.advice.iter().map(|a| a.code).collect();
+        assert_eq!(codes, ["memory-over-requested", "gpu-idle", "gpu-idle"]);
+        assert_eq!(s.class_tags(), "gpu-unused, mem-over");
+        // Every advice code belongs to a class the job is in.
+        for a in &s.advice {
+            assert!(
+                ADVICE_OF_CLASS
+                    .iter()
+                    .any(|(tag, codes)| codes.contains(&a.code) && s.has_class(tag)),
+                "{}",
+                a.code
+            );
+        }
+        // Classes the site turned off give no advice.
+        s.set_classes(&ClassRules {
+            mem_over_ratio: 0.0,
+            gpu_unused_gpus: 0,
+            ..ClassRules::default()
+        });
+        assert!(s.advice.is_empty(), "{:?}", s.advice);
+        assert!(s.classes.is_empty());
     }
 }

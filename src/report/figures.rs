@@ -1,12 +1,12 @@
 //! The figures of a job's summary, as plain data: the job as a whole, each node, GPU and step,
-//! totals, imbalance and advice. Filled in by [`super::summary`] (from records), by
-//! [`super::stored`] (from Slurm's database), and by [`super::nodes`] and [`super::advice`],
+//! totals, imbalance, classes and advice. Filled in by [`super::summary`] (from records), by
+//! [`super::stored`] (from Slurm's database), and by [`super::nodes`] and [`super::classes`],
 //! which read what is already there; the renderings read them. Nothing here computes, so every
 //! room of the report can use these types without using each other.
 //!
 //! Every figure keeps its unit fixed (bytes, seconds, percent, joules); renderings convert.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::step::record::TaskRecord;
 
@@ -70,7 +70,9 @@ pub struct Summary {
     pub steps: Vec<StepSummary>,
     /// Steps where the kernel killed processes for memory.
     pub oom: Vec<OomEvent>,
-    /// What the user could change.
+    /// The job's classes ([`super::classes`]), in their fixed order; `[]` when none.
+    pub classes: Vec<JobClass>,
+    /// What the user could change, from the classes.
     pub advice: Vec<Advice>,
     /// Phases between `gpu-tracker mark` marks, with their figures.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -232,10 +234,20 @@ pub struct OomEvent {
     pub limit_bytes: Option<u64>,
 }
 
+/// A class a job is in ([`super::classes`]): its tag (`gpu-unused`, ...) and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobClass {
+    /// The stable tag.
+    pub tag: String,
+    /// One line for people: the figure that put the job in the class (the rule's words, for a
+    /// class read back from Slurm's database).
+    pub reason: String,
+}
+
 /// One piece of advice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
-    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `cpu-idle` or `oom`.
+    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `gpu-few-sms`, `cpu-idle` or `oom`.
     pub code: &'static str,
     /// What to do, for people.
     pub message: String,

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, FixedOffset};
 
+use super::classes::ClassRules;
 use super::figures::Summary;
 use super::{JobRecords, job_entries, job_ids, load_job};
 use crate::step::safe_read::{JobDir, Refusal};
@@ -56,8 +57,14 @@ pub struct Scan {
     pub refused: Vec<String>,
 }
 
-/// Reads every job in the spool that the caller may read and `filter` accepts.
+/// Reads every job in the spool that the caller may read and `filter` accepts, classed under
+/// the built-in rules.
 pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
+    scan_with(root, filter, &ClassRules::default())
+}
+
+/// [`scan`], with each job classed under the site's `rules`.
+pub fn scan_with(root: &Path, filter: &Filter, rules: &ClassRules) -> io::Result<Scan> {
     let mut out = Scan::default();
     let entries = job_entries(root)?;
     for (path, what) in &entries.refused {
@@ -69,7 +76,8 @@ pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
     for id in entries.ids {
         match load_job(root, id) {
             Ok(j) if !j.records.is_empty() => {
-                let s = Summary::from_records(&j.records);
+                let mut s = Summary::from_records(&j.records);
+                s.set_classes(rules);
                 if filter.accepts(&s) {
                     out.jobs.push((j, s));
                 }
@@ -108,13 +116,13 @@ pub fn find_array_task(root: &Path, array: u32, task: u32) -> io::Result<Option<
 /// Header of [`line`].
 pub fn header() -> String {
     format!(
-        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {}",
-        "JOBID", "USER", "ELAPSED", "PEAK MEM/REQUESTED", "CPU", "GPU", "SM", "ADVICE"
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {:<24} {}",
+        "JOBID", "USER", "ELAPSED", "PEAK MEM/REQUESTED", "CPU", "GPU", "SM", "CLASSES", "ADVICE"
     )
 }
 
 /// One line for a job: id, user, elapsed, peak memory against the request, CPU efficiency,
-/// mean GPU utilization, and the codes of its advice (`-`: none).
+/// mean GPU utilization, its classes and the codes of its advice (`-`: none).
 pub fn line(s: &Summary, incomplete: bool) -> String {
     let id = match (s.array_job_id, s.array_task_id) {
         (Some(a), Some(t)) => format!("{}({a}_{t})", s.job_id),
@@ -159,7 +167,7 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
     }
     let secs = s.elapsed_seconds.round() as u64;
     format!(
-        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {}",
+        "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {:<24} {}",
         id,
         s.user,
         format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60),
@@ -169,6 +177,7 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
             .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
         gpu,
         sm,
+        s.class_tags_or(",", "-"),
         if codes.is_empty() {
             "-".into()
         } else {
@@ -494,7 +503,7 @@ mod line_tests {
     use crate::gpu::figures::{GpuDepth, Spread, XidError};
     use crate::report::figures::GpuSummary;
 
-    /// The columns of a job's line after the memory column: CPU, GPU, SM, advice.
+    /// The columns of a job's line after the memory column: CPU, GPU, SM, classes, advice.
     fn tail(s: &Summary) -> Vec<String> {
         let l = line(s, false);
         l.split_whitespace().skip(4).map(str::to_string).collect()
@@ -521,6 +530,23 @@ mod line_tests {
             }]),
             ..GpuDepth::default()
         };
-        assert_eq!(tail(&s)[1..], ["0%", "0%", "gpu-health"]);
+        assert_eq!(tail(&s)[1..], ["0%", "0%", "-", "gpu-health"]);
+    }
+
+    #[test]
+    fn the_classes_column_lists_the_tags_or_a_dash() {
+        let mut s = Summary {
+            user: "u".into(),
+            ..Summary::default()
+        };
+        assert_eq!(tail(&s)[3..], ["-", "-"]);
+        for tag in ["gpu-unused", "mem-over"] {
+            s.classes.push(crate::report::figures::JobClass {
+                tag: tag.into(),
+                reason: String::new(),
+            });
+        }
+        assert_eq!(tail(&s)[3..], ["gpu-unused,mem-over", "-"]);
+        assert!(header().contains(" CLASSES "), "{}", header());
     }
 }

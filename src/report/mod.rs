@@ -13,6 +13,7 @@
 pub mod advice;
 pub mod args;
 pub mod array;
+pub mod classes;
 pub mod figures;
 pub mod gpu_text;
 pub mod listing;
@@ -371,13 +372,15 @@ impl JobRecords {
 ///
 /// Only the records of job instance `instance` count: a directory held by another job with
 /// the same id (which the plugin would have moved aside) gives `None`, and each record must
-/// name the instance's user and, where both are known, its submission token.
+/// name the instance's user and, where both are known, its submission token. The job is classed
+/// under the site's `rules`.
 pub fn end_of_job_text(
     root: &Path,
     instance: &crate::step::spool::Instance,
     step: Option<&str>,
     wait: std::time::Duration,
     co2_grams_per_kwh: f64,
+    rules: &classes::ClassRules,
 ) -> Option<String> {
     let begun = std::time::Instant::now();
     let deadline = begun + wait;
@@ -416,6 +419,7 @@ pub fn end_of_job_text(
                 None => Summary::from_records(&j.records),
             };
             s.set_co2(co2_grams_per_kwh);
+            s.set_classes(rules);
             let text = text::render(&s, &j.problems, &text::TextOptions::default());
             return Some(crate::step::record::terminal_safe(&text).into_owned());
         }
@@ -541,6 +545,7 @@ mod tests {
         );
         let json = j.to_json(&Summary::from_records(&j.records));
         assert!(json.contains("\"refused\": true"), "{json}");
+        assert!(json.contains("\"classes\": ["), "always present: {json}");
         // A job directory that is a link is refused as a whole.
         symlink(&dir, t.path().join("6")).unwrap();
         assert!(matches!(

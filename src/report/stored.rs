@@ -16,7 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::figures::{GpuSummary, NodeSummary, Summary};
+use super::classes::{self, ClassRules};
+use super::figures::{GpuSummary, JobClass, NodeSummary, Summary};
 use super::summary::cpu_efficiency;
 use crate::units::saturating_sum;
 
@@ -58,16 +59,21 @@ pub struct Stored {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<(String, i64, u64, u64, f64, f64)>,
     /// Processes killed for memory, over the steps.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub oom_kills: u64,
     /// Tasks that failed, over the steps.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub failed_tasks: usize,
+    /// The tags of the job's classes, in their order. Absent in summaries of earlier builds:
+    /// those get the classes their figures show under the built-in rules.
+    /// `[]`: none. Stored as `cl`: the 65-node job still fits whole.
+    #[serde(default, rename = "cl", skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Vec<String>>,
     /// Node rows left out to stay within the size bound.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_nodes: usize,
     /// GPU rows left out.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_gpus: usize,
 }
 
@@ -83,6 +89,11 @@ pub enum StoredError {
     /// Damaged.
     #[error("a damaged stored summary: {0}")]
     Damaged(String),
+}
+
+/// Counts left out at 0: every byte counts under the bound (readers take 0 for a missing one).
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 fn pct_or_none(p: Option<f64>) -> f64 {
@@ -151,6 +162,7 @@ impl Stored {
                 .collect(),
             oom_kills: saturating_sum(s.oom.iter().map(|o| o.kills)),
             failed_tasks: s.steps.iter().map(|st| st.failed.len()).sum(),
+            classes: Some(s.classes.iter().map(|c| c.tag.clone()).collect()),
             cut_nodes: 0,
             cut_gpus: 0,
         }
@@ -161,6 +173,11 @@ impl Stored {
     pub fn encode(&self) -> String {
         let mut s = self.clone();
         s.missing.truncate(64);
+        // A handful of short tags: fixed in size like the totals.
+        if let Some(c) = &mut s.classes {
+            c.retain(|t| classes::is_tag(t));
+            c.truncate(classes::TAGS.len() + 4);
+        }
         loop {
             let json = serde_json::to_string(&s).unwrap_or_default();
             let text = format!("{PREFIX}{}", json.replace('"', "`"));
@@ -260,7 +277,37 @@ impl Stored {
         s.totals.gpus = gpus;
         s.totals.gpu_memory_peak_bytes = gpu_mem;
         s.totals.gpu_mean_utilization_percent = known(gpu_util);
-        s.advice = super::advice::advise(&s);
+        let rules = ClassRules::default();
+        if let Some(stored) = &self.classes {
+            s.classes = stored
+                .iter()
+                .filter(|t| classes::is_tag(t))
+                .take(classes::TAGS.len() + 4)
+                .map(|t| JobClass {
+                    tag: t.clone(),
+                    reason: classes::rule_of(t).into(),
+                })
+                .collect();
+            s.advice = super::advice::advise(&s, &rules);
+        } else {
+            // An earlier build stored no classes: those its figures show here. Its OOM kills
+            // and failed tasks are counts only (no steps are stored): they are the last two.
+            s.set_classes(&rules);
+            let mut add = |tag: &str, on: bool| {
+                if on {
+                    s.classes.push(JobClass {
+                        tag: tag.into(),
+                        reason: classes::rule_of(tag).into(),
+                    });
+                }
+            };
+            add(
+                "oom",
+                rules.oom_kills > 0 && self.oom_kills >= rules.oom_kills,
+            );
+            let failed = rules.failed_tasks > 0 && self.failed_tasks >= rules.failed_tasks as usize;
+            add("failed", failed);
+        }
         s
     }
 }
@@ -382,6 +429,57 @@ mod tests {
         st.nodes = (0..65).map(row).collect();
         let back = Stored::decode(&st.encode()).unwrap();
         assert_eq!(back.cut_nodes, 0);
+    }
+
+    #[test]
+    fn classes_are_stored_and_read_back_and_an_old_summary_gets_them_from_its_figures() {
+        // n2's GPU: no process of the job; memory far under the request.
+        let mut s = two_nodes();
+        s.gpus[1].job_peak_bytes = 0;
+        s.gpus[1].mean_utilization_percent = Some(0.0);
+        s.gpus[1].max_utilization_percent = Some(0.0);
+        for n in &mut s.per_node {
+            n.requested_bytes = Some(16 * GIB);
+        }
+        s.set_classes(&ClassRules::default());
+        assert_eq!(s.class_tags(), "gpu-unused, mem-over");
+        let text = Stored::of(&s).encode();
+        assert!(text.contains("`cl`:[`gpu-unused`,`mem-over`]"), "{text}");
+        let back = Stored::decode(&text)
+            .unwrap()
+            .to_summary("alice", 1001, None);
+        assert_eq!(back.class_tags(), "gpu-unused, mem-over");
+        assert_eq!(back.classes[0].reason, classes::rule_of("gpu-unused"));
+        let codes: Vec<&str> = back.advice.iter().map(|a| a.code).collect();
+        assert!(codes.contains(&"memory-over-requested"), "{codes:?}");
+        // A job in no class stores `[]`, and reads back in none whatever its figures show.
+        let mut none = Stored::of(&s);
+        none.classes = Some(Vec::new());
+        let back = Stored::decode(&none.encode())
+            .unwrap()
+            .to_summary("alice", 1001, None);
+        assert!(back.classes.is_empty() && back.advice.is_empty());
+        // A summary stored by an earlier build: no `cl`, all counts written.
+        let old = "gpu-tracker:1:{`job`:42,`complete`:true,`elapsed`:60.0,`cpu`:[220.0,8,1.0],\
+                   `totals`:[2147483648,34359738368,0,0,-1.0],`nodes`:[[`n1`,200.0,4,1073741824,\
+                   17179869184,1],[`n2`,20.0,4,1073741824,17179869184,1]],`oom_kills`:0,\
+                   `failed_tasks`:0,`cut_nodes`:0,`cut_gpus`:0}";
+        let st = Stored::decode(old).unwrap();
+        assert_eq!(st.classes, None);
+        let back = st.to_summary("alice", 1001, None);
+        assert_eq!(back.class_tags(), "mem-over");
+        assert_eq!(back.advice[0].code, "memory-over-requested");
+        let failed = old.replace("`failed_tasks`:0", "`failed_tasks`:2");
+        let back = Stored::decode(&failed)
+            .unwrap()
+            .to_summary("alice", 1001, None);
+        assert_eq!(back.class_tags(), "mem-over, failed");
+        // Text that is no tag is dropped.
+        let odd = text.replace("`gpu-unused`", "`GPU\\u001b[31m`");
+        let back = Stored::decode(&odd)
+            .unwrap()
+            .to_summary("alice", 1001, None);
+        assert_eq!(back.class_tags(), "mem-over");
     }
 
     #[test]

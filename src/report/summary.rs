@@ -1,6 +1,6 @@
 //! A job's figures merged from its step records: the job as a whole, each step on each node.
 //! The figures themselves are plain data in [`super::figures`]; per-node rows, job totals and
-//! imbalance are filled in by [`super::nodes`], advice by [`super::advice`].
+//! imbalance are filled in by [`super::nodes`], classes and advice by [`super::classes`].
 
 use std::collections::BTreeMap;
 
@@ -277,8 +277,17 @@ impl Summary {
             .collect();
         s.events_more = important.len().saturating_sub(MAX_SUMMARY_EVENTS) as u64;
         s.events = important.into_iter().take(MAX_SUMMARY_EVENTS).collect();
-        s.advice = super::advice::advise(&s);
+        // The built-in rules; a caller with the site's settings sets its own.
+        s.set_classes(&super::classes::ClassRules::default());
         s
+    }
+
+    /// Evaluates the job's classes under `rules` and builds the advice from them. Called once
+    /// where a summary is finished (with the built-in rules); again with the site's rules,
+    /// where the caller has the site's settings.
+    pub fn set_classes(&mut self, rules: &super::classes::ClassRules) {
+        self.classes = super::classes::classify(self, rules);
+        self.advice = super::advice::advise(self, rules);
     }
 
     /// Adds the emissions of the GPUs' energy at the site's `grams_per_kwh` (0: the site set

@@ -478,6 +478,7 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     for f in &s.faults {
         let _ = writeln!(w, "Tracking:      {f}");
     }
+    let _ = writeln!(w, "Classes:       {}", s.class_tags());
     if s.advice.is_empty() {
         let _ = writeln!(w, "Advice:        none; the job used what it asked for.");
     } else {
@@ -571,6 +572,7 @@ mod tests {
                 || text.contains("a task exit code 2"),
             "{text}"
         );
+        assert!(text.contains("\nClasses:       failed\n"), "{text}");
         let text = render(
             &s,
             &[],

@@ -62,6 +62,8 @@ struct State {
     summary: bool,
     /// The site's grams of CO2 per kWh for the summary's emissions line (0: none).
     co2_grams_per_kwh: f64,
+    /// The site's job class thresholds for the summary (`None`: the built-in ones).
+    class_rules: Option<crate::report::classes::ClassRules>,
     /// In `srun` (local context): the job and step it launched, from `local_user_init`.
     launched: Option<(u32, u32)>,
     /// The tracked step's job instance: the end-of-job summary covers its records only.
@@ -75,6 +77,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     spool_dir: None,
     summary: false,
     co2_grams_per_kwh: 0.0,
+    class_rules: None,
     launched: None,
     instance: None,
 });

@@ -127,6 +127,7 @@ pub(super) fn start_step(
     st.instance = Some(instance);
     st.summary = cfg.summary;
     st.co2_grams_per_kwh = cfg.co2_grams_per_kwh;
+    st.class_rules = Some(crate::report::classes::ClassRules::from_config(&cfg));
     Ok(())
 }
 

@@ -21,7 +21,7 @@ const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// then appends the job's summary to the job's output through the descriptor slurmstepd
 /// already holds (never by path).
 pub(super) fn finish_step() -> Result<(), String> {
-    let (tracker, spool_dir, summary, instance, co2) = {
+    let (tracker, spool_dir, summary, instance, co2, rules) = {
         let mut st = state();
         (
             st.tracker.take(),
@@ -29,6 +29,7 @@ pub(super) fn finish_step() -> Result<(), String> {
             st.summary,
             st.instance.take(),
             st.co2_grams_per_kwh,
+            st.class_rules.take().unwrap_or_default(),
         )
     };
     let Some(t) = tracker else {
@@ -82,7 +83,7 @@ pub(super) fn finish_step() -> Result<(), String> {
         return Ok(());
     };
     let Some(text) =
-        crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT, co2)
+        crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT, co2, &rules)
     else {
         return Ok(());
     };
@@ -147,6 +148,7 @@ pub(super) fn srun_summary() -> Result<(), String> {
         Some(&name),
         SRUN_SUMMARY_WAIT,
         cfg.co2_grams_per_kwh,
+        &crate::report::classes::ClassRules::from_config(&cfg),
     )
         .unwrap_or_else(|| {
             format!(

@@ -103,6 +103,27 @@ pub struct Config {
     /// Grams of CO2 per kWh of the site's electricity: the summary adds the emissions of the
     /// job's GPU energy. 0 (the default): no emissions line.
     pub co2_grams_per_kwh: f64,
+    /// Job classes (docs/SUMMARY.md): `gpu-unused` when at least this many allocated GPUs had
+    /// no process of the job; 0 turns the class off.
+    pub class_gpu_unused_gpus: u32,
+    /// `gpu-low` when a GPU's mean utilization is under this percent; 0 turns the class off.
+    pub class_gpu_low_percent: f64,
+    /// ... or, where SM activity was measured (GPM), its mean is under this percent; 0 leaves
+    /// SM activity out.
+    pub class_gpu_low_sm_percent: f64,
+    /// `gpu-idle-tail` when a GPU that was busy then stayed idle to the end this many seconds;
+    /// 0 turns the class off.
+    pub class_gpu_idle_tail_seconds: f64,
+    /// `mem-over` when a node's peak memory is under this fraction of `--mem` (and at least
+    /// 1 GiB under it); 0 turns the class off.
+    pub class_mem_over_ratio: f64,
+    /// `cpu-low` when the job's CPU efficiency is under this percent; 0 turns the class off.
+    pub class_cpu_low_percent: f64,
+    /// `oom` when at least this many processes were killed for memory; 0 turns the class off.
+    pub class_oom_kills: u64,
+    /// `failed` when at least this many tasks exited non-zero or were killed; 0 turns the
+    /// class off.
+    pub class_failed_tasks: u32,
 }
 
 impl Default for Config {
@@ -126,6 +147,14 @@ impl Default for Config {
             gpu_idle_percent: 5.0,
             warn_user: false,
             co2_grams_per_kwh: 0.0,
+            class_gpu_unused_gpus: 1,
+            class_gpu_low_percent: 10.0,
+            class_gpu_low_sm_percent: 25.0,
+            class_gpu_idle_tail_seconds: 1800.0,
+            class_mem_over_ratio: 0.5,
+            class_cpu_low_percent: 25.0,
+            class_oom_kills: 1,
+            class_failed_tasks: 1,
         }
     }
 }
@@ -301,6 +330,41 @@ impl Config {
                 ),
             );
         }
+        // The classes' thresholds: 0 turns each off.
+        for (key, v, max, unit) in [
+            (
+                "class_gpu_low_percent",
+                c.class_gpu_low_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_gpu_low_sm_percent",
+                c.class_gpu_low_sm_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_gpu_idle_tail_seconds",
+                c.class_gpu_idle_tail_seconds,
+                MAX_INTERVAL_SECONDS,
+                " seconds (1 day)",
+            ),
+            ("class_mem_over_ratio", c.class_mem_over_ratio, 1.0, ""),
+            (
+                "class_cpu_low_percent",
+                c.class_cpu_low_percent,
+                100.0,
+                " percent",
+            ),
+        ] {
+            if !within(v, 0.0, max) {
+                return bad(
+                    key,
+                    format!("must be from 0 (off) to {max}{unit}, not {v:?}"),
+                );
+            }
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -412,241 +476,4 @@ fn one_line(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(t: &str) -> Result<Config, ConfigError> {
-        Config::parse(t, Path::new("/etc/slurm/gpu-tracker.toml"))
-    }
-
-    #[test]
-    fn only_a_regular_settings_file_of_sane_size_is_read() {
-        let dir = std::env::temp_dir().join(format!("gt-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // A FIFO with no writer: refused at once, not waited on.
-        let fifo = dir.join("fifo.toml");
-        let _ = std::fs::remove_file(&fifo);
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
-        let started = std::time::Instant::now();
-        let e = Config::load(&fifo).unwrap_err().to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-        assert!(started.elapsed() < std::time::Duration::from_secs(2));
-        let e = Config::load(&dir).unwrap_err().to_string();
-        assert!(e.contains("not a regular file"), "{e}");
-        let big = dir.join("big.toml");
-        std::fs::write(&big, "#".repeat(MAX_SETTINGS_BYTES as usize + 1)).unwrap();
-        let e = Config::load(&big).unwrap_err().to_string();
-        assert!(e.contains("larger than 1 MiB"), "{e}");
-        let good = dir.join("good.toml");
-        std::fs::write(&good, "interval = 2.0\n").unwrap();
-        assert_eq!(Config::load(&good).unwrap().interval, 2.0);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn empty_file_gives_defaults_and_the_example_parses() {
-        assert_eq!(parse("").unwrap(), Config::default());
-        // gpu-tracker -e alerts as the plugin does by default.
-        assert_eq!(
-            Config::default().alert_rules(),
-            crate::history::AlertRules::default()
-        );
-        let example = include_str!("../config/gpu-tracker.toml");
-        let c = parse(example).unwrap();
-        assert_eq!(c.spool_dir, PathBuf::from("/var/spool/gpu-tracker"));
-        assert!(c.tracks(StepKind::Batch) && !c.tracks(StepKind::Extern));
-    }
-
-    #[test]
-    fn unknown_keys_and_bad_values_are_named() {
-        let e = parse("spool_dri = \"/x\"\n").unwrap_err().to_string();
-        assert!(
-            e.contains("gpu-tracker.toml") && e.contains("spool_dri"),
-            "{e}"
-        );
-        let e = parse("interval = \"fast\"\n").unwrap_err().to_string();
-        assert!(e.contains("interval"), "{e}");
-        let e = parse("steps = [\"batch\", \"prolog\"]\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("prolog"), "{e}");
-        for (t, key) in [
-            ("spool_dir = \"spool\"", "`spool_dir`"),
-            ("interval = 0.2", "`interval`"),
-            ("min_interval = 0.01", "`min_interval`"),
-            ("checkpoint_interval = -1.0", "`checkpoint_interval`"),
-            ("retention_days = -3", "retention_days"),
-            ("steps = []", "`steps`"),
-            ("gres_conf = \"gres.conf\"", "`gres_conf`"),
-            ("mig_minors_file = \"mig-minors\"", "`mig_minors_file`"),
-            ("mark_dir = \"run\"", "`mark_dir`"),
-            ("alert_memory_percent = 120", "`alert_memory_percent`"),
-            ("alert_memory_percent = nan", "`alert_memory_percent`"),
-            ("alert_gpu_idle_seconds = -5", "`alert_gpu_idle_seconds`"),
-            ("gpu_idle_percent = 101", "`gpu_idle_percent`"),
-            ("co2_grams_per_kwh = -1", "`co2_grams_per_kwh`"),
-            ("co2_grams_per_kwh = nan", "`co2_grams_per_kwh`"),
-        ] {
-            let e = parse(t).unwrap_err().to_string();
-            assert!(e.contains(key), "{t}: {e}");
-            assert_eq!(e.lines().count(), 1, "{e}");
-        }
-    }
-
-    /// Each out-of-range value gives one line naming the key and the accepted range.
-    fn refused(t: &str, key: &str, range: &str) {
-        let e = parse(t).unwrap_err().to_string();
-        assert!(e.contains(&format!("`{key}`")), "{t}: {e}");
-        assert!(e.contains(range), "{t}: the range is not named: {e}");
-        assert_eq!(e.lines().count(), 1, "{e}");
-    }
-
-    #[test]
-    fn intervals_have_a_ceiling_of_a_day() {
-        for t in [
-            "interval = 1e19",
-            "interval = 1e300",
-            "interval = 86401",
-            "interval = inf",
-        ] {
-            refused(t, "interval", "86400");
-        }
-        for t in ["min_interval = 1e300", "min_interval = 86401.0"] {
-            refused(t, "min_interval", "86400");
-        }
-        let c = parse(
-            "min_interval = 86400
-interval = 86400",
-        )
-        .unwrap();
-        assert_eq!((c.min_interval, c.interval), (86400.0, 86400.0));
-        assert_eq!(parse("min_interval = 0.1").unwrap().min_interval, 0.1);
-    }
-
-    #[test]
-    fn checkpoint_interval_is_0_or_from_a_second_to_a_day() {
-        for t in [
-            "checkpoint_interval = 1e300",
-            "checkpoint_interval = 86401",
-            "checkpoint_interval = 0.001",
-            "checkpoint_interval = -1",
-            "checkpoint_interval = nan",
-        ] {
-            refused(t, "checkpoint_interval", "86400");
-        }
-        for v in [0.0, 1.0, 86400.0] {
-            let c = parse(&format!("checkpoint_interval = {v:?}")).unwrap();
-            assert_eq!(c.checkpoint_interval, v);
-        }
-    }
-
-    #[test]
-    fn retention_is_at_most_a_hundred_years() {
-        for t in [
-            "retention_days = 1e308",
-            "retention_days = 36526",
-            "retention_days = inf",
-            "retention_days = nan",
-            "retention_days = -1",
-        ] {
-            refused(t, "retention_days", "36525");
-        }
-        for v in [0.0, 0.5, 36525.0] {
-            let c = parse(&format!("retention_days = {v:?}")).unwrap();
-            assert_eq!(c.retention_days, v);
-        }
-    }
-
-    #[test]
-    fn gpu_track_seconds_are_more_than_0_and_at_most_a_day() {
-        for v in [
-            "1e19", "1e300", "86401", "inf", "-inf", "nan", "0", "-1", "1e-400",
-        ] {
-            let e = parse_track_option(v).unwrap_err();
-            assert!(e.starts_with(&format!("--gpu-track={v}: ")), "{e}");
-            assert!(e.contains("86400"), "{v}: the range is not named: {e}");
-            assert_eq!(e.lines().count(), 1, "{e}");
-        }
-        assert_eq!(parse_track_option("86400"), Ok(TrackOption::Every(86400.0)));
-        assert_eq!(parse_track_option("0.01"), Ok(TrackOption::Every(0.01)));
-        let site = Config::default();
-        assert!(site.decide(Some("1e19")).is_err());
-        assert_eq!(
-            site.decide(Some("86400")),
-            Ok(Tracking::On { interval: 86400.0 })
-        );
-    }
-
-    #[test]
-    fn a_refused_option_is_shown_on_one_line_without_control_characters() {
-        // Found by fuzzing (fuzz/seeds/config/option_with_newline.toml): the value was shown
-        // as given, so a newline or a terminal escape in it reached the terminal and slurmd's
-        // log.
-        for v in ["1\nerror: forged line", "x\u{1b}[2J", "-1\r\n", "\u{202e}5"] {
-            let e = parse_track_option(v).unwrap_err();
-            assert_eq!(e.lines().count(), 1, "{e:?}");
-            assert!(!e.chars().any(crate::text::is_unsafe_on_terminal), "{e:?}");
-            assert!(e.starts_with("--gpu-track="), "{e:?}");
-        }
-        let e = parse_track_option(&"9".repeat(10_000)).unwrap_err();
-        assert!(e.len() < 300, "{} bytes", e.len());
-        assert!(
-            e.contains(&format!("{}…", "9".repeat(SHOWN_OPTION_CHARS))),
-            "{e}"
-        );
-        assert!(
-            Config::default()
-                .decide(Some("fast\n"))
-                .unwrap_err()
-                .starts_with("--gpu-track=fast?: ")
-        );
-    }
-
-    #[test]
-    fn the_last_config_argument_names_the_settings() {
-        assert_eq!(config_argument::<&str>(&[]), None);
-        assert_eq!(config_argument(&["debug", "configx=/a"]), None);
-        assert_eq!(
-            config_argument(&["config=/a.toml", "x=1", "config=/b=c.toml"]),
-            Some(PathBuf::from("/b=c.toml"))
-        );
-    }
-
-    #[test]
-    fn step_kind_names_are_the_settings_names() {
-        let c = parse("steps = [\"batch\", \"srun\", \"interactive\", \"extern\"]").unwrap();
-        let names: Vec<_> = c.steps.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["batch", "srun", "interactive", "extern"]);
-    }
-
-    #[test]
-    fn the_option_and_the_site_decide_together() {
-        let site = Config::default();
-        assert_eq!(site.decide(None), Ok(Tracking::Off));
-        assert_eq!(site.decide(Some("")), Ok(Tracking::On { interval: 1.0 }));
-        assert_eq!(site.decide(Some("0.5")), Ok(Tracking::On { interval: 0.5 }));
-        assert!(
-            site.decide(Some("0.2"))
-                .unwrap_err()
-                .contains("shortest interval")
-        );
-        assert!(site.decide(Some("0")).is_err());
-        assert!(
-            site.decide(Some("often"))
-                .unwrap_err()
-                .contains("--gpu-track=often")
-        );
-        let all = Config {
-            track_all: true,
-            ..Config::default()
-        };
-        assert_eq!(all.decide(None), Ok(Tracking::On { interval: 1.0 }));
-        assert_eq!(all.decide(Some("off")), Ok(Tracking::Off));
-    }
-}
+mod tests;

@@ -1,0 +1,615 @@
+//! Named job classes: one set of rules, evaluated once per job, each with a stable tag, a
+//! threshold the site sets (`class_*` in the settings; 0 turns a class off) and a one-line
+//! reason. The summary's advice, the listing's `CLASSES` column and the summary kept in Slurm's
+//! database are built from them. docs/SUMMARY.md has the table.
+//!
+//! Each rule reads only figures the summary has. `time-over` (elapsed far under the time limit)
+//! is not evaluated: the records do not carry the job's time limit (no SPANK item gives it).
+//! `failed` means a task exited non-zero or was killed: Slurm's own job state (`TIMEOUT`,
+//! `NODE_FAIL`) is not in the records either.
+
+pub use super::figures::JobClass;
+use super::figures::{GpuSummary, Summary};
+use crate::config::Config;
+
+/// The tags, in the order classes are given.
+pub const TAGS: [&str; 7] = [
+    "gpu-unused",
+    "gpu-low",
+    "gpu-idle-tail",
+    "mem-over",
+    "cpu-low",
+    "oom",
+    "failed",
+];
+
+/// Use-based classes (`gpu-low`, `gpu-idle-tail`, `cpu-low`) need a job at least this long
+/// (seconds): start-up dominates shorter ones.
+pub const MIN_ELAPSED_FOR_USE: f64 = 60.0;
+/// `mem-over` needs at least this much memory unused, whatever the ratio: 100 MB of 1 GiB is
+/// wasteful in ratio but not worth a note.
+pub const MEMORY_SLACK_BYTES: u64 = 1 << 30;
+/// `cpu-low` needs the cores the job kept busy at its most to be at most this share of those
+/// allocated per node: a job that peaks near its allocation needs it.
+const CPU_LOW_NEEDED_SHARE: f64 = 0.75;
+
+/// The thresholds of the classes (the settings' `class_*` keys); 0 turns a class off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassRules {
+    /// `gpu-unused`: at least this many GPUs had no process of the job.
+    pub gpu_unused_gpus: u32,
+    /// `gpu-low`: a GPU's mean utilization under this percent ...
+    pub gpu_low_percent: f64,
+    /// ... or its mean SM activity, where measured, under this percent (0: not looked at).
+    pub gpu_low_sm_percent: f64,
+    /// `gpu-idle-tail`: a GPU busy, then idle to its last reading at least this many seconds.
+    pub gpu_idle_tail_seconds: f64,
+    /// `mem-over`: a node's peak under this fraction of the memory requested.
+    pub mem_over_ratio: f64,
+    /// `cpu-low`: CPU efficiency under this percent.
+    pub cpu_low_percent: f64,
+    /// `oom`: at least this many processes killed for memory.
+    pub oom_kills: u64,
+    /// `failed`: at least this many tasks exited non-zero or were killed.
+    pub failed_tasks: u32,
+}
+
+impl ClassRules {
+    /// The rules the site's settings give.
+    pub fn from_config(c: &Config) -> ClassRules {
+        ClassRules {
+            gpu_unused_gpus: c.class_gpu_unused_gpus,
+            gpu_low_percent: c.class_gpu_low_percent,
+            gpu_low_sm_percent: c.class_gpu_low_sm_percent,
+            gpu_idle_tail_seconds: c.class_gpu_idle_tail_seconds,
+            mem_over_ratio: c.class_mem_over_ratio,
+            cpu_low_percent: c.class_cpu_low_percent,
+            oom_kills: c.class_oom_kills,
+            failed_tasks: c.class_failed_tasks,
+        }
+    }
+}
+
+impl Default for ClassRules {
+    /// The built-in settings' rules.
+    fn default() -> Self {
+        ClassRules::from_config(&Config::default())
+    }
+}
+
+/// `GPU 1 on n1`.
+pub fn gpu_name(g: &GpuSummary) -> String {
+    format!(
+        "GPU {} on {}",
+        g.slurm_index.map_or_else(|| "?".into(), |i| i.to_string()),
+        g.node
+    )
+}
+
+/// Whether no process of the job ever ran on `g`: none held memory on it nor had a share of
+/// its utilization. On a GPU nobody else used, the device's own utilization and SM activity
+/// are the job's too, so any of it counts as the job's; on a shared GPU they are not (another
+/// job's load never makes this job's GPU "used"). A GPU never read is not judged.
+pub fn gpu_unused(g: &GpuSummary) -> bool {
+    let own_process = g.job_peak_bytes > 0
+        || g.depth
+            .process_utilization_percent
+            .is_some_and(|p| p.max > 0.0);
+    let read = g.memory_total_bytes > 0 || g.max_utilization_percent.is_some();
+    let device_busy = g.max_utilization_percent.is_some_and(|u| u >= 1.0)
+        || g.depth.sm_active_percent.is_some_and(|s| s.max >= 1.0);
+    read && !own_process && (g.shared.is_some() || !device_busy)
+}
+
+/// Whether `g` was used, but little: mean utilization under the threshold, or mean SM activity
+/// under its threshold where GPM measured it (a MIG instance, which has no utilization, by SM
+/// activity alone). Never on a shared GPU: both figures are the device's, other jobs' load
+/// included.
+pub fn gpu_low(g: &GpuSummary, rules: &ClassRules) -> bool {
+    if rules.gpu_low_percent <= 0.0 || g.shared.is_some() || gpu_unused(g) {
+        return false;
+    }
+    let busy_low = g
+        .mean_utilization_percent
+        .is_some_and(|u| u < rules.gpu_low_percent);
+    let sm_low = rules.gpu_low_sm_percent > 0.0
+        && g.depth
+            .sm_active_percent
+            .is_some_and(|s| s.mean < rules.gpu_low_sm_percent);
+    busy_low || sm_low
+}
+
+fn used_long_enough(s: &Summary) -> bool {
+    s.elapsed_seconds >= MIN_ELAPSED_FOR_USE
+}
+
+/// The node with the largest peak among those with a memory request: (requested, peak).
+pub fn largest_request_and_peak(s: &Summary) -> Option<(u64, u64)> {
+    s.per_node
+        .iter()
+        .filter_map(|m| m.requested_bytes.map(|r| (r, m.peak_bytes)))
+        .max_by_key(|&(_, p)| p)
+}
+
+/// Whether the job asked for far more memory than it used (not after an OOM kill, and only
+/// with every record final): the largest node's peak under the ratio of its request, and at
+/// least [`MEMORY_SLACK_BYTES`] under it.
+pub fn mem_over(s: &Summary, rules: &ClassRules) -> Option<(u64, u64)> {
+    if rules.mem_over_ratio <= 0.0 || !s.oom.is_empty() || !s.complete {
+        return None;
+    }
+    largest_request_and_peak(s).filter(|&(req, peak)| {
+        (peak as f64) < rules.mem_over_ratio * req as f64
+            && req.saturating_sub(peak) >= MEMORY_SLACK_BYTES
+    })
+}
+
+/// CPUs allocated per node, and the cores the job needs (its busiest moment, rounded up), when
+/// the job is `cpu-low`.
+pub fn cpu_low(s: &Summary, rules: &ClassRules) -> Option<(u32, u32, f64)> {
+    if rules.cpu_low_percent <= 0.0 || !used_long_enough(s) {
+        return None;
+    }
+    let per_node = s.cpu.alloc_cpus / (s.nodes.len().max(1) as u32);
+    let eff = s.cpu.efficiency_percent?;
+    let needed = (s.cpu.max_cores.ceil() as u32).max(1);
+    (per_node >= 2
+        && eff < rules.cpu_low_percent
+        && f64::from(needed) <= CPU_LOW_NEEDED_SHARE * f64::from(per_node))
+    .then_some((per_node, needed, eff))
+}
+
+fn some_of(names: Vec<String>, what: &str) -> String {
+    let more = names.len().saturating_sub(3);
+    let mut t = names.into_iter().take(3).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        t.push_str(&format!(" and {more} more"));
+    }
+    format!("{t}: {what}")
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// The classes of the job `s` under `rules`, in the order of [`TAGS`].
+pub fn classify(s: &Summary, rules: &ClassRules) -> Vec<JobClass> {
+    let mut out = Vec::new();
+    let mut add = |tag: &str, reason: String| {
+        out.push(JobClass {
+            tag: tag.into(),
+            reason,
+        })
+    };
+
+    let unused: Vec<String> = s
+        .gpus
+        .iter()
+        .filter(|g| gpu_unused(g))
+        .map(gpu_name)
+        .collect();
+    if rules.gpu_unused_gpus > 0 && unused.len() >= rules.gpu_unused_gpus as usize {
+        add(
+            "gpu-unused",
+            some_of(unused, "no process of the job ran on it"),
+        );
+    }
+
+    if used_long_enough(s) {
+        let low: Vec<String> = s
+            .gpus
+            .iter()
+            .filter(|g| gpu_low(g, rules))
+            .map(|g| {
+                let busy = g
+                    .mean_utilization_percent
+                    .map(|u| format!(" busy {u:.0}%"))
+                    .unwrap_or_default();
+                let sm = g
+                    .depth
+                    .sm_active_percent
+                    .map(|x| format!(" SMs active {:.0}%", x.mean))
+                    .unwrap_or_default();
+                format!("{}{busy}{sm}", gpu_name(g))
+            })
+            .collect();
+        if !low.is_empty() {
+            add(
+                "gpu-low",
+                some_of(
+                    low,
+                    &format!(
+                        "under {}% busy or {}% of SMs active on average",
+                        rules.gpu_low_percent, rules.gpu_low_sm_percent
+                    ),
+                ),
+            );
+        }
+
+        if rules.gpu_idle_tail_seconds > 0.0 {
+            let tails: Vec<String> = s
+                .gpu_idle
+                .iter()
+                .filter(|i| {
+                    i.idle.ever_busy && i.idle.at_end_seconds >= rules.gpu_idle_tail_seconds
+                })
+                // Idle time is the device's utilization: not the job's on a shared GPU.
+                .filter(|i| {
+                    s.gpus
+                        .iter()
+                        .any(|g| g.uuid == i.uuid && g.node == i.node && g.shared.is_none())
+                })
+                .map(|i| {
+                    format!(
+                        "GPU {} on {} idle for its last {:.0} min",
+                        i.index,
+                        i.node,
+                        i.idle.at_end_seconds / 60.0
+                    )
+                })
+                .collect();
+            if !tails.is_empty() {
+                add(
+                    "gpu-idle-tail",
+                    some_of(
+                        tails,
+                        &format!(
+                            "busy, then idle to the end for {:.0} min or more",
+                            rules.gpu_idle_tail_seconds / 60.0
+                        ),
+                    ),
+                );
+            }
+        }
+    }
+
+    if let Some((req, peak)) = mem_over(s, rules) {
+        add(
+            "mem-over",
+            format!(
+                "peak {} of the {} requested per node ({:.0}%, under {:.0}%)",
+                gib(peak),
+                gib(req),
+                100.0 * peak as f64 / req as f64,
+                100.0 * rules.mem_over_ratio
+            ),
+        );
+    }
+
+    if let Some((per_node, _, eff)) = cpu_low(s, rules) {
+        add(
+            "cpu-low",
+            format!(
+                "{eff:.0}% CPU efficiency of {per_node} cores per node (under {}%)",
+                rules.cpu_low_percent
+            ),
+        );
+    }
+
+    let kills = crate::units::saturating_sum(s.oom.iter().map(|o| o.kills));
+    if rules.oom_kills > 0 && kills >= rules.oom_kills {
+        add(
+            "oom",
+            format!("{kills} process(es) killed by the kernel for memory"),
+        );
+    }
+
+    let failed: usize = s.steps.iter().map(|st| st.failed.len()).sum();
+    if rules.failed_tasks > 0 && failed >= rules.failed_tasks as usize {
+        add(
+            "failed",
+            format!("{failed} task(s) exited non-zero or were killed"),
+        );
+    }
+    out
+}
+
+/// The rule's reason, for a class known only by its tag (read back from Slurm's database).
+pub fn rule_of(tag: &str) -> &'static str {
+    match tag {
+        "gpu-unused" => "an allocated GPU on which no process of the job ran",
+        "gpu-low" => "a GPU busy, or its SMs active, under the site's threshold",
+        "gpu-idle-tail" => "a GPU busy, then idle to the end for long",
+        "mem-over" => "peak memory far under the memory requested",
+        "cpu-low" => "cores allocated, few used",
+        "oom" => "processes killed by the kernel for memory",
+        "failed" => "tasks exited non-zero or were killed",
+        _ => "a class of a later gpu-tracker",
+    }
+}
+
+/// Whether `tag` looks like a class tag (lower-case letters, digits and `-`, at most 24
+/// characters): what a stored summary may give back, including tags of later builds.
+pub fn is_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= 24
+        && tag
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+impl Summary {
+    /// Whether the job is in the class `tag`.
+    pub fn has_class(&self, tag: &str) -> bool {
+        self.classes.iter().any(|c| c.tag == tag)
+    }
+
+    /// The tags of the job's classes, comma-separated; `none` without any.
+    pub fn class_tags(&self) -> String {
+        self.class_tags_or(", ", "none")
+    }
+
+    /// The tags of the job's classes joined by `sep`; `none` without any.
+    pub fn class_tags_or(&self, sep: &str, none: &str) -> String {
+        if self.classes.is_empty() {
+            return none.into();
+        }
+        let tags: Vec<&str> = self.classes.iter().map(|c| c.tag.as_str()).collect();
+        tags.join(sep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::figures::Spread;
+    use crate::report::figures::{NodeSummary, OomEvent, StepSummary, TaskFailure};
+    use crate::report::story::IdleGpu;
+
+    const GIB: u64 = 1 << 30;
+
+    fn tags(s: &Summary, rules: &ClassRules) -> Vec<String> {
+        classify(s, rules).into_iter().map(|c| c.tag).collect()
+    }
+
+    /// A job of an hour on one node, 4 cores kept 90% busy, 3 of 4 GiB used, one GPU busy 80%.
+    fn busy_job() -> Summary {
+        let mut s = Summary {
+            nodes: vec!["n1".into()],
+            complete: true,
+            elapsed_seconds: 3600.0,
+            per_node: vec![NodeSummary {
+                node: "n1".into(),
+                peak_bytes: 3 * GIB,
+                requested_bytes: Some(4 * GIB),
+                ..NodeSummary::default()
+            }],
+            gpus: vec![gpu(0, 80.0, GIB)],
+            ..Summary::default()
+        };
+        s.cpu.alloc_cpus = 4;
+        s.cpu.efficiency_percent = Some(90.0);
+        s.cpu.max_cores = 4.0;
+        s
+    }
+
+    fn gpu(i: u32, util: f64, job_bytes: u64) -> GpuSummary {
+        GpuSummary {
+            node: "n1".into(),
+            slurm_index: Some(i),
+            uuid: format!("GPU-{i}"),
+            memory_total_bytes: 80 * GIB,
+            job_peak_bytes: job_bytes,
+            mean_utilization_percent: Some(util),
+            max_utilization_percent: Some(if util > 0.0 { 100.0 } else { 0.0 }),
+            ..GpuSummary::default()
+        }
+    }
+
+    fn shared() -> Option<crate::gpu::Shared> {
+        crate::gpu::Shared::decide(Some(1), false, 0)
+    }
+
+    fn sm(mean: f64) -> Option<Spread> {
+        Some(Spread { mean, max: mean })
+    }
+
+    #[test]
+    fn a_job_that_used_what_it_asked_for_is_in_no_class() {
+        let s = busy_job();
+        assert!(tags(&s, &ClassRules::default()).is_empty());
+        assert_eq!(s.class_tags(), "none");
+    }
+
+    #[test]
+    fn gpu_unused_is_a_gpu_no_process_of_the_job_ran_on() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        s.gpus.push(gpu(1, 0.0, 0));
+        assert_eq!(tags(&s, &rules), ["gpu-unused"]);
+        let c = &classify(&s, &rules)[0];
+        assert!(c.reason.contains("GPU 1 on n1"), "{}", c.reason);
+        // Device-wide load from elsewhere on a shared GPU does not count ...
+        s.gpus[1] = GpuSummary {
+            shared: shared(),
+            ..gpu(1, 60.0, 0)
+        };
+        assert_eq!(tags(&s, &rules), ["gpu-unused"]);
+        // ... but the job's own processes do, by memory or by their share of utilization.
+        s.gpus[1].job_peak_bytes = 1 << 20;
+        assert!(tags(&s, &rules).is_empty());
+        s.gpus[1].job_peak_bytes = 0;
+        s.gpus[1].depth.process_utilization_percent = sm(30.0);
+        assert!(tags(&s, &rules).is_empty());
+        // On a GPU nobody else used, its utilization is the job's.
+        s.gpus[1] = gpu(1, 40.0, 0);
+        assert!(tags(&s, &rules).is_empty());
+        // A GPU never read is not judged.
+        s.gpus[1] = GpuSummary {
+            max_utilization_percent: None,
+            mean_utilization_percent: None,
+            memory_total_bytes: 0,
+            ..gpu(1, 0.0, 0)
+        };
+        assert!(tags(&s, &rules).is_empty());
+        // Threshold: two unused GPUs; 0 turns it off.
+        s.gpus[1] = gpu(1, 0.0, 0);
+        let two = ClassRules {
+            gpu_unused_gpus: 2,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &two).is_empty());
+        s.gpus.push(gpu(2, 0.0, 0));
+        assert_eq!(tags(&s, &two), ["gpu-unused"]);
+        let off = ClassRules {
+            gpu_unused_gpus: 0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &off).is_empty());
+    }
+
+    #[test]
+    fn gpu_low_is_little_use_or_few_sms_never_on_a_shared_gpu_nor_a_short_job() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        s.gpus[0].mean_utilization_percent = Some(4.0);
+        assert_eq!(tags(&s, &rules), ["gpu-low"]);
+        // Busy, but few SMs active where GPM measured it.
+        s.gpus[0].mean_utilization_percent = Some(80.0);
+        s.gpus[0].depth.sm_active_percent = sm(8.0);
+        assert_eq!(tags(&s, &rules), ["gpu-low"]);
+        let no_sm = ClassRules {
+            gpu_low_sm_percent: 0.0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &no_sm).is_empty());
+        s.gpus[0].depth.sm_active_percent = sm(70.0);
+        assert!(tags(&s, &rules).is_empty());
+        // A MIG instance has no utilization: its SM activity decides.
+        s.gpus[0].mean_utilization_percent = None;
+        s.gpus[0].max_utilization_percent = None;
+        s.gpus[0].depth.sm_active_percent = sm(5.0);
+        assert_eq!(tags(&s, &rules), ["gpu-low"]);
+        // Shared: both figures are the device's.
+        s.gpus[0].shared = shared();
+        assert!(tags(&s, &rules).is_empty());
+        s.gpus[0] = gpu(0, 4.0, GIB);
+        assert_eq!(tags(&s, &rules), ["gpu-low"]);
+        let off = ClassRules {
+            gpu_low_percent: 0.0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &off).is_empty());
+        s.elapsed_seconds = 30.0;
+        assert!(tags(&s, &rules).is_empty());
+    }
+
+    #[test]
+    fn gpu_idle_tail_is_busy_then_idle_to_the_end_for_long() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        let idle = |ever_busy: bool, at_end: f64| IdleGpu {
+            node: "n1".into(),
+            index: 0,
+            uuid: "GPU-0".into(),
+            idle: crate::history::GpuIdle {
+                ever_busy,
+                at_end_seconds: at_end,
+                observed_seconds: 3600.0,
+                ..Default::default()
+            },
+            share_percent: 0.0,
+        };
+        s.gpu_idle = vec![idle(true, 2400.0)];
+        assert_eq!(tags(&s, &rules), ["gpu-idle-tail"]);
+        let c = &classify(&s, &rules)[0];
+        assert!(c.reason.contains("last 40 min"), "{}", c.reason);
+        s.gpu_idle = vec![idle(true, 600.0)];
+        assert!(tags(&s, &rules).is_empty());
+        s.gpu_idle = vec![idle(false, 2400.0)];
+        assert!(tags(&s, &rules).is_empty(), "never busy: not a tail");
+        s.gpu_idle = vec![idle(true, 2400.0)];
+        let off = ClassRules {
+            gpu_idle_tail_seconds: 0.0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &off).is_empty());
+        s.gpus[0].shared = shared();
+        assert!(tags(&s, &rules).is_empty());
+    }
+
+    #[test]
+    fn mem_over_is_a_peak_far_under_the_request() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        s.per_node[0].peak_bytes = 600 << 20;
+        s.per_node[0].requested_bytes = Some(16 * GIB);
+        assert_eq!(tags(&s, &rules), ["mem-over"]);
+        let tight = ClassRules {
+            mem_over_ratio: 0.03,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &tight).is_empty());
+        let off = ClassRules {
+            mem_over_ratio: 0.0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &off).is_empty());
+        // Under the slack: not worth a class.
+        s.per_node[0].requested_bytes = Some(GIB);
+        s.per_node[0].peak_bytes = 100 << 20;
+        assert!(tags(&s, &rules).is_empty());
+        // Not after an OOM kill (that is `oom`), nor with records still open.
+        s.per_node[0].requested_bytes = Some(16 * GIB);
+        s.complete = false;
+        assert!(tags(&s, &rules).is_empty());
+        s.complete = true;
+        s.oom.push(OomEvent {
+            kills: 1,
+            ..OomEvent::default()
+        });
+        assert_eq!(tags(&s, &rules), ["oom"]);
+    }
+
+    #[test]
+    fn cpu_low_is_cores_allocated_few_used() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        s.cpu.alloc_cpus = 8;
+        s.cpu.efficiency_percent = Some(10.0);
+        s.cpu.max_cores = 1.2;
+        assert_eq!(tags(&s, &rules), ["cpu-low"]);
+        let off = ClassRules {
+            cpu_low_percent: 0.0,
+            ..ClassRules::default()
+        };
+        assert!(tags(&s, &off).is_empty());
+        // A job that kept its cores busy at some point needs them.
+        s.cpu.max_cores = 7.5;
+        assert!(tags(&s, &rules).is_empty());
+        s.cpu.max_cores = 1.2;
+        s.elapsed_seconds = 30.0;
+        assert!(tags(&s, &rules).is_empty());
+    }
+
+    #[test]
+    fn oom_and_failed_count_kills_and_tasks_in_the_fixed_order() {
+        let rules = ClassRules::default();
+        let mut s = busy_job();
+        s.steps.push(StepSummary {
+            failed: vec![TaskFailure {
+                exit_code: Some(1),
+                ..TaskFailure::default()
+            }],
+            ..StepSummary::default()
+        });
+        s.oom.push(OomEvent {
+            kills: 2,
+            ..OomEvent::default()
+        });
+        s.gpus.push(gpu(1, 0.0, 0));
+        assert_eq!(tags(&s, &rules), ["gpu-unused", "oom", "failed"]);
+        let off = ClassRules {
+            oom_kills: 0,
+            failed_tasks: 2,
+            ..ClassRules::default()
+        };
+        assert_eq!(tags(&s, &off), ["gpu-unused"]);
+    }
+
+    #[test]
+    fn stored_tags_are_only_tag_like_text() {
+        assert!(is_tag("gpu-unused") && is_tag("time-over2"));
+        assert!(!is_tag("") && !is_tag("Gpu") && !is_tag("a b") && !is_tag(&"x".repeat(25)));
+    }
+}
