@@ -85,6 +85,15 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     );
     assert!(sum.contains("--gres=gpu:1 per node"), "{sum}");
     assert!(sum.contains("for example --mem=256M"), "{sum}");
+    // The classes behind that advice: a GPU no process of the job touched, far too much --mem,
+    // and the failed task.
+    let classes = sum
+        .lines()
+        .find(|l| l.starts_with("Classes:"))
+        .unwrap_or_else(|| panic!("no Classes line:\n{sum}"));
+    for tag in ["gpu-unused", "mem-over", "failed"] {
+        assert!(classes.contains(tag), "{tag} not in {classes:?}");
+    }
 
     // The report, as the job's user: the same summary, exit 0.
     let (code, text, err) = report_as(USER, &[&id.to_string()]);
