@@ -66,7 +66,7 @@ pub struct TaskFigures {
     pub gpu_utilization_percent: Option<f64>,
     /// Peak GPU memory of its processes, added up over its GPUs, bytes.
     pub gpu_memory_bytes: u64,
-    /// GPUs on which its processes held memory.
+    /// GPUs it used: all but those no process of it touched (the `gpu-unused` rule).
     pub gpus_used: u32,
     /// GPUs it was given.
     pub gpus_allocated: u32,
@@ -85,7 +85,12 @@ impl TaskFigures {
     /// The figures of one task's summary. A summary with no array task id (which a task's
     /// records always carry) is given task id `u32::MAX`.
     pub fn of(s: &Summary) -> TaskFigures {
-        let used = s.gpus.iter().filter(|g| g.job_peak_bytes > 0).count();
+        // One rule for "used", the class's: a GPU no process of the task touched is unused.
+        let used = s
+            .gpus
+            .iter()
+            .filter(|g| !super::classes::gpu_unused(g))
+            .count();
         TaskFigures {
             job_id: s.job_id,
             task_id: s.array_task_id.unwrap_or(u32::MAX),
@@ -196,8 +201,8 @@ pub struct RightSize {
     /// `--time=`: the longest task's elapsed time × [`TIME_MARGIN`], rounded up to a whole
     /// minute, as `[D-]HH:MM:SS`. `None` with no time recorded.
     pub time: Option<String>,
-    /// `--gres=gpu:N`: the most GPUs any task used (held memory on). `None` when no task was
-    /// given a GPU; `gpu:0` when tasks were given GPUs and none used one.
+    /// `--gres=gpu:N`: the most GPUs any task used. `None` when no task was given a GPU, or
+    /// none used one (the line then says to ask for none).
     pub gres: Option<String>,
     /// The options with their margins, for people.
     pub line: String,
@@ -235,12 +240,9 @@ impl RightSize {
             let minutes = (longest * TIME_MARGIN / 60.0).ceil().min(1e12) as u64;
             slurm_time(minutes.max(1) * 60)
         });
-        let gres = tasks.iter().any(|t| t.gpus_allocated > 0).then(|| {
-            format!(
-                "gpu:{}",
-                tasks.iter().map(|t| t.gpus_used).max().unwrap_or(0)
-            )
-        });
+        let given = tasks.iter().any(|t| t.gpus_allocated > 0);
+        let most_used = tasks.iter().map(|t| t.gpus_used).max().unwrap_or(0);
+        let gres = (most_used > 0).then(|| format!("gpu:{most_used}"));
         let mut options = Vec::new();
         let mut why = Vec::new();
         if let Some(m) = &mem {
@@ -262,6 +264,8 @@ impl RightSize {
         if let Some(g) = &gres {
             options.push(format!("--gres={g}"));
             why.push("most GPUs a task used".to_string());
+        } else if given {
+            why.push("no --gres=gpu: no task used its GPU".to_string());
         }
         let line = if options.is_empty() {
             "no figures to size the next submission from".to_string()

@@ -93,8 +93,11 @@ fn right_size_takes_the_largest_task_with_its_margins() {
 
 #[test]
 fn gres_is_the_most_gpus_a_task_held_memory_on() {
+    // Read GPUs, idle apart from what the task's processes held.
     let gpu = |used: u64| GpuSummary {
         job_peak_bytes: used,
+        memory_total_bytes: 16 * GIB,
+        max_utilization_percent: Some(0.0),
         ..Default::default()
     };
     let mut a = task(0, 60.0, GIB);
@@ -107,7 +110,14 @@ fn gres_is_the_most_gpus_a_task_held_memory_on() {
     b.gpus = vec![gpu(0), gpu(0)];
     a.gpus = vec![gpu(0)];
     let r = RightSize::of(&[TaskFigures::of(&a), TaskFigures::of(&b)]);
-    assert_eq!(r.gres.as_deref(), Some("gpu:0"));
+    assert_eq!(r.gres, None);
+    let options = r.line.split(" (").next().unwrap_or_default();
+    assert!(!options.contains("--gres"), "{}", r.line);
+    assert!(
+        r.line.ends_with("; no --gres=gpu: no task used its GPU)"),
+        "{}",
+        r.line
+    );
 }
 
 #[test]
