@@ -157,8 +157,15 @@ impl Summary {
             // activity, and the figures some step measured.
             type Merged = (GpuSummary, f64, f64, std::collections::BTreeSet<String>);
             let mut by_uuid: BTreeMap<&str, Merged> = BTreeMap::new();
+            // Per GPU: whether every step on it saw processes outside itself. A step counts the
+            // job's other steps' processes as others; only a process outside the job is seen
+            // by every step.
+            let mut others_in_every_step: BTreeMap<&str, bool> = BTreeMap::new();
             for r in &on {
                 for g in &r.gpus {
+                    let saw_others = g.shared.as_ref().is_some_and(|sh| sh.other_processes > 0);
+                    let every = others_in_every_step.entry(g.uuid.as_str()).or_insert(true);
+                    *every = *every && saw_others;
                     let e = by_uuid.entry(g.uuid.as_str()).or_insert_with(|| {
                         (
                             GpuSummary {
@@ -203,6 +210,15 @@ impl Summary {
                         *gpm_longest = r.step.elapsed_seconds;
                     }
                     merge_depth(&mut sum.depth, &g.depth, longer, measured);
+                }
+            }
+            for (uuid, (sum, ..)) in by_uuid.iter_mut() {
+                let by_others = sum
+                    .shared
+                    .as_ref()
+                    .is_some_and(|sh| sh.by == "other_processes");
+                if by_others && !others_in_every_step.get(uuid).copied().unwrap_or(false) {
+                    sum.shared = None;
                 }
             }
             let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, ..)| g).collect();
@@ -420,6 +436,40 @@ mod tests {
                 "GPU energy:    3.0 Wh on 2 GPU(s); about 1 g CO2 at the site's 400 g/kWh"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_is_shared_by_others_only_when_every_step_on_it_saw_them() {
+        use crate::gpu::Shared;
+        use crate::step::record::StepGpu;
+        let gpu = |shared: Option<Shared>| StepGpu {
+            uuid: "GPU-a".into(),
+            shared,
+            ..StepGpu::default()
+        };
+        // The batch step sees the holder of its srun step as another's process; the srun step
+        // sees its own holder only: the job's GPU is not shared.
+        let mut b = job(GIB, 4 * GIB);
+        b.gpus = vec![gpu(Shared::decide(None, false, 1))];
+        let mut s0 = record("n1", "0");
+        s0.gpus = vec![gpu(None)];
+        let s = Summary::from_records(&[b.clone(), s0.clone()]);
+        assert_eq!(s.gpus[0].shared, None);
+        // A process outside the job is seen by every step on the GPU.
+        s0.gpus = vec![gpu(Shared::decide(None, false, 1))];
+        let s = Summary::from_records(&[b.clone(), s0.clone()]);
+        assert_eq!(
+            s.gpus[0].shared.as_ref().map(|x| x.by.as_str()),
+            Some("other_processes")
+        );
+        // Slurm's shards are the job's own word, whatever the steps saw.
+        b.gpus = vec![gpu(Shared::decide(Some(1), false, 0))];
+        s0.gpus = vec![gpu(None)];
+        let s = Summary::from_records(&[b, s0]);
+        assert_eq!(
+            s.gpus[0].shared.as_ref().map(|x| x.by.as_str()),
+            Some("shard")
         );
     }
 
