@@ -35,6 +35,21 @@ pub struct GpuInfo {
     pub mig: Option<MigInfo>,
 }
 
+#[cfg(test)]
+impl GpuInfo {
+    /// A whole GPU for tests: NVML index `index`, UUID `GPU-<index>`.
+    pub(crate) fn for_test(index: u32, minor: Option<u32>) -> GpuInfo {
+        GpuInfo {
+            index,
+            minor,
+            uuid: format!("GPU-{index}"),
+            name: "G".into(),
+            memory_total: 1,
+            mig: None,
+        }
+    }
+}
+
 /// A MIG instance: a slice of a GPU with its own memory and SMs, named by its own `MIG-` UUID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigInfo {

@@ -301,14 +301,7 @@ mod tests {
     use super::*;
 
     fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
-        GpuInfo {
-            index,
-            minor,
-            uuid: format!("GPU-{index}"),
-            name: "G".into(),
-            memory_total: 1,
-            mig: None,
-        }
+        GpuInfo::for_test(index, minor)
     }
 
     fn instance(parent: &GpuInfo, slot: u32, gi: u32) -> GpuInfo {

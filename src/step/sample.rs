@@ -344,14 +344,7 @@ mod tests {
     use super::*;
 
     fn gpu(index: u32, minor: Option<u32>) -> GpuInfo {
-        GpuInfo {
-            index,
-            minor,
-            uuid: format!("GPU-{index}"),
-            name: "G".into(),
-            memory_total: 1,
-            mig: None,
-        }
+        GpuInfo::for_test(index, minor)
     }
 
     /// Three GPUs, each reporting an Xid (79 + its index) at once.
