@@ -69,6 +69,12 @@ pub struct Stored {
     /// `[]`: none. Stored as `cl`: the 65-node job still fits whole.
     #[serde(default, rename = "cl", skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<String>>,
+    /// For a job with GPUs: how many GPUs no process of the job ever ran on (the `gpu-unused`
+    /// rule), and the GPUs' idle seconds added up (the summary's idle time, unused GPUs
+    /// whole). What the site report's GPU-hours columns need, kept whole when GPU rows are cut.
+    /// Absent in summaries of earlier builds. Stored as `gu`.
+    #[serde(default, rename = "gu", skip_serializing_if = "Option::is_none")]
+    pub gpu_use: Option<(u32, f64)>,
     /// Node rows left out to stay within the size bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_nodes: usize,
@@ -163,6 +169,11 @@ impl Stored {
             oom_kills: saturating_sum(s.oom.iter().map(|o| o.kills)),
             failed_tasks: s.steps.iter().map(|st| st.failed.len()).sum(),
             classes: Some(s.classes.iter().map(|c| c.tag.clone()).collect()),
+            gpu_use: (s.totals.gpus > 0).then(|| {
+                let unused = s.gpus.iter().filter(|g| classes::gpu_unused(g)).count();
+                let idle = s.gpu_idle.iter().map(|i| i.idle.idle_seconds).sum::<f64>();
+                (u32::try_from(unused).unwrap_or(u32::MAX), round(idle))
+            }),
             cut_nodes: 0,
             cut_gpus: 0,
         }
