@@ -121,6 +121,12 @@ fn run(args: &Args) -> Result<u8, Failure> {
     if let Some(id) = args.store_admin_comment {
         return store_in_database(&site.cfg, id);
     }
+    if let Some(by) = &args.by {
+        return site_report(&site.cfg, args, by);
+    }
+    if args.format == "csv" {
+        return Err((USAGE, "-f csv is for the site report (--by)".into()));
+    }
     match &args.job {
         Some(spec) => show_job(&site, args, spec),
         None => list(&site.cfg, args),
@@ -528,6 +534,36 @@ fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
         );
     }
     Ok(code)
+}
+
+/// `--by user|account|partition`: the site report (`gpu_tracker::report::site`).
+fn site_report(cfg: &Config, args: &Args, by: &str) -> Result<u8, Failure> {
+    use gpu_tracker::report::site::{GroupBy, collect, db, render};
+    let by = GroupBy::parse(by).map_err(|m| (USAGE, m))?;
+    let until = args
+        .until
+        .unwrap_or_else(|| chrono::Local::now().fixed_offset());
+    let since = args.since.unwrap_or(until - chrono::TimeDelta::days(7));
+    if since >= until {
+        return Err((USAGE, "--since must be before --until".into()));
+    }
+    let uid = gpu_tracker::sys::euid();
+    let q = db::Query {
+        since,
+        until,
+        everyone: db::sees_every_job(uid),
+        uid,
+        cluster: args.cluster.clone(),
+    };
+    let rules = ClassRules::from_config(cfg);
+    let r = collect::collect(by, &q, &cfg.spool_dir, &rules, &mut db::run_sacct)
+        .map_err(|e| (FAILED, e))?;
+    match args.format.as_str() {
+        "json" => say_json(&render::json(&r)),
+        "csv" => say!("{}", render::csv(&r)),
+        _ => say!("{}", render::text(&r)),
+    }
+    Ok(OK)
 }
 
 fn list(cfg: &Config, args: &Args) -> Result<u8, Failure> {

@@ -33,8 +33,9 @@ pub struct Args {
     /// Job: JOBID, JOBID.STEP (STEP: batch, extern, interactive or a number), ARRAYID_TASK,
     /// or ARRAYID alone: every task of the array summarised together.
     pub job: Option<String>,
-    /// Output: text (the summary) or json (the merged records, see RECORD.md).
-    #[arg(short = 'f', long = "format", default_value = "text", value_parser = ["text", "json"])]
+    /// Output: text (the summary) or json (the merged records, see RECORD.md); with --by also
+    /// csv.
+    #[arg(short = 'f', long = "format", default_value = "text", value_parser = ["text", "json", "csv"])]
     pub format: String,
     /// Memory unit: bytes, kilobytes, megabytes, gigabytes or terabytes (decimal, as in
     /// gpu-tracker); default: MiB/GiB as Slurm's --mem.
@@ -78,6 +79,17 @@ pub struct Args {
         value_parser = parse_since
     )]
     pub since: Option<DateTime<FixedOffset>>,
+    /// Site report: one row per user, account or partition, worst first (idle GPU-hours,
+    /// then memory asked for and not used), over the jobs that ended from --since (default 7
+    /// days ago) to --until (default now), from the summaries kept in Slurm's database, and the
+    /// spool for jobs it has none of. Root and Slurm's operators see every user's jobs, others
+    /// their own. As text, csv or json.
+    #[arg(long = "by", value_name = "GROUP", value_parser = ["user", "account", "partition"],
+          conflicts_with_all = ["job", "user", "all", "purge", "store_admin_comment", "older_than"])]
+    pub by: Option<String>,
+    /// With --by: jobs that ended before DATE (the forms of --since); default now.
+    #[arg(short = 'U', long = "until", value_name = "DATE", requires = "by", value_parser = parse_since)]
+    pub until: Option<DateTime<FixedOffset>>,
     /// List every user's jobs (root sees all; others see only what they may read).
     #[arg(short = 'a', long = "all", conflicts_with_all = ["job", "user"])]
     pub all: bool,

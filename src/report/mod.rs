@@ -20,6 +20,7 @@ pub mod listing;
 pub mod nodes;
 pub mod plot;
 pub mod settings;
+pub mod site;
 pub mod slurmdb;
 pub mod stored;
 pub mod story;

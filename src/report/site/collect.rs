@@ -1,0 +1,151 @@
+//! Gathering the site report's jobs: the summaries stored in Slurm's database first, the spool
+//! for each finished job the database has no summary of (one job directory opened per such
+//! job, never a scan), and the whole spool only where the database cannot be read at all.
+
+use std::path::Path;
+
+use chrono::DateTime;
+
+use super::db::{self, Query, Row};
+use super::{GroupBy, JobFacts, Owner, SiteReport, spool_facts};
+use crate::report::classes::ClassRules;
+use crate::report::listing::{self, Filter};
+use crate::report::stored::{Stored, StoredError};
+use crate::report::{LoadError, Summary, load_job};
+
+/// What one of Slurm's rows gave.
+enum Found {
+    Facts(JobFacts),
+    NoSummary,
+    Damaged(String),
+}
+
+struct Entry {
+    job: u32,
+    owner: Owner,
+    state: String,
+    found: Found,
+}
+
+fn entry(row: Row) -> Entry {
+    let found = match Stored::decode(&row.admin_comment) {
+        Ok(st) => Found::Facts(JobFacts::from_stored(&st).with_state(&row.state)),
+        Err(StoredError::Absent) => Found::NoSummary,
+        Err(e) => Found::Damaged(e.to_string()),
+    };
+    Entry {
+        job: row.job,
+        owner: row.owner,
+        state: row.state,
+        found,
+    }
+}
+
+/// The site report of `by` for the query: from Slurm's database through `run` (one `sacct`
+/// with its arguments, each line handed on: [`db::run_sacct`]), the spool at `spool` for what
+/// the database lacks, classes of spool jobs under `rules`. `Err` only where nothing can be
+/// shown: the database cannot be read and the rows need it (`--by account` or `partition`).
+pub fn collect(
+    by: GroupBy,
+    q: &Query,
+    spool: &Path,
+    rules: &ClassRules,
+    run: &mut db::Sacct,
+) -> Result<SiteReport, String> {
+    let mut r = SiteReport::new(by, q.since, q.until);
+    r.scope = if q.everyone {
+        "every user's jobs".into()
+    } else {
+        format!(
+            "your own jobs ({})",
+            crate::sys::user_name(q.uid).unwrap_or_else(|| format!("uid {}", q.uid))
+        )
+    };
+    let entries = match db::jobs(q, run, &mut |row| Some(entry(row))) {
+        Ok((entries, calls)) => {
+            r.sacct_calls = calls;
+            entries
+        }
+        Err(e) if by == GroupBy::User => {
+            r.notes.push(format!(
+                "Slurm's database could not be read ({e}): the jobs are those of the spool alone"
+            ));
+            from_spool_alone(&mut r, q, spool, rules);
+            r.finish();
+            return Ok(r);
+        }
+        Err(e) => {
+            return Err(format!(
+                "--by {} needs Slurm's database, which could not be read: {e}",
+                by.name()
+            ));
+        }
+    };
+    let mut damaged = 0;
+    let mut first_damage = None;
+    for e in entries {
+        let facts = match e.found {
+            Found::Facts(f) => f,
+            found => {
+                if let Found::Damaged(why) = found {
+                    damaged += 1;
+                    first_damage.get_or_insert(format!("job {}: {why}", e.job));
+                }
+                match load_job(spool, e.job) {
+                    Ok(j) if !j.records.is_empty() => {
+                        spool_facts(Summary::from_records(&j.records), rules).with_state(&e.state)
+                    }
+                    Err(LoadError::Denied(..)) => {
+                        r.add_without_figures(&e.owner, true);
+                        continue;
+                    }
+                    _ => {
+                        r.add_without_figures(&e.owner, false);
+                        continue;
+                    }
+                }
+            }
+        };
+        r.add(&e.owner, &facts);
+    }
+    if let Some(first) = first_damage {
+        r.notes.push(format!(
+            "{damaged} stored summary(ies) could not be read and were taken from the spool where it had them ({first})"
+        ));
+    }
+    r.finish();
+    Ok(r)
+}
+
+/// Every job of the spool that ended in the period (the caller's own unless `q.everyone`), by
+/// user: what `--by user` can still say without Slurm's database.
+fn from_spool_alone(r: &mut SiteReport, q: &Query, spool: &Path, rules: &ClassRules) {
+    let filter = Filter {
+        user: (!q.everyone).then(|| q.uid.to_string()),
+        since: Some(q.since),
+    };
+    let scan = match listing::scan_with(spool, &filter, rules) {
+        Ok(s) => s,
+        Err(e) => {
+            r.notes.push(format!(
+                "the spool could not be read either: {}: {e}",
+                spool.display()
+            ));
+            return;
+        }
+    };
+    for (_, s) in scan.jobs {
+        let ended = s
+            .end
+            .as_deref()
+            .and_then(|e| DateTime::parse_from_rfc3339(e).ok());
+        if ended.is_some_and(|e| e >= q.until) {
+            continue;
+        }
+        let owner = Owner {
+            user: s.user.clone(),
+            ..Owner::default()
+        };
+        r.add(&owner, &spool_facts(s, rules));
+    }
+}

@@ -1,0 +1,206 @@
+//! Finished jobs from Slurm's database for the site report: one `sacct -X -P` over the whole
+//! period, its lines streamed, with the period cut in halves only where slurmdbd refuses it
+//! whole (a site's `MaxQueryTimeRange`, or a result over slurmdbd's size limit).
+//!
+//! Who sees what is Slurm's business: root and Slurm's operators and administrators ask for
+//! every user's jobs (`-a`), anyone else for their own (`-u`), and slurmdbd's `PrivateData`
+//! still applies to what it answers, as for `sacct` itself.
+
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, Local};
+
+use super::Owner;
+use crate::report::slurmdb;
+
+/// What `sacct` is asked for, in this order: the comment last, since another tool's comment
+/// may hold the delimiter.
+pub const FIELDS: &str = "JobIDRaw,UID,User,Account,Partition,State,Start,End,AdminComment";
+
+/// How long one `sacct` over a period may take: a year of a large site is millions of lines.
+pub const QUERY_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The shortest piece a refused period is cut into.
+pub const MIN_WINDOW_SECONDS: i64 = 3600;
+
+/// Runs one `sacct` with the arguments given, handing on each line of its output
+/// ([`run_sacct`]; tests give a fake).
+pub type Sacct<'a> = dyn FnMut(&[String], &mut dyn FnMut(&str)) -> Result<(), String> + 'a;
+
+/// What to ask Slurm's database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Jobs that ended at or after this time ...
+    pub since: DateTime<FixedOffset>,
+    /// ... and before this one.
+    pub until: DateTime<FixedOffset>,
+    /// Every user's jobs (`-a`), or only those of `uid`.
+    pub everyone: bool,
+    /// The caller.
+    pub uid: u32,
+    /// The cluster (`-M`), where not the local one.
+    pub cluster: Option<String>,
+}
+
+/// One finished job as `sacct` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// Slurm's job id (an array task's own).
+    pub job: u32,
+    /// Who ran it, and where.
+    pub owner: Owner,
+    /// Slurm's state (`COMPLETED`, `FAILED`, `CANCELLED by 0`, ...).
+    pub state: String,
+    /// Start time, Unix seconds; `None`: never started.
+    pub start: Option<i64>,
+    /// End time, Unix seconds; `None`: not ended.
+    pub end: Option<i64>,
+    /// The job's `AdminComment`.
+    pub admin_comment: String,
+}
+
+/// Parses one line of `sacct -n -X -P -o` [`FIELDS`] run with `SLURM_TIME_FORMAT=%s`. A user
+/// name the database does not have is the uid.
+pub fn parse_row(line: &str) -> Option<Row> {
+    let mut f = line.splitn(9, '|');
+    let job = f.next()?.trim().parse().ok()?;
+    let uid = f.next()?.trim();
+    let user = f.next()?.trim();
+    let account = f.next()?.trim().to_string();
+    let partition = f.next()?.trim().to_string();
+    let state = f.next()?.trim().to_string();
+    let time = |t: &str| t.trim().parse::<i64>().ok().filter(|&t| t > 0);
+    let start = time(f.next()?);
+    let end = time(f.next()?);
+    let admin_comment = f.next().unwrap_or_default().to_string();
+    let user = if user.is_empty() { uid } else { user };
+    Some(Row {
+        job,
+        owner: Owner {
+            user: crate::step::record::clean_text(user, 64),
+            account: crate::step::record::clean_text(&account, 64),
+            partition: crate::step::record::clean_text(&partition, 64),
+        },
+        state,
+        start,
+        end,
+        admin_comment,
+    })
+}
+
+/// Whether a job of this row counts in [`from`, `to`): it ran and ended then. Slurm lists every
+/// job that ran at any time in the period; each is counted once, in the period of its end.
+pub fn ended_within(row: &Row, from: i64, to: i64) -> bool {
+    row.start.is_some() && row.end.is_some_and(|e| e >= from && e < to)
+}
+
+/// Slurm's time, as `sacct -S/-E` reads it (local time).
+fn slurm_time(t: i64) -> String {
+    DateTime::from_timestamp(t, 0)
+        .map(|d| {
+            d.with_timezone(&Local)
+                .format("%Y-%m-%dT%H:%M:%S")
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// `sacct`'s arguments for the jobs that ran in [`from`, `to`).
+pub fn sacct_args(q: &Query, from: i64, to: i64) -> Vec<String> {
+    let mut a: Vec<String> = ["-n", "-X", "-P", "-o", FIELDS, "-S"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    a.push(slurm_time(from));
+    a.push("-E".into());
+    a.push(slurm_time(to));
+    if q.everyone {
+        a.push("-a".into());
+    } else {
+        a.push("-u".into());
+        a.push(q.uid.to_string());
+    }
+    if let Some(c) = &q.cluster {
+        a.push("-M".into());
+        a.push(c.clone());
+    }
+    a
+}
+
+/// Whether slurmdbd refused a period for its length or its size, rather than for a fault: then
+/// its halves are asked instead.
+pub fn refused_as_too_large(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["too wide", "exceeds size limit", "too large", "too many"]
+        .iter()
+        .any(|w| m.contains(w))
+}
+
+/// The jobs that ended in the query's period: each line `sacct` gives, turned by `convert` as
+/// it comes (so a large period never sits in memory as text), kept when the call it came in
+/// succeeded; and the number of `sacct` calls made. A period slurmdbd refuses whole is asked
+/// for in halves, down to [`MIN_WINDOW_SECONDS`]. `run` runs one `sacct` with its arguments,
+/// handing on each line (the real one is [`run_sacct`]).
+pub fn jobs<T>(
+    q: &Query,
+    run: &mut Sacct,
+    convert: &mut dyn FnMut(Row) -> Option<T>,
+) -> Result<(Vec<T>, u32), String> {
+    let mut out = Vec::new();
+    let mut calls = 0;
+    let mut todo = vec![(q.since.timestamp(), q.until.timestamp())];
+    while let Some((from, to)) = todo.pop() {
+        if from >= to {
+            continue;
+        }
+        calls += 1;
+        let mut got = Vec::new();
+        let r = run(&sacct_args(q, from, to), &mut |line| {
+            if let Some(row) = parse_row(line).filter(|r| ended_within(r, from, to)) {
+                got.extend(convert(row));
+            }
+        });
+        match r {
+            Ok(()) => out.append(&mut got),
+            Err(e) if refused_as_too_large(&e) && to - from >= 2 * MIN_WINDOW_SECONDS => {
+                let mid = from + (to - from) / 2;
+                // The later half is popped last: jobs come oldest first.
+                todo.push((mid, to));
+                todo.push((from, mid));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((out, calls))
+}
+
+/// Runs `sacct` with `args`, its times as Unix seconds, for at most [`QUERY_DEADLINE`].
+pub fn run_sacct(args: &[String], line: &mut dyn FnMut(&str)) -> Result<(), String> {
+    slurmdb::each_line(
+        Command::new("sacct")
+            .args(args)
+            .env("SLURM_TIME_FORMAT", "%s"),
+        QUERY_DEADLINE,
+        line,
+    )
+}
+
+/// Whether the caller may see every user's jobs: root, and those Slurm's database names
+/// operators or administrators (`sacctmgr show user NAME format=AdminLevel`).
+pub fn sees_every_job(uid: u32) -> bool {
+    if uid == 0 {
+        return true;
+    }
+    let Some(name) = crate::sys::user_name(uid) else {
+        return false;
+    };
+    slurmdb::run(
+        Command::new("sacctmgr").args(["-n", "-P", "show", "user", &name, "format=AdminLevel"]),
+        slurmdb::COMMAND_DEADLINE,
+    )
+    .is_ok_and(|out| {
+        out.lines()
+            .any(|l| matches!(l.trim(), "Operator" | "Administrator"))
+    })
+}
