@@ -11,6 +11,7 @@ mod nvml;
 mod report;
 mod security;
 mod settings;
+mod site;
 mod story;
 mod summary;
 mod tracking;

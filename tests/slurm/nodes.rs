@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::records::*;
 use crate::support::*;
@@ -189,32 +188,6 @@ fn a_node_with_its_own_spool_is_named_in_the_summary_with_how_to_read_it() {
     assert!(ok, "{listing}");
     assert!(listing.contains(&format!("{n3}.0.json")), "{listing}");
     assert!(!listing.contains(&format!("{n1}.batch.json")), "{listing}");
-}
-
-/// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
-/// after the job ends).
-fn stored_comment(id: u32) -> String {
-    let started = Instant::now();
-    loop {
-        let out = Command::new("sacct")
-            .args([
-                "-n",
-                "-X",
-                "-P",
-                "-j",
-                &id.to_string(),
-                "-o",
-                "AdminComment",
-            ])
-            .env("SLURM_CONF", slurm_conf())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if text.starts_with("gpu-tracker:") || started.elapsed() > Duration::from_secs(90) {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 #[test]

@@ -424,3 +424,34 @@ pub(crate) fn assert_fault_logged(lines: &[String], id: u32, step: &str, what: &
     assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
     assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
 }
+
+/// The job's `AdminComment` in Slurm's database, as it is now.
+pub(crate) fn stored_comment_now(id: u32) -> String {
+    let out = Command::new("sacct")
+        .args([
+            "-n",
+            "-X",
+            "-P",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "AdminComment",
+        ])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
+/// after the job ends), or as it is after 90 s.
+pub(crate) fn stored_comment(id: u32) -> String {
+    let started = Instant::now();
+    loop {
+        let text = stored_comment_now(id);
+        if text.starts_with("gpu-tracker:") || started.elapsed() > Duration::from_secs(90) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
