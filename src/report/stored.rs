@@ -171,7 +171,7 @@ impl Stored {
             classes: Some(s.classes.iter().map(|c| c.tag.clone()).collect()),
             gpu_use: (s.totals.gpus > 0).then(|| {
                 let unused = s.gpus.iter().filter(|g| classes::gpu_unused(g)).count();
-                let idle = s.gpu_idle.iter().map(|i| i.idle.idle_seconds).sum::<f64>();
+                let idle = s.gpu_idle.iter().fold(0.0, |t, i| t + i.idle.idle_seconds);
                 (u32::try_from(unused).unwrap_or(u32::MAX), round(idle))
             }),
             cut_nodes: 0,
@@ -461,6 +461,9 @@ mod tests {
             .to_summary("alice", 1001, None);
         assert_eq!(back.class_tags(), "gpu-unused, mem-over");
         assert_eq!(back.classes[0].reason, classes::rule_of("gpu-unused"));
+        // The GPUs no process ran on, and their idle time, for the site report.
+        assert!(text.contains("`gu`:[1,0.0]"), "{text}");
+        assert_eq!(Stored::decode(&text).unwrap().gpu_use, Some((1, 0.0)));
         let codes: Vec<&str> = back.advice.iter().map(|a| a.code).collect();
         assert!(codes.contains(&"memory-over-requested"), "{codes:?}");
         // A job in no class stores `[]`, and reads back in none whatever its figures show.

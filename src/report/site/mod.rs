@@ -180,7 +180,7 @@ impl JobFacts {
             gpus: s.totals.gpus,
             gpu_utilization_percent: s.totals.gpu_mean_utilization_percent,
             unused_gpus: s.gpus.iter().filter(|g| classes::gpu_unused(g)).count(),
-            idle_gpu_seconds: Some(s.gpu_idle.iter().map(|i| i.idle.idle_seconds).sum()),
+            idle_gpu_seconds: Some(s.gpu_idle.iter().fold(0.0, |t, i| t + i.idle.idle_seconds)),
             memory_requested_bytes: s.totals.memory_requested_bytes.unwrap_or(0),
             memory_peak_bytes: s.totals.memory_peak_bytes,
             failed: s.steps.iter().any(|st| !st.failed.is_empty())
