@@ -554,6 +554,7 @@ fn site_report(cfg: &Config, args: &Args, by: &str) -> Result<u8, Failure> {
         everyone: db::sees_every_job(uid),
         uid,
         cluster: args.cluster.clone(),
+        jobs_per_call: db::JOBS_PER_CALL,
     };
     let rules = ClassRules::from_config(cfg);
     let r = collect::collect(by, &q, &cfg.spool_dir, &rules, &mut db::run_sacct)

@@ -53,20 +53,42 @@ pub fn collect(
     run: &mut db::Sacct,
 ) -> Result<SiteReport, String> {
     let mut r = SiteReport::new(by, q.since, q.until);
-    r.scope = if q.everyone {
-        "every user's jobs".into()
-    } else {
-        format!(
-            "your own jobs ({})",
-            crate::sys::user_name(q.uid).unwrap_or_else(|| format!("uid {}", q.uid))
-        )
-    };
-    let entries = match db::jobs(q, run, &mut |row| Some(entry(row))) {
-        Ok((entries, calls)) => {
-            r.sacct_calls = calls;
-            entries
+    r.scope = scope(q);
+    let mut damaged = 0;
+    let mut first_damage = None;
+    let mut take = |entries: Vec<Entry>| {
+        for e in entries {
+            let facts = match e.found {
+                Found::Facts(f) => f,
+                found => {
+                    if let Found::Damaged(why) = found {
+                        damaged += 1;
+                        first_damage.get_or_insert(format!("job {}: {why}", e.job));
+                    }
+                    match load_job(spool, e.job) {
+                        Ok(j) if !j.records.is_empty() => {
+                            spool_facts(Summary::from_records(&j.records), rules)
+                                .with_state(&e.state)
+                        }
+                        Err(LoadError::Denied(..)) => {
+                            r.add_without_figures(&e.owner, true);
+                            continue;
+                        }
+                        _ => {
+                            r.add_without_figures(&e.owner, false);
+                            continue;
+                        }
+                    }
+                }
+            };
+            r.add(&e.owner, &facts);
         }
+    };
+    match db::jobs(q, run, &mut |row| Some(entry(row)), &mut take) {
+        Ok(calls) => r.sacct_calls = calls,
         Err(e) if by == GroupBy::User => {
+            let mut r = SiteReport::new(by, q.since, q.until);
+            r.scope = scope(q);
             r.notes.push(format!(
                 "Slurm's database could not be read ({e}): the jobs are those of the spool alone"
             ));
@@ -80,33 +102,6 @@ pub fn collect(
                 by.name()
             ));
         }
-    };
-    let mut damaged = 0;
-    let mut first_damage = None;
-    for e in entries {
-        let facts = match e.found {
-            Found::Facts(f) => f,
-            found => {
-                if let Found::Damaged(why) = found {
-                    damaged += 1;
-                    first_damage.get_or_insert(format!("job {}: {why}", e.job));
-                }
-                match load_job(spool, e.job) {
-                    Ok(j) if !j.records.is_empty() => {
-                        spool_facts(Summary::from_records(&j.records), rules).with_state(&e.state)
-                    }
-                    Err(LoadError::Denied(..)) => {
-                        r.add_without_figures(&e.owner, true);
-                        continue;
-                    }
-                    _ => {
-                        r.add_without_figures(&e.owner, false);
-                        continue;
-                    }
-                }
-            }
-        };
-        r.add(&e.owner, &facts);
     }
     if let Some(first) = first_damage {
         r.notes.push(format!(
@@ -115,6 +110,18 @@ pub fn collect(
     }
     r.finish();
     Ok(r)
+}
+
+/// Whose jobs the report holds, for people.
+fn scope(q: &Query) -> String {
+    if q.everyone {
+        "every user's jobs".into()
+    } else {
+        format!(
+            "your own jobs ({})",
+            crate::sys::user_name(q.uid).unwrap_or_else(|| format!("uid {}", q.uid))
+        )
+    }
 }
 
 /// Every job of the spool that ended in the period (the caller's own unless `q.everyone`), by

@@ -21,8 +21,14 @@ pub const FIELDS: &str = "JobIDRaw,UID,User,Account,Partition,State,Start,End,Ad
 /// How long one `sacct` over a period may take: a year of a large site is millions of lines.
 pub const QUERY_DEADLINE: Duration = Duration::from_secs(600);
 
-/// The shortest piece a refused period is cut into.
+/// The shortest piece a period is cut into.
 pub const MIN_WINDOW_SECONDS: i64 = 3600;
+
+/// The first piece of a period asked for: a day.
+pub const FIRST_WINDOW_SECONDS: i64 = 86_400;
+
+/// About how many jobs one `sacct` call should list: `sacct` then stays near 50 MB.
+pub const JOBS_PER_CALL: u64 = 20_000;
 
 /// Runs one `sacct` with the arguments given, handing on each line of its output
 /// ([`run_sacct`]; tests give a fake).
@@ -41,6 +47,8 @@ pub struct Query {
     pub uid: u32,
     /// The cluster (`-M`), where not the local one.
     pub cluster: Option<String>,
+    /// About how many jobs one `sacct` call should list ([`JOBS_PER_CALL`]).
+    pub jobs_per_call: u64,
 }
 
 /// One finished job as `sacct` lists it.
@@ -137,42 +145,65 @@ pub fn refused_as_too_large(message: &str) -> bool {
         .any(|w| m.contains(w))
 }
 
-/// The jobs that ended in the query's period: each line `sacct` gives, turned by `convert` as
-/// it comes (so a large period never sits in memory as text), kept when the call it came in
-/// succeeded; and the number of `sacct` calls made. A period slurmdbd refuses whole is asked
-/// for in halves, down to [`MIN_WINDOW_SECONDS`]. `run` runs one `sacct` with its arguments,
-/// handing on each line (the real one is [`run_sacct`]).
+/// The jobs that ended in the query's period, a piece of the period at a time: each line
+/// `sacct` gives is turned by `convert` as it comes (so nothing sits in memory as text), and a
+/// piece's jobs go to `take` once its call succeeded. Returns the number of `sacct` calls.
+///
+/// `sacct` holds every job of its answer in memory at once (about 2.4 kB a job on Slurm
+/// 22.05, whatever fields are asked for: slurmdbd sends whole job records), so the period is
+/// asked for in pieces of about [`Query::jobs_per_call`] jobs: the first piece is a day (or the
+/// whole period when shorter), each next one as long as the jobs listed per second so far say,
+/// so a quiet period takes two calls and a busy one as many as its jobs need. A piece slurmdbd
+/// refuses whole (a site's `MaxQueryTimeRange`, a result over its size limit) is asked for in
+/// halves, down to [`MIN_WINDOW_SECONDS`]. `run` runs one `sacct` with its arguments, handing
+/// on each line (the real one is [`run_sacct`]).
 pub fn jobs<T>(
     q: &Query,
     run: &mut Sacct,
     convert: &mut dyn FnMut(Row) -> Option<T>,
-) -> Result<(Vec<T>, u32), String> {
-    let mut out = Vec::new();
+    take: &mut dyn FnMut(Vec<T>),
+) -> Result<u32, String> {
+    let (since, until) = (q.since.timestamp(), q.until.timestamp());
     let mut calls = 0;
-    let mut todo = vec![(q.since.timestamp(), q.until.timestamp())];
-    while let Some((from, to)) = todo.pop() {
-        if from >= to {
-            continue;
-        }
+    let mut from = since;
+    let mut span = FIRST_WINDOW_SECONDS.min(until - since).max(1);
+    // Jobs listed and seconds asked for so far: the pace the next piece is cut to.
+    let (mut listed, mut asked) = (0u64, 0i64);
+    // Half the longest piece slurmdbd refused: no later piece is longer.
+    let mut cap = i64::MAX;
+    while from < until {
+        let to = until.min(from.saturating_add(span));
         calls += 1;
         let mut got = Vec::new();
+        let mut lines = 0u64;
         let r = run(&sacct_args(q, from, to), &mut |line| {
+            lines += 1;
             if let Some(row) = parse_row(line).filter(|r| ended_within(r, from, to)) {
                 got.extend(convert(row));
             }
         });
         match r {
-            Ok(()) => out.append(&mut got),
+            Ok(()) => {
+                take(got);
+                listed += lines;
+                asked += to - from;
+                from = to;
+                let per_second = listed as f64 / asked.max(1) as f64;
+                span = if per_second > 0.0 {
+                    (q.jobs_per_call as f64 / per_second).min(i64::MAX as f64 / 2.0) as i64
+                } else {
+                    span.saturating_mul(4)
+                }
+                .clamp(MIN_WINDOW_SECONDS, cap.max(MIN_WINDOW_SECONDS));
+            }
             Err(e) if refused_as_too_large(&e) && to - from >= 2 * MIN_WINDOW_SECONDS => {
-                let mid = from + (to - from) / 2;
-                // The later half is popped last: jobs come oldest first.
-                todo.push((mid, to));
-                todo.push((from, mid));
+                cap = (to - from) / 2;
+                span = cap;
             }
             Err(e) => return Err(e),
         }
     }
-    Ok((out, calls))
+    Ok(calls)
 }
 
 /// Runs `sacct` with `args`, its times as Unix seconds, for at most [`QUERY_DEADLINE`].

@@ -207,6 +207,7 @@ fn query(everyone: bool) -> Query {
         everyone,
         uid: 1001,
         cluster: None,
+        jobs_per_call: db::JOBS_PER_CALL,
     }
 }
 
@@ -223,45 +224,67 @@ fn window(args: &[String]) -> (i64, i64) {
     (at("-S"), at("-E"))
 }
 
+/// Every job `db::jobs` hands on, and the calls it made.
+fn all_jobs(q: &Query, sacct: &mut db::Sacct) -> Result<(Vec<u32>, u32), String> {
+    let mut jobs = Vec::new();
+    let calls = db::jobs(q, sacct, &mut |r| Some(r.job), &mut |got| jobs.extend(got))?;
+    Ok((jobs, calls))
+}
+
 #[test]
-fn one_sacct_call_for_the_period_and_halves_only_where_slurmdbd_refuses_it() {
-    // A job ending every hour of the period; slurmdbd takes at most two days at once.
-    let q = query(true);
+fn the_period_is_asked_for_in_pieces_of_about_the_jobs_per_call_each_job_once() {
+    // A job ending every 10 minutes of 8 days; slurmdbd takes at most two days at once.
+    let mut q = query(true);
+    q.jobs_per_call = 144;
     let (from, to) = (q.since.timestamp(), q.until.timestamp());
-    let mut asked = Vec::new();
+    let asked = std::cell::RefCell::new(Vec::new());
     let mut sacct = |args: &[String], line: &mut dyn FnMut(&str)| {
         assert!(args.contains(&"-a".to_string()));
         let (s, e) = window(args);
-        asked.push((s, e));
-        // Every job running in the window, as Slurm lists them: ends just after it included.
-        let mut end = from + 1800;
+        asked.borrow_mut().push((s, e));
+        if e - s > 2 * 86400 {
+            return Err("sacct: error: Too wide of a date range in query".into());
+        }
+        // Every job running in the piece, as Slurm lists them: one ending just after it too.
+        let mut end = from + 300;
         while end < to {
-            if end + 3600 > s && end - 3600 < e {
+            if end + 600 > s && end - 600 < e {
                 line(&format!(
                     "{end}|1001|alice|a|p|COMPLETED|{}|{end}|",
                     end - 600
                 ));
             }
-            end += 3600;
-        }
-        if e - s > 2 * 86400 {
-            return Err("sacct: error: Too wide of a date range in query".into());
+            end += 600;
         }
         Ok(())
     };
-    let (jobs, calls) = db::jobs(&q, &mut sacct, &mut |r| Some(r.job)).unwrap();
-    assert_eq!(jobs.len(), 8 * 24, "each job once: {calls} calls");
+    let (jobs, calls) = all_jobs(&q, &mut sacct).unwrap();
+    assert_eq!(jobs.len(), 8 * 144, "each job once: {calls} calls");
     let mut sorted = jobs.clone();
     sorted.sort();
     sorted.dedup();
-    assert_eq!(sorted.len(), jobs.len());
-    assert_eq!(sorted, jobs, "oldest first");
-    // 8 days: refused whole, then in halves of 4, then 2 days: 1 + 2 + 4 calls.
-    assert_eq!(calls, 7);
-    assert_eq!(asked[0], (from, to));
+    assert_eq!(sorted, jobs, "each once, oldest first");
+    // A day first (145 listed: one ends after it), then pieces of about 144 jobs: a little
+    // under a day each.
+    let pieces = asked.take();
+    assert_eq!(pieces[0], (from, from + 86400));
+    assert!((8..=9).contains(&calls), "{pieces:?}");
+    assert!(pieces.windows(2).all(|w| w[0].1 == w[1].0), "{pieces:?}");
+    // A quiet period: a day, then the rest at once; a piece refused whole is halved.
+    q.jobs_per_call = 1_000_000;
+    let (jobs, calls) = all_jobs(&q, &mut sacct).unwrap();
+    assert_eq!(jobs.len(), 8 * 144);
+    // Day 1; the rest (7 days) refused, 3.5 refused, then pieces of 1.75 days.
+    let pieces = asked.take();
+    assert_eq!(
+        pieces[1],
+        (from + 86400, to),
+        "the rest at once: {pieces:?}"
+    );
+    assert_eq!(calls, 7, "{pieces:?}");
     // Any other error ends it.
     let mut broken = |_: &[String], _: &mut dyn FnMut(&str)| Err("sacct: slurmdbd down".into());
-    assert!(db::jobs(&q, &mut broken, &mut |r| Some(r.job)).is_err());
+    assert!(all_jobs(&q, &mut broken).is_err());
     // A user asks for their own jobs.
     let a = db::sacct_args(&query(false), from, to);
     assert!(!a.contains(&"-a".to_string()) && a.windows(2).any(|w| w == ["-u", "1001"]));
@@ -299,7 +322,10 @@ fn a_job_without_a_stored_summary_comes_from_the_spool_and_each_row_says_where_f
     };
     let rules = ClassRules::default();
     let r = collect(GroupBy::User, &q, spool.path(), &rules, &mut sacct).unwrap();
-    assert_eq!(r.sacct_calls, 1);
+    assert_eq!(
+        r.sacct_calls, 2,
+        "a day, then the rest of the period at once"
+    );
     assert_eq!(
         (r.jobs.counted, r.jobs.from_database, r.jobs.from_spool),
         (2, 1, 1)
