@@ -152,8 +152,11 @@ pub fn refused_as_too_large(message: &str) -> bool {
 /// `sacct` holds every job of its answer in memory at once (about 2.4 kB a job on Slurm
 /// 22.05, whatever fields are asked for: slurmdbd sends whole job records), so the period is
 /// asked for in pieces of about [`Query::jobs_per_call`] jobs: the first piece is a day (or the
-/// whole period when shorter), each next one as long as the jobs listed per second so far say,
-/// so a quiet period takes two calls and a busy one as many as its jobs need. A piece slurmdbd
+/// whole period when shorter), each next one as long as the previous one's jobs per second say,
+/// but at most twice as long as it; a quiet week takes three calls, a quiet year nine, a busy
+/// period as many as its jobs need. A sudden burst after a quiet stretch can still make one
+/// piece hold more than the jobs wanted (at most what twice its predecessor's time holds). A
+/// piece slurmdbd
 /// refuses whole (a site's `MaxQueryTimeRange`, a result over its size limit) is asked for in
 /// halves, down to [`MIN_WINDOW_SECONDS`]. `run` runs one `sacct` with its arguments, handing
 /// on each line (the real one is [`run_sacct`]).
@@ -167,8 +170,6 @@ pub fn jobs<T>(
     let mut calls = 0;
     let mut from = since;
     let mut span = FIRST_WINDOW_SECONDS.min(until - since).max(1);
-    // Jobs listed and seconds asked for so far: the pace the next piece is cut to.
-    let (mut listed, mut asked) = (0u64, 0i64);
     // Half the longest piece slurmdbd refused: no later piece is longer.
     let mut cap = i64::MAX;
     while from < until {
@@ -185,16 +186,18 @@ pub fn jobs<T>(
         match r {
             Ok(()) => {
                 take(got);
-                listed += lines;
-                asked += to - from;
-                from = to;
-                let per_second = listed as f64 / asked.max(1) as f64;
-                span = if per_second > 0.0 {
-                    (q.jobs_per_call as f64 / per_second).min(i64::MAX as f64 / 2.0) as i64
+                // The next piece: as long as this one's pace says for the jobs wanted, but at
+                // most twice as long (a quiet stretch says little of what follows).
+                let per_second = lines as f64 / (to - from).max(1) as f64;
+                let paced = if per_second > 0.0 {
+                    (q.jobs_per_call as f64 / per_second).min(i64::MAX as f64 / 4.0) as i64
                 } else {
-                    span.saturating_mul(4)
-                }
-                .clamp(MIN_WINDOW_SECONDS, cap.max(MIN_WINDOW_SECONDS));
+                    i64::MAX
+                };
+                span = paced
+                    .min((to - from).saturating_mul(2))
+                    .clamp(MIN_WINDOW_SECONDS, cap.max(MIN_WINDOW_SECONDS));
+                from = to;
             }
             Err(e) if refused_as_too_large(&e) && to - from >= 2 * MIN_WINDOW_SECONDS => {
                 cap = (to - from) / 2;

@@ -274,14 +274,19 @@ fn the_period_is_asked_for_in_pieces_of_about_the_jobs_per_call_each_job_once() 
     q.jobs_per_call = 1_000_000;
     let (jobs, calls) = all_jobs(&q, &mut sacct).unwrap();
     assert_eq!(jobs.len(), 8 * 144);
-    // Day 1; the rest (7 days) refused, 3.5 refused, then pieces of 1.75 days.
+    // A day, two days, four refused; then never over two days: 1 + 2 + 2 + 2 + 1.
     let pieces = asked.take();
+    assert_eq!(pieces[1], (from + 86400, from + 3 * 86400), "{pieces:?}");
     assert_eq!(
-        pieces[1],
-        (from + 86400, to),
-        "the rest at once: {pieces:?}"
+        pieces[2],
+        (from + 3 * 86400, from + 7 * 86400),
+        "{pieces:?}"
     );
-    assert_eq!(calls, 7, "{pieces:?}");
+    assert!(
+        pieces[3..].iter().all(|(s, e)| e - s <= 2 * 86400),
+        "{pieces:?}"
+    );
+    assert_eq!(calls, 6, "{pieces:?}");
     // Any other error ends it.
     let mut broken = |_: &[String], _: &mut dyn FnMut(&str)| Err("sacct: slurmdbd down".into());
     assert!(all_jobs(&q, &mut broken).is_err());
@@ -322,10 +327,7 @@ fn a_job_without_a_stored_summary_comes_from_the_spool_and_each_row_says_where_f
     };
     let rules = ClassRules::default();
     let r = collect(GroupBy::User, &q, spool.path(), &rules, &mut sacct).unwrap();
-    assert_eq!(
-        r.sacct_calls, 2,
-        "a day, then the rest of the period at once"
-    );
+    assert_eq!(r.sacct_calls, 4, "1, 2, 4 days, then the last one");
     assert_eq!(
         (r.jobs.counted, r.jobs.from_database, r.jobs.from_spool),
         (2, 1, 1)
