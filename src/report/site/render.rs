@@ -17,6 +17,15 @@ fn pct(p: Option<f64>) -> String {
     p.map_or_else(|| "-".into(), |v| format!("{v:.0}%"))
 }
 
+/// Hours: a tenth under 1000, whole above (the columns stay aligned up to millions).
+fn hours(h: f64) -> String {
+    if h < 1000.0 {
+        format!("{h:.1}")
+    } else {
+        format!("{h:.0}")
+    }
+}
+
 fn sources(g: &Group) -> String {
     match (g.sources.database, g.sources.spool) {
         (0, 0) => "-".into(),
@@ -103,15 +112,15 @@ pub fn text(r: &SiteReport) -> String {
             let name: String = g.group.chars().take(width).collect();
             let _ = writeln!(
                 o,
-                "{name:<width$} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>5} {:>5} {:>10.1} {:>10.1} {:>6} {:>4} {:>6}  {:<16} {}",
+                "{name:<width$} {:>6} {:>9} {:>9} {:>9} {:>5} {:>5} {:>10} {:>10} {:>6} {:>4} {:>6}  {:<16} {}",
                 g.jobs,
-                g.gpu_hours,
-                g.gpu_hours_unused,
-                g.gpu_hours_idle,
+                hours(g.gpu_hours),
+                hours(g.gpu_hours_unused),
+                hours(g.gpu_hours_idle),
                 pct(g.gpu_utilization_percent),
                 pct(g.cpu_efficiency_percent),
-                g.memory_requested_gib_hours,
-                g.memory_used_gib_hours,
+                hours(g.memory_requested_gib_hours),
+                hours(g.memory_used_gib_hours),
                 g.failed_jobs,
                 g.oom_jobs,
                 g.without_figures,
