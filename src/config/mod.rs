@@ -91,6 +91,16 @@ pub struct Config {
     /// Directory of the phase-mark sockets (`gpu-tracker mark`): root-owned, not writable by
     /// others, on a local filesystem (`/run`); made when missing. `""` turns marks off.
     pub mark_dir: String,
+    /// Directory of the running steps' live state files, which `gpu-tracker-exporter` serves
+    /// to Prometheus (docs/EXPORTER.md): root-owned, not writable by others, on a node-local
+    /// filesystem (`/run`); made when missing. `""` turns live state off.
+    pub live_dir: String,
+    /// The group (a name, or a number) that may read the live state files (the exporter's);
+    /// `""`: root only.
+    pub live_group: String,
+    /// Seconds between rewrites of a running step's live state file (after a sample, at most
+    /// this often): from [`MIN_LIVE_SECONDS`] to [`MAX_LIVE_SECONDS`].
+    pub live_interval_seconds: f64,
     /// Alert when a step's memory reaches this percent of its limit; 0 turns it off.
     pub alert_memory_percent: f64,
     /// Alert when an allocated GPU stays idle this many seconds in a row; 0 turns it off.
@@ -142,6 +152,9 @@ impl Default for Config {
             gres_conf: String::new(),
             mig_minors_file: crate::gres::mig::DEFAULT_MIG_MINORS.into(),
             mark_dir: "/run/gpu-tracker".into(),
+            live_dir: DEFAULT_LIVE_DIR.into(),
+            live_group: String::new(),
+            live_interval_seconds: 5.0,
             alert_memory_percent: 90.0,
             alert_gpu_idle_seconds: 600.0,
             gpu_idle_percent: 5.0,
@@ -175,6 +188,26 @@ pub enum ConfigError {
 
 /// Highest grams of CO2 per kWh accepted (coal is about 1000).
 pub const MAX_CO2_GRAMS_PER_KWH: f64 = 2000.0;
+
+/// Where the live state files go by default: not `mark_dir`, whose sockets every user must
+/// reach, while the live files are for root and `live_group` only.
+pub const DEFAULT_LIVE_DIR: &str = "/run/gpu-tracker-live";
+
+/// Shortest `live_interval_seconds`.
+pub const MIN_LIVE_SECONDS: f64 = 1.0;
+/// Longest `live_interval_seconds` (an hour).
+pub const MAX_LIVE_SECONDS: f64 = 3600.0;
+
+/// Whether `name` can be a `live_group`: a group name as `groupadd` takes it (letters, digits,
+/// `.`, `_`, `-`, at most 32 characters, not starting with `-`), or a group id.
+pub fn is_group_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 
 /// Largest settings file read (a real one is a few hundred bytes).
 pub const MAX_SETTINGS_BYTES: u64 = 1 << 20;
@@ -292,6 +325,38 @@ impl Config {
             return bad(
                 "mark_dir",
                 format!("must be \"\" or an absolute path, not {:?}", c.mark_dir),
+            );
+        }
+        if !c.live_dir.is_empty() && !Path::new(&c.live_dir).is_absolute() {
+            return bad(
+                "live_dir",
+                format!("must be \"\" or an absolute path, not {:?}", c.live_dir),
+            );
+        }
+        if !c.live_dir.is_empty() && Path::new(&c.live_dir) == Path::new(&c.mark_dir) {
+            return bad(
+                "live_dir",
+                "must not be mark_dir: every user reaches the mark sockets, only live_group the \
+                 live state"
+                    .into(),
+            );
+        }
+        if !c.live_group.is_empty() && !is_group_name(&c.live_group) {
+            return bad(
+                "live_group",
+                format!(
+                    "must be \"\" (root only), a group name or a group id, not {:?}",
+                    crate::text::clean_text(&c.live_group, 64)
+                ),
+            );
+        }
+        if !within(c.live_interval_seconds, MIN_LIVE_SECONDS, MAX_LIVE_SECONDS) {
+            return bad(
+                "live_interval_seconds",
+                format!(
+                    "must be from {MIN_LIVE_SECONDS} to {MAX_LIVE_SECONDS} seconds (1 hour), not {:?}",
+                    c.live_interval_seconds
+                ),
             );
         }
         if !within(c.co2_grams_per_kwh, 0.0, MAX_CO2_GRAMS_PER_KWH) {

@@ -73,6 +73,9 @@ fn unknown_keys_and_bad_values_are_named() {
         ("gres_conf = \"gres.conf\"", "`gres_conf`"),
         ("mig_minors_file = \"mig-minors\"", "`mig_minors_file`"),
         ("mark_dir = \"run\"", "`mark_dir`"),
+        ("live_dir = \"run/live\"", "`live_dir`"),
+        ("live_group = \"a b\"", "`live_group`"),
+        ("live_interval_seconds = 0.5", "`live_interval_seconds`"),
         ("alert_memory_percent = 120", "`alert_memory_percent`"),
         ("alert_memory_percent = nan", "`alert_memory_percent`"),
         ("alert_gpu_idle_seconds = -5", "`alert_gpu_idle_seconds`"),
@@ -283,4 +286,52 @@ fn class_thresholds_are_0_for_off_or_within_their_range() {
         (0, 0.0, 0.25, 3)
     );
     assert_eq!(Config::default().class_gpu_low_percent, 10.0);
+}
+
+#[test]
+fn live_state_settings_have_defaults_and_bounds() {
+    let c = Config::default();
+    assert_eq!(c.live_dir, "/run/gpu-tracker-live");
+    assert_eq!((c.live_group.as_str(), c.live_interval_seconds), ("", 5.0));
+    let c = parse(
+        "live_dir = \"/run/live\"\nlive_group = \"prometheus\"\nlive_interval_seconds = 3600",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.live_dir.as_str(), c.live_group.as_str()),
+        ("/run/live", "prometheus")
+    );
+    assert_eq!(c.live_interval_seconds, 3600.0);
+    // Off, a group id, the shortest interval.
+    let c = parse("live_dir = \"\"\nlive_group = \"998\"\nlive_interval_seconds = 1").unwrap();
+    assert_eq!((c.live_dir.as_str(), c.live_group.as_str()), ("", "998"));
+    for t in [
+        "live_interval_seconds = 0",
+        "live_interval_seconds = 3601",
+        "live_interval_seconds = nan",
+        "live_interval_seconds = 1e300",
+    ] {
+        refused(t, "live_interval_seconds", "from 1 to 3600 seconds");
+    }
+    for g in ["-x", "a/b", "grp\\u001b[31m", "x y", &"g".repeat(33)] {
+        refused(
+            &format!("live_group = \"{g}\""),
+            "live_group",
+            "a group name",
+        );
+    }
+    let e = parse("live_group = \"grp\\u001b[31m\"")
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains('\u{1b}'), "{e}");
+    // One directory for the mark sockets (every user's) and the live files (live_group's) would
+    // give one of them the wrong mode.
+    refused(
+        "mark_dir = \"/run/gt\"\nlive_dir = \"/run/gt/\"",
+        "live_dir",
+        "must not be mark_dir",
+    );
+    assert!(parse("mark_dir = \"\"\nlive_dir = \"/run/gt\"").is_ok());
+    assert!(is_group_name("gpu-tracker-exporter") && is_group_name("0"));
+    assert!(!is_group_name(""));
 }

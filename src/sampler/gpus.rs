@@ -20,6 +20,8 @@ struct DeviceAcc {
     selected: bool,
     max_used: u64,
     max_tracked: u64,
+    /// The tracked processes' memory at the latest reading (`None`: the driver gave none of it).
+    last_tracked: Option<u64>,
     /// The most processes outside the tracked set seen on the device at once.
     others_max: u32,
     util: PercentAcc,
@@ -54,6 +56,7 @@ impl DeviceAcc {
             selected,
             max_used: 0,
             max_tracked: 0,
+            last_tracked: None,
             others_max: 0,
             util: PercentAcc::default(),
             proc_util: PercentAcc::default(),
@@ -194,6 +197,25 @@ impl DeviceAcc {
     }
 }
 
+/// A device's figures at the latest sample ([`GpuAccumulator::latest`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestGpu {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-...` or `MIG-...` UUID.
+    pub uuid: String,
+    /// Memory size, bytes.
+    pub memory_total: u64,
+    /// Memory of the tracked processes, bytes (`None`: the driver did not say).
+    pub tracked_memory: Option<u64>,
+    /// Utilization, percent.
+    pub utilization_percent: Option<f64>,
+    /// GPM's SM activity, percent, where measured.
+    pub sm_active_percent: Option<f64>,
+    /// Energy since the first reading, joules.
+    pub energy_joules: Option<f64>,
+}
+
 /// GPU figures over a run.
 #[derive(Debug, Default, Clone)]
 pub struct GpuAccumulator {
@@ -314,9 +336,13 @@ impl GpuAccumulator {
                     .sum();
                 d.proc_util.add(f64::from(own.min(100)), weight);
             }
+            let mut unknown = false;
             for (pid, mem) in &r.processes {
                 // Memory the driver cannot report is left out, never guessed.
-                let Some(b) = mem else { continue };
+                let Some(b) = mem else {
+                    unknown |= *pid == main || members.contains(pid);
+                    continue;
+                };
                 if *pid == main {
                     main_b += b;
                     tracked += b;
@@ -326,6 +352,7 @@ impl GpuAccumulator {
                 }
             }
             d.max_tracked = d.max_tracked.max(tracked);
+            d.last_tracked = (tracked > 0 || !unknown).then_some(tracked);
             if let Some(pct) = r.utilization {
                 d.util.add(f64::from(pct), weight);
                 if d.selected {
@@ -386,6 +413,28 @@ impl GpuAccumulator {
             d.iter().map(|d| d.info.uuid.clone()).collect(),
             d.iter().map(|d| d.info.index).collect(),
         )
+    }
+
+    /// Each device's figures as of the latest sample, in the source's order; lost devices are
+    /// left out. Cheap: no figure is recomputed over the run.
+    pub fn latest(&self) -> Vec<LatestGpu> {
+        let d = self.devices.as_deref().unwrap_or(&[]);
+        d.iter()
+            .zip(&self.last)
+            .filter(|(d, _)| !d.lost)
+            .map(|(d, o)| LatestGpu {
+                index: d.info.index,
+                uuid: d.info.uuid.clone(),
+                memory_total: d.info.memory_total,
+                tracked_memory: d.last_tracked,
+                utilization_percent: o.utilization_percent,
+                sm_active_percent: o.sm_active_percent,
+                energy_joules: match (d.energy_first, d.energy_last) {
+                    (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1000.0),
+                    _ => None,
+                },
+            })
+            .collect()
     }
 
     /// Devices (indices) lost at the latest sample.
@@ -453,175 +502,4 @@ impl GpuAccumulator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One GPU whose utilization is the next of `pcts` at each reading.
-    struct Fake {
-        devices: Vec<GpuInfo>,
-        pcts: Vec<u32>,
-    }
-
-    impl GpuSource for Fake {
-        fn devices(&self) -> &[GpuInfo] {
-            &self.devices
-        }
-        fn read(&mut self, _: usize) -> Option<GpuReading> {
-            Some(GpuReading {
-                used: Some(1),
-                utilization: Some(self.pcts.remove(0)),
-                ..GpuReading::default()
-            })
-        }
-    }
-
-    #[test]
-    fn utilization_means_weigh_each_reading_by_the_time_it_stands_for() {
-        let info = GpuInfo {
-            index: 0,
-            minor: Some(0),
-            uuid: "GPU-0".into(),
-            name: "G".into(),
-            memory_total: 10,
-            mig: None,
-        };
-        let mut src = Fake {
-            devices: vec![info],
-            pcts: vec![100, 0, 90],
-        };
-        let mut acc = GpuAccumulator::new(None);
-        let u = Units::default();
-        let interval = std::time::Duration::from_secs(1);
-        // Samples 1 s (the first), 3 s (backed off) and 0.5 s (a mark) apart.
-        for since in [None, Some(3.0), Some(0.5)] {
-            let w = super::super::core::sample_weight(since, interval);
-            let mut tp = Timepoint::default();
-            acc.sample(
-                &mut src,
-                1,
-                &HashSet::new(),
-                w,
-                &u,
-                &mut tp,
-                &mut Vec::new(),
-            );
-        }
-        let (gpus, _, util, _) = acc.finish(&u);
-        let mean = (100.0 + 0.0 * 3.0 + 90.0 * 0.5) / 4.5;
-        assert_eq!(gpus[0].mean_utilization_percent, Some(mean));
-        assert_eq!(util.gpu_percentages.mean_sum_percent, mean);
-        assert_eq!(gpus[0].max_utilization_percent, Some(100.0));
-    }
-
-    /// One GPU that answers `reading` at every sample.
-    struct Same(Vec<GpuInfo>, GpuReading);
-
-    impl GpuSource for Same {
-        fn devices(&self) -> &[GpuInfo] {
-            &self.0
-        }
-        fn read(&mut self, _: usize) -> Option<GpuReading> {
-            Some(self.1.clone())
-        }
-    }
-
-    fn depth_after(samples: usize, reading: GpuReading) -> GpuDepth {
-        usage_after(samples, reading).depth
-    }
-
-    fn usage_after(samples: usize, reading: GpuReading) -> crate::usage::GpuUsage {
-        let info = GpuInfo {
-            index: 0,
-            minor: None,
-            uuid: "GPU-0".into(),
-            name: "G".into(),
-            memory_total: 10,
-            mig: None,
-        };
-        let mut src = Same(vec![info], reading);
-        let mut acc = GpuAccumulator::new(None);
-        let u = Units::default();
-        for _ in 0..samples {
-            let mut tp = Timepoint::default();
-            let mut notes = Vec::new();
-            acc.sample(&mut src, 1, &HashSet::new(), 1.0, &u, &mut tp, &mut notes);
-        }
-        acc.finish(&u).0.pop().expect("one GPU")
-    }
-
-    #[test]
-    fn on_a_gpu_others_use_the_runs_own_share_and_the_others_are_counted() {
-        // The run's main process is pid 1; pids 7 and 8 are someone else's.
-        let shared = GpuReading {
-            used: Some(600),
-            utilization: Some(90),
-            processes: vec![(1, Some(100)), (7, Some(200)), (8, None)],
-            process_utilization: Some(vec![(1, 30), (7, 50), (8, 10)]),
-            ..GpuReading::default()
-        };
-        let g = usage_after(3, shared);
-        assert_eq!(g.other_processes, 2);
-        // Figures in gigabytes: only pid 1's 100 bytes are the run's.
-        assert_eq!((g.max_tracked * 1e9).round(), 100.0);
-        assert_eq!((g.max_used * 1e9).round(), 600.0);
-        let own = g.depth.process_utilization_percent.expect("measured");
-        assert_eq!((own.mean, own.max), (30.0, 30.0));
-        assert_eq!(g.mean_utilization_percent, Some(90.0));
-    }
-
-    #[test]
-    fn a_figure_is_measured_zero_not_supported_or_not_sampled_and_never_a_false_zero() {
-        use crate::gpu::figures::{NOT_SAMPLED, NOT_SUPPORTED};
-        use crate::gpu::{GpmReading, Missing};
-        // Measured zero: a value of 0 and no "no data".
-        let zero = GpuReading {
-            used: Some(0),
-            utilization: Some(0),
-            energy_mj: Some(5),
-            gpm: Some(GpmReading {
-                sm_active: Some(0.0),
-                ..GpmReading::default()
-            }),
-            throttle: Some(0),
-            ecc: Some((0, 0)),
-            // Another process ran (pid 7 is none of the run's): the run's own share is 0.
-            process_utilization: Some(vec![(7, 60)]),
-            ..GpuReading::default()
-        };
-        let d = depth_after(2, zero.clone());
-        assert_eq!(d.sm_active_percent.map(|s| s.max), Some(0.0));
-        assert_eq!(d.process_utilization_percent.map(|s| s.max), Some(0.0));
-        assert_eq!(d.throttle_seconds, Some(Default::default()));
-        assert_eq!(d.ecc_errors.map(|e| e.corrected), Some(0));
-        assert_eq!(d.xid_errors, Some(vec![]));
-        assert!(d.no_data.is_empty(), "{:?}", d.no_data);
-        // Not supported: null, and the driver's reason.
-        let unsupported = GpuReading {
-            gpm: None,
-            missing: vec![Missing {
-                figure: figure::SM_ACTIVITY,
-                why: NoData::not_supported("this GPU has no GPM"),
-            }],
-            ..zero.clone()
-        };
-        let d = depth_after(2, unsupported);
-        assert_eq!(d.sm_active_percent, None);
-        assert_eq!(d.no_data[figure::SM_ACTIVITY].kind, NOT_SUPPORTED);
-        assert_eq!(d.no_data[figure::SM_ACTIVITY].why, "this GPU has no GPM");
-        // Not sampled: no reading at all, or a single one where a figure needs two.
-        let d = GpuDepth::unsampled("the step ended before its first GPU reading");
-        for f in [
-            figure::MEMORY,
-            figure::UTILIZATION,
-            figure::ENERGY,
-            figure::SM_ACTIVITY,
-        ] {
-            assert_eq!(d.no_data[f].kind, NOT_SAMPLED, "{f}");
-        }
-        let first = GpuReading { gpm: None, ..zero };
-        let d = depth_after(1, first);
-        assert_eq!(d.no_data[figure::ENERGY].kind, NOT_SAMPLED);
-        assert_eq!(d.no_data[figure::SM_ACTIVITY].kind, NOT_SAMPLED);
-        assert!(!d.no_data.contains_key(figure::UTILIZATION));
-    }
-}
+mod tests;

@@ -25,5 +25,5 @@ pub use process::{
     pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
 };
 pub use socket::{pass_credentials, recv_with_sender};
-pub use users::{grant_user_read, user_name};
+pub use users::{grant_user_read, group_id, user_name};
 pub use wait::{Wake, wait_readable};

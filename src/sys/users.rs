@@ -1,4 +1,4 @@
-//! Users: names from the user database, and read access granted by POSIX ACL.
+//! Users and groups: names from the system's databases, and read access granted by POSIX ACL.
 
 /// The login name of user `uid` from the system's user database (`None`: no such user, or
 /// the lookup failed).
@@ -15,6 +15,39 @@ pub fn user_name(uid: u32) -> Option<String> {
     // SAFETY: on success pw_name points at a NUL-terminated string inside `buf`, alive here.
     let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
     Some(name.to_string_lossy().into_owned())
+}
+
+/// The id of group `name` from the system's group database (a name of digits is the id
+/// itself). `None`: no such group, or the lookup failed. A group with many members needs a
+/// larger buffer than a user: it grows up to 1 MiB.
+pub fn group_id(name: &str) -> Option<u32> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Some(gid);
+    }
+    let c_name = std::ffi::CString::new(name).ok()?;
+    let mut len = 16 << 10;
+    loop {
+        let mut buf = vec![0 as libc::c_char; len];
+        // SAFETY: an all-zero group is a valid value for getgrnam_r to overwrite.
+        let mut gr: libc::group = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: `c_name` is NUL-terminated; `gr`, `buf` (with its true length) and `found`
+        // are valid for writes for the call.
+        let rc = unsafe {
+            libc::getgrnam_r(
+                c_name.as_ptr(),
+                &mut gr,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        if rc == libc::ERANGE && len < 1 << 20 {
+            len *= 4;
+            continue;
+        }
+        return (rc == 0 && !found.is_null()).then_some(gr.gr_gid);
+    }
 }
 
 /// Gives user `uid` read access to `path` (and search access, for a directory) with a POSIX
@@ -59,5 +92,16 @@ pub fn grant_user_read(path: &std::path::Path, uid: u32, dir: bool) -> std::io::
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn groups_are_found_by_name_or_number() {
+        assert_eq!(super::group_id("root"), Some(0));
+        assert_eq!(super::group_id("4242"), Some(4242));
+        assert_eq!(super::group_id("no-such-group-gpu-tracker"), None);
+        assert_eq!(super::group_id("a\0b"), None);
     }
 }
