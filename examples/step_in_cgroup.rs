@@ -180,6 +180,7 @@ fn track(
         alerts: AlertRules::default(),
         mark_socket: None,
         warn_user: false,
+        live: None,
     };
     let tracker = StepTracker::start(setup)
         .map_err(anyhow::Error::msg)

@@ -81,6 +81,7 @@ impl Fixture {
             alerts: gpu_tracker::history::AlertRules::default(),
             mark_socket: Some(dir.join("4242.n1.0.sock")),
             warn_user: false,
+            live: None,
         };
         Fixture { dir, setup }
     }
@@ -601,4 +602,65 @@ fn the_sampler_thread_sleeps_between_samples_and_wakes_for_a_mark() {
     let tl = r.timeline.as_ref().unwrap();
     let samples: u32 = tl.buckets.iter().map(|b| b.samples).sum();
     assert!(samples >= 2, "{tl:?}");
+}
+
+#[test]
+fn a_running_steps_live_state_is_kept_for_the_exporter_and_removed_when_it_ends() {
+    use gpu_tracker::step::LiveSetup;
+    use gpu_tracker::step::live::{self, Parsed};
+    let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
+    let mut f = Fixture::new("live", Some(1), 100, json!({}));
+    let dir = f.dir.join("live");
+    f.setup.live = Some(LiveSetup {
+        dir: dir.clone(),
+        gid: None,
+        interval: Duration::from_secs(1),
+        problem: None,
+    });
+    let t = StepTracker::start(f.setup.clone()).unwrap();
+    let c = sleeper();
+    t.task_started(Some(0), Some(0), c.id());
+    let file = dir.join("default.4242.0.n1.json");
+    let read = || match live::parse(&std::fs::read(&file).ok()?) {
+        Parsed::State(s) => Some(*s),
+        _ => None,
+    };
+    // The first write follows the first sample; the GPU is in the one after NVML opened.
+    assert!(
+        wait_for(Duration::from_secs(5), || read()
+            .is_some_and(|s| !s.gpus.is_empty())),
+        "no live state with the GPU in {}",
+        dir.display()
+    );
+    let s = read().unwrap();
+    assert_eq!(
+        (s.job_id, s.step.as_str(), s.node.as_str()),
+        (4242, "0", "n1")
+    );
+    assert_eq!(
+        (s.user.as_str(), s.stepd_pid),
+        ("tester", std::process::id())
+    );
+    assert_eq!(s.interval_seconds, 1.0);
+    assert!(
+        s.cpu.seconds.is_some() && s.memory.current_bytes.is_some(),
+        "{s:?}"
+    );
+    let g = &s.gpus[0];
+    assert_eq!((g.index, g.uuid.as_str()), (0, UUID));
+    assert_eq!(g.memory_total_bytes, 1 << 30);
+    assert_eq!(g.utilization_percent, Some(50.0));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o700);
+    assert_eq!(std::fs::metadata(&file).unwrap().mode() & 0o7777, 0o600);
+    end(&t, c);
+    let (r, written) = t.finish();
+    written.unwrap();
+    // The step's series end with it: nothing is left in the directory.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    assert!(
+        !r.sampler.faults.iter().any(|f| f.contains("live")),
+        "{:?}",
+        r.sampler.faults
+    );
 }

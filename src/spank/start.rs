@@ -1,5 +1,5 @@
 //! Starting to track a step in slurmstepd: the settings and what root may trust of them, the
-//! step's facts, the spool, the phase-mark sockets, then the step's tracker.
+//! step's facts, the spool, the phase-mark sockets and the live state, then the step's tracker.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use crate::config::{Config, Tracking};
 use crate::gres::GpuOrder;
 use crate::step::record;
 use crate::step::spool::Spool;
-use crate::step::{StepSetup, StepTracker};
+use crate::step::{LiveSetup, StepSetup, StepTracker};
 use crate::trust;
 
 /// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
@@ -82,6 +82,7 @@ pub(super) fn start_step(
         alerts: cfg.alert_rules(),
         mark_socket: None,
         warn_user: cfg.warn_user,
+        live: live_setup(&cfg),
     };
     let mark_prefix = match mark_dir(&cfg.mark_dir) {
         Ok(Some(dir)) => {
@@ -157,4 +158,27 @@ fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
     }
     trust::check_root_trusted_dir(&dir, "mark_dir")?;
     Ok(Some(dir))
+}
+
+/// Where the step's live state goes (`None`: the settings turn it off). The group is looked up
+/// here, in `init_post_opt`, before slurmstepd forks a task: a lookup may take locks (NSS) that
+/// a task forked meanwhile would inherit held. The directory is made and checked by the sampler
+/// thread before each write.
+fn live_setup(cfg: &Config) -> Option<LiveSetup> {
+    if cfg.live_dir.is_empty() {
+        return None;
+    }
+    let (gid, problem) = match cfg.live_group.as_str() {
+        "" => (None, None),
+        g => match crate::sys::group_id(g) {
+            Some(gid) => (Some(gid), None),
+            None => (None, Some(format!("live_group {g:?}: no such group"))),
+        },
+    };
+    Some(LiveSetup {
+        dir: PathBuf::from(&cfg.live_dir),
+        gid,
+        interval: Duration::from_secs_f64(cfg.live_interval_seconds),
+        problem,
+    })
 }

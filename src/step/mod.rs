@@ -18,6 +18,9 @@
 //!   call that never returns) is left behind: the record is built from the figures of its last
 //!   sample and says so.
 //!
+//! After a sample, at most once per `live_interval_seconds`, the thread rewrites the step's live
+//! state ([`live`], `live_writer.rs`) for `gpu-tracker-exporter`; `finish` removes it.
+//!
 //! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
 //! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
 //! Its cost is bounded: each sample reads a bounded number of processes ([`procs`]), and the
@@ -25,6 +28,8 @@
 
 mod build;
 mod cgroups;
+pub mod live;
+mod live_writer;
 pub mod nvml_gate;
 pub mod procs;
 pub mod record;
@@ -38,7 +43,7 @@ mod tracker;
 
 pub use cgroups::step_cgroup_of;
 pub use sample::map_allocated;
-pub use setup::StepSetup;
+pub use setup::{LiveSetup, StepSetup};
 pub use thread::WARN_LINES;
 pub use tracker::{FINISH_DEADLINE, StepTracker};
 

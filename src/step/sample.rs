@@ -141,12 +141,14 @@ pub(super) fn sample(
     let since_previous = work
         .last_cpu
         .map(|(t, _)| now.duration_since(t).as_secs_f64());
+    let mut cores_busy = None;
     if let (Some((_, c)), Some(dt)) = (work.last_cpu, since_previous) {
         acc.max_cpu.interval(cpu_now - c, dt);
+        cores_busy = (dt > 0.0).then(|| ((cpu_now - c) / dt).max(0.0));
     }
     work.last_cpu = Some((now, cpu_now));
 
-    {
+    let step_known = {
         let mut sh = inner.lock();
         if step_reading.is_some() {
             sh.last_step = step_reading;
@@ -174,7 +176,23 @@ pub(super) fn sample(
                 acc.largest_hwm = acc.largest_hwm.max(f.hwm);
             }
         }
-    }
+        sh.last_step
+    };
+    // For the live state: as the record has them, as of this sample.
+    let memory_now = step_known
+        .and_then(|r| r.current)
+        .or((!found.tasks.is_empty()).then(|| step_mem.total()));
+    let sampled_peak = acc.sampled_peak_rss.total.max(acc.largest_hwm);
+    let peak = step_known.and_then(|r| r.peak).unwrap_or(sampled_peak);
+    acc.latest = super::state::Latest {
+        memory_bytes: memory_now,
+        memory_peak_bytes: Some(peak.max(memory_now.unwrap_or(0))),
+        memory_limit_bytes: step_known
+            .and_then(|r| r.limit)
+            .or(job_reading.and_then(|r| r.limit)),
+        cpu_seconds: Some(cpu_now),
+        cores_busy,
+    };
 
     let mut unavailable = None;
     if let Some(src) = gpu.get(false, &mut |m| unavailable = Some(m)) {

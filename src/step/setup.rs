@@ -37,6 +37,23 @@ pub struct StepSetup {
     pub mark_socket: Option<PathBuf>,
     /// Write alert lines to the job's stderr (descriptor 2 of a batch step's slurmstepd).
     pub warn_user: bool,
+    /// Where and how often the running step's live state is written (`None`: off).
+    pub live: Option<LiveSetup>,
+}
+
+/// Where the step's live state goes ([`super::live`]), as the plugin's settings say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSetup {
+    /// The directory (`live_dir`): root's alone; made when missing.
+    pub dir: PathBuf,
+    /// The group that may read the files (`live_group`, looked up by the plugin before any
+    /// task forks); `None`: root only.
+    pub gid: Option<u32>,
+    /// Least time between two writes (`live_interval_seconds`).
+    pub interval: Duration,
+    /// Why live state cannot be written for this step, found when it started (an unknown
+    /// group): the record's fault, once, and nothing is written.
+    pub problem: Option<String>,
 }
 
 impl StepSetup {

@@ -58,6 +58,21 @@ pub(super) struct Shared {
     pub(super) events: Vec<(f64, Event)>,
 }
 
+/// The step's memory and CPU as of the latest sample: what its live state shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Latest {
+    /// Memory in use: the step cgroup's (page cache included), else its processes' sampled sum.
+    pub(super) memory_bytes: Option<u64>,
+    /// Peak memory as the record has it (the cgroup's counter, else the sampled peak).
+    pub(super) memory_peak_bytes: Option<u64>,
+    /// The step cgroup's memory limit, else the job's.
+    pub(super) memory_limit_bytes: Option<u64>,
+    /// CPU seconds used by the step so far.
+    pub(super) cpu_seconds: Option<f64>,
+    /// Cores busy over the latest interval.
+    pub(super) cores_busy: Option<f64>,
+}
+
 /// What the sampler thread accumulates: the figures the record is built from. A copy is
 /// published after every sample, for a `finish` that cannot wait for the thread.
 #[derive(Clone)]
@@ -95,6 +110,8 @@ pub(super) struct Acc {
     pub(super) stopped: Option<bool>,
     /// What the step's history was told so far.
     pub(super) history: HistoryFeed,
+    /// Memory and CPU at the latest sample.
+    pub(super) latest: Latest,
 }
 
 impl Acc {
@@ -124,6 +141,7 @@ impl Acc {
             last_sample: None,
             stopped: None,
             history: HistoryFeed::default(),
+            latest: Latest::default(),
         }
     }
 

@@ -1,10 +1,11 @@
 //! The step's sampler thread: waits for tasks, opens NVML once no task fork can race it,
 //! samples at the pace the samples' cost allows, records phase marks and task events,
-//! checkpoints, and publishes its figures after every sample.
+//! checkpoints, publishes its figures after every sample, and keeps the step's live state.
 
 use std::time::{Duration, Instant};
 
 use super::build::build;
+use super::live_writer;
 use super::nvml_gate;
 use super::sample::sample;
 use super::state::{Acc, Inner, Work};
@@ -25,7 +26,12 @@ pub const WARN_LINES: usize = 10;
 
 /// The sampler thread: opens NVML once no task fork can race it, samples at the pace the
 /// samples' cost allows, checkpoints, and publishes its figures after every sample.
-pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<String>) {
+pub(super) fn run(
+    inner: &Inner,
+    mut inbox: Option<Inbox>,
+    start_fault: Option<String>,
+    live: live_writer::SharedLive,
+) {
     let s = &inner.setup;
     let procfs = ProcFs::new(&s.proc_root);
     let mut acc = Acc::new(s.interval);
@@ -145,6 +151,8 @@ pub(super) fn run(inner: &Inner, mut inbox: Option<Inbox>, start_fault: Option<S
                 }
             }
             inner.publish(&acc);
+            // What the sample took, serialized for the exporter: no reading of its own.
+            live_writer::after_sample(&live, &mut acc);
         }
         if let Some(c) = next_checkpoint.filter(|c| now >= *c) {
             let rec = build(inner, &acc, false);

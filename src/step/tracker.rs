@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::build::build;
 use super::cgroups::{job_cgroup_of, step_cgroup_of};
+use super::live::Identity;
+use super::live_writer::{self, LiveWriter, SharedLive};
 use super::record::StepRecord;
 use super::setup::StepSetup;
 use super::state::{Acc, Inner, Shared, Task};
@@ -35,6 +37,8 @@ pub struct StepTracker {
     thread: Option<JoinHandle<()>>,
     /// Where an earlier job instance's directory was moved at start, if one was in the way.
     moved_aside: Option<PathBuf>,
+    /// The step's live state file, written by the thread, removed when the step ends.
+    live: SharedLive,
 }
 
 impl StepTracker {
@@ -70,6 +74,23 @@ impl StepTracker {
         };
         let (inbox, wake_fd) = inbox.unzip();
         let start_unix = unix_now();
+        let live: SharedLive = setup.live.clone().map(|l| {
+            let s = &setup;
+            Arc::new(Mutex::new(LiveWriter::new(
+                l,
+                Identity {
+                    cluster: s.job.cluster.clone().unwrap_or_default(),
+                    job_id: s.job.id,
+                    step: s.step.id.clone(),
+                    user: s.job.user.clone(),
+                    uid: s.job.uid,
+                    node: s.step.node.clone(),
+                    stepd_pid: std::process::id(),
+                    started_at: start_unix,
+                    alloc_cpus: s.step.alloc_cpus.filter(|n| *n > 0),
+                },
+            )))
+        });
         let inner = Arc::new(Inner {
             figures: Mutex::new(Acc::new(setup.interval)),
             history: Mutex::new(Recorder::new(
@@ -94,11 +115,12 @@ impl StepTracker {
             .err()
             .map(|e| format!("the step's first record was not written: {e}"));
         let thread_inner = Arc::clone(&inner);
+        let thread_live = live.clone();
         let thread = std::thread::Builder::new()
             .name("gpu-tracker".into())
             .spawn(move || {
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run(&thread_inner, inbox, start_fault)
+                    run(&thread_inner, inbox, start_fault, thread_live)
                 }));
                 let mut sh = thread_inner.lock();
                 sh.sampler_done = true;
@@ -111,6 +133,7 @@ impl StepTracker {
             inner,
             thread: Some(thread),
             moved_aside: claim.moved_aside,
+            live,
         })
     }
 
@@ -235,6 +258,8 @@ impl StepTracker {
     /// record. Returns the record and where it went.
     pub fn finish(mut self) -> (StepRecord, Result<PathBuf, String>) {
         let stopped = self.stop_thread(FINISH_DEADLINE);
+        // The step's series end with it.
+        live_writer::close(&self.live);
         let mut acc = self.inner.figures();
         if self.inner.lock().sampler_failed {
             acc.fault("the sampler thread failed; figures are incomplete".into());
@@ -301,5 +326,6 @@ impl Drop for StepTracker {
         if self.thread.is_some() && !self.stop_thread(FINISH_DEADLINE) {
             let _ = sys::pin_this_object();
         }
+        live_writer::close(&self.live);
     }
 }

@@ -1,0 +1,404 @@
+//! A running step's live state: its latest figures in a small file that `gpu-tracker-exporter`
+//! serves to Prometheus (docs/EXPORTER.md). The plugin rewrites it after a sample, at most once
+//! per `live_interval_seconds` (`live_writer.rs`), and removes it when the step ends.
+//!
+//! The file is a documented wire format, like the record: `schema` and `schema_version` say
+//! what it is; fields never change meaning, new ones are added. It holds numbers, ids and names
+//! Slurm gave (cluster, user, node): never a command line, a path or the environment. Every
+//! string is cut to [`MAX_NAME_CHARS`] and at most [`MAX_GPUS`] GPUs are listed, so a file
+//! stays far below [`MAX_FILE_BYTES`].
+//!
+//! Building it costs no reading: it is what the sample just took, serialized.
+
+use serde::{Deserialize, Serialize};
+
+use super::state::Acc;
+
+/// What the file is.
+pub const SCHEMA: &str = "gpu-tracker/live";
+/// The version of its format written now. A reader skips a file of a later version.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Largest live state file a reader takes; a real one is 1 to 40 KiB.
+pub const MAX_FILE_BYTES: u64 = 64 << 10;
+/// Most characters of a name (cluster, user, node, step, UUID) in the file.
+pub const MAX_NAME_CHARS: usize = 128;
+/// Most GPUs of one step listed (a node's GPUs and MIG instances are fewer).
+pub const MAX_GPUS: usize = 128;
+
+/// Seconds after its `written_at` when a file is stale: 3 of its intervals and 30 s (its
+/// slurmstepd was killed, or is stuck). The interval counts up to a week.
+pub fn stale_after(interval_seconds: f64) -> f64 {
+    3.0 * interval_seconds.clamp(0.0, 7.0 * 86400.0) + 30.0
+}
+
+/// A running step's latest figures on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveState {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// [`SCHEMA_VERSION`] when written.
+    pub schema_version: u32,
+    /// The cluster's name (slurm.conf's `ClusterName`; empty when unknown).
+    pub cluster: String,
+    /// Slurm's job id.
+    pub job_id: u32,
+    /// The step: `batch`, `extern`, `interactive` or its number.
+    pub step: String,
+    /// The job's user name (empty when it could not be looked up).
+    pub user: String,
+    /// The job's user id.
+    pub uid: u32,
+    /// Slurm's node name, as the records use it.
+    pub node: String,
+    /// The pid of the step's slurmstepd, which writes the file.
+    pub stepd_pid: u32,
+    /// When the file was written, Unix seconds.
+    pub written_at: f64,
+    /// When tracking of the step began, Unix seconds.
+    pub started_at: f64,
+    /// Most seconds until the next rewrite while the step runs: `live_interval_seconds`, or the
+    /// sampling interval when that is longer. A file much older than this is stale.
+    pub interval_seconds: f64,
+    /// CPUs allocated to the job on this node (Slurm's).
+    pub alloc_cpus: Option<u32>,
+    /// The step's memory.
+    pub memory: LiveMemory,
+    /// The step's CPU use.
+    pub cpu: LiveCpu,
+    /// The step's GPUs on this node (a lost GPU is left out).
+    pub gpus: Vec<LiveGpu>,
+}
+
+/// The step's memory, bytes, as of the latest sample.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveMemory {
+    /// In use now: the step cgroup's charge (page cache included), else its processes' sum.
+    pub current_bytes: Option<u64>,
+    /// The peak so far, as the record has it.
+    pub peak_bytes: Option<u64>,
+    /// The step cgroup's limit, else the job's; `None`: no limit.
+    pub limit_bytes: Option<u64>,
+}
+
+/// The step's CPU use.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveCpu {
+    /// CPU seconds of the step's tasks so far.
+    pub seconds: Option<f64>,
+    /// Cores busy over the latest interval.
+    pub cores_busy: Option<f64>,
+}
+
+/// One GPU of the step, as of its latest reading.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveGpu {
+    /// Slurm's index of the GPU (NVML's where Slurm's is unknown).
+    pub index: u32,
+    /// `GPU-...` or `MIG-...` UUID.
+    pub uuid: String,
+    /// Memory used by the step's processes.
+    pub memory_used_bytes: Option<u64>,
+    /// The GPU's (or MIG instance's) memory size.
+    pub memory_total_bytes: u64,
+    /// Utilization at the latest reading, percent.
+    pub utilization_percent: Option<f64>,
+    /// SM activity (GPM, Hopper and newer) at the latest reading, percent, where measured.
+    #[serde(default)]
+    pub sm_active_percent: Option<f64>,
+    /// Energy used since the step's first reading of it, joules.
+    #[serde(default)]
+    pub energy_joules: Option<f64>,
+}
+
+/// Who the step is: fixed for its life, taken once when it starts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Identity {
+    /// The cluster's name.
+    pub cluster: String,
+    /// Slurm's job id.
+    pub job_id: u32,
+    /// The step's name.
+    pub step: String,
+    /// The user's name.
+    pub user: String,
+    /// The user's id.
+    pub uid: u32,
+    /// Slurm's node name.
+    pub node: String,
+    /// slurmstepd's pid.
+    pub stepd_pid: u32,
+    /// When tracking began, Unix seconds.
+    pub started_at: f64,
+    /// CPUs allocated on this node.
+    pub alloc_cpus: Option<u32>,
+}
+
+impl Identity {
+    /// The file's name: `<cluster>.<jobid>.<step>.<node>.json`, each part cut to letters,
+    /// digits, `-`, `_` and `.` (the cluster's as the spool names its directory).
+    pub fn file_name(&self) -> String {
+        let cluster = (!self.cluster.is_empty()).then_some(self.cluster.as_str());
+        format!(
+            "{}.{}.{}.{}.json",
+            crate::slurmconf::cluster_dir_name(cluster),
+            self.job_id,
+            super::record::file_safe(&self.step),
+            super::record::file_safe(&self.node)
+        )
+    }
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(MAX_NAME_CHARS).collect()
+}
+
+/// The live state after a sample: `acc` as the sampler left it, written at `now` (Unix
+/// seconds), rewritten at most every `interval_seconds`.
+pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64) -> LiveState {
+    let l = &acc.latest;
+    // The accumulator's devices are the step's, in the order of `gpu_devices`.
+    let gpus = acc
+        .gpu
+        .latest()
+        .into_iter()
+        .take(MAX_GPUS)
+        .map(|g| {
+            let slurm = acc
+                .gpu_devices
+                .iter()
+                .find(|(_, d)| d.uuid == g.uuid)
+                .and_then(|(a, _)| *a);
+            LiveGpu {
+                index: slurm.unwrap_or(g.index),
+                uuid: cut(&g.uuid),
+                memory_used_bytes: g.tracked_memory,
+                memory_total_bytes: g.memory_total,
+                utilization_percent: g.utilization_percent,
+                sm_active_percent: g.sm_active_percent,
+                energy_joules: g.energy_joules,
+            }
+        })
+        .collect();
+    LiveState {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        cluster: cut(&id.cluster),
+        job_id: id.job_id,
+        step: cut(&id.step),
+        user: cut(&id.user),
+        uid: id.uid,
+        node: cut(&id.node),
+        stepd_pid: id.stepd_pid,
+        written_at: now,
+        started_at: id.started_at,
+        interval_seconds: interval_seconds.max(acc.pace.current.as_secs_f64()),
+        alloc_cpus: id.alloc_cpus,
+        memory: LiveMemory {
+            current_bytes: l.memory_bytes,
+            peak_bytes: l.memory_peak_bytes,
+            limit_bytes: l.memory_limit_bytes,
+        },
+        cpu: LiveCpu {
+            seconds: l.cpu_seconds,
+            cores_busy: l.cores_busy,
+        },
+        gpus,
+    }
+}
+
+/// What a reader makes of a file's bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    /// A live state of this version (or an earlier one).
+    State(Box<LiveState>),
+    /// Valid, but of a later version than this build reads.
+    Newer(u32),
+    /// Not a live state: cut short (written half), not JSON, or another schema.
+    Bad(String),
+}
+
+/// Parses a live state file (pure).
+pub fn parse(bytes: &[u8]) -> Parsed {
+    #[derive(Deserialize)]
+    struct Head {
+        schema: String,
+        schema_version: u32,
+    }
+    match serde_json::from_slice::<LiveState>(bytes) {
+        Ok(s) if s.schema == SCHEMA && s.schema_version <= SCHEMA_VERSION => {
+            Parsed::State(Box::new(s))
+        }
+        Ok(s) if s.schema == SCHEMA => Parsed::Newer(s.schema_version),
+        Ok(s) => Parsed::Bad(format!("schema {:?}, not {SCHEMA}", cut(&s.schema))),
+        // A later version may have changed what this build expects: its head says so.
+        Err(e) => match serde_json::from_slice::<Head>(bytes) {
+            Ok(h) if h.schema == SCHEMA && h.schema_version > SCHEMA_VERSION => {
+                Parsed::Newer(h.schema_version)
+            }
+            _ => Parsed::Bad(e.to_string()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{GpuInfo, GpuReading, GpuSource};
+    use crate::sampler::Timepoint;
+    use crate::units::Units;
+    use std::collections::HashSet;
+
+    fn identity() -> Identity {
+        Identity {
+            cluster: "Big Iron".into(),
+            job_id: 4242,
+            step: "batch".into(),
+            user: "alice".into(),
+            uid: 1001,
+            node: "gpu/07\u{1b}".into(),
+            stepd_pid: 999,
+            started_at: 1_700_000_000.5,
+            alloc_cpus: Some(8),
+        }
+    }
+
+    /// Two GPUs; NVML's index 0 is Slurm's 1 and the reverse.
+    struct Two(Vec<GpuInfo>);
+
+    impl GpuSource for Two {
+        fn devices(&self) -> &[GpuInfo] {
+            &self.0
+        }
+        fn read(&mut self, i: usize) -> Option<GpuReading> {
+            Some(GpuReading {
+                used: Some(5 << 30),
+                utilization: Some(if i == 0 { 97 } else { 0 }),
+                energy_mj: Some(1_000_000 * (i as u64 + 1)),
+                processes: vec![(10, Some(3 << 30)), (77, Some(1 << 30))],
+                ..GpuReading::default()
+            })
+        }
+    }
+
+    #[test]
+    fn the_state_is_what_the_sample_left() {
+        let mut acc = Acc::new(std::time::Duration::from_secs(1));
+        acc.latest = super::super::state::Latest {
+            memory_bytes: Some(3 << 30),
+            memory_peak_bytes: Some(4 << 30),
+            memory_limit_bytes: Some(8 << 30),
+            cpu_seconds: Some(123.5),
+            cores_busy: Some(7.5),
+        };
+        let devs: Vec<GpuInfo> = (0..2)
+            .map(|i| GpuInfo {
+                uuid: format!("GPU-{i}"),
+                memory_total: 80 << 30,
+                ..GpuInfo::for_test(i, Some(i))
+            })
+            .collect();
+        acc.gpu_devices = vec![(Some(1), devs[0].clone()), (Some(0), devs[1].clone())];
+        let mut src = Two(devs);
+        let members: HashSet<u32> = [10].into();
+        for _ in 0..2 {
+            acc.gpu.sample(
+                &mut src,
+                0,
+                &members,
+                1.0,
+                &Units::default(),
+                &mut Timepoint::default(),
+                &mut Vec::new(),
+            );
+        }
+        let s = state_of(&identity(), &acc, 5.0, 1_700_000_100.25);
+        assert_eq!(s.schema, "gpu-tracker/live");
+        assert_eq!((s.job_id, s.step.as_str(), s.uid), (4242, "batch", 1001));
+        assert_eq!((s.written_at, s.interval_seconds), (1_700_000_100.25, 5.0));
+        assert_eq!(s.memory.peak_bytes, Some(4 << 30));
+        assert_eq!(s.cpu.cores_busy, Some(7.5));
+        assert_eq!(s.gpus.len(), 2);
+        let g = &s.gpus[0];
+        // Slurm's index; only the step's process (pid 10) counted; energy since the first.
+        assert_eq!((g.index, g.uuid.as_str()), (1, "GPU-0"));
+        assert_eq!(g.memory_used_bytes, Some(3 << 30));
+        assert_eq!(g.utilization_percent, Some(97.0));
+        assert_eq!((g.sm_active_percent, g.energy_joules), (None, Some(0.0)));
+        assert_eq!(s.gpus[1].index, 0);
+        // No command line, path or environment: the whole file, field by field.
+        let v: serde_json::Value = serde_json::to_value(&s).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "schema",
+                "schema_version",
+                "cluster",
+                "job_id",
+                "step",
+                "user",
+                "uid",
+                "node",
+                "stepd_pid",
+                "written_at",
+                "started_at",
+                "interval_seconds",
+                "alloc_cpus",
+                "memory",
+                "cpu",
+                "gpus"
+            ]
+        );
+        // A sampler slowed down past the live interval: the file says when the next comes.
+        acc.pace.current = std::time::Duration::from_secs(60);
+        assert_eq!(state_of(&identity(), &acc, 5.0, 0.0).interval_seconds, 60.0);
+        // Before any sample: nothing known, nothing made up.
+        let empty = state_of(
+            &identity(),
+            &Acc::new(std::time::Duration::from_secs(1)),
+            5.0,
+            0.0,
+        );
+        assert_eq!(empty.memory, LiveMemory::default());
+        assert!(empty.gpus.is_empty());
+    }
+
+    #[test]
+    fn the_file_name_is_file_safe() {
+        assert_eq!(identity().file_name(), "big_iron.4242.batch.gpu_07_.json");
+        let unnamed = Identity {
+            cluster: String::new(),
+            node: "..".into(),
+            step: "0".into(),
+            ..identity()
+        };
+        assert_eq!(unnamed.file_name(), "default.4242.0._...json");
+        assert!(!unnamed.file_name().contains('/'));
+    }
+
+    #[test]
+    fn files_parse_or_say_why_not() {
+        let mut acc = Acc::new(std::time::Duration::from_secs(1));
+        acc.latest.cpu_seconds = Some(1.0);
+        let s = state_of(&identity(), &acc, 5.0, 10.0);
+        let bytes = serde_json::to_vec(&s).unwrap();
+        assert_eq!(parse(&bytes), Parsed::State(Box::new(s.clone())));
+        // Half written.
+        assert!(matches!(parse(&bytes[..bytes.len() / 2]), Parsed::Bad(_)));
+        assert!(matches!(parse(b""), Parsed::Bad(_)));
+        // A later version, readable or not.
+        let mut v = serde_json::to_value(&s).unwrap();
+        v["schema_version"] = 2.into();
+        assert_eq!(parse(v.to_string().as_bytes()), Parsed::Newer(2));
+        v["memory"] = "elsewhere".into();
+        assert_eq!(parse(v.to_string().as_bytes()), Parsed::Newer(2));
+        // Another schema (a record, say).
+        v["schema"] = "gpu-tracker/step".into();
+        v["schema_version"] = 1.into();
+        assert!(matches!(parse(v.to_string().as_bytes()), Parsed::Bad(_)));
+        // A field added by a later build of the same version is ignored.
+        let mut v = serde_json::to_value(&s).unwrap();
+        v["new_figure"] = 1.into();
+        assert!(matches!(parse(v.to_string().as_bytes()), Parsed::State(_)));
+    }
+}
