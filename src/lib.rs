@@ -25,6 +25,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod exporter;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gpu;

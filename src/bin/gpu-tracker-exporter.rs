@@ -1,0 +1,100 @@
+//! `gpu-tracker-exporter`: serves the node's running Slurm steps' figures (the plugin's live
+//! state files) to Prometheus in the OpenMetrics text format. One per node; no privileges:
+//! read access to the live directory (the plugin's `live_group`) is all it needs
+//! (docs/EXPORTER.md).
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use gpu_tracker::exporter::read::DirState;
+use gpu_tracker::exporter::{Exporter, serve};
+use gpu_tracker::report::settings::{self, Places};
+
+/// Serves the running Slurm steps' memory, CPU and GPU figures on this node, as the
+/// gpu-tracker plugin keeps them, to Prometheus (OpenMetrics text at /metrics).
+#[derive(Debug, Parser)]
+#[command(name = "gpu-tracker-exporter", version)]
+struct Args {
+    /// Address and port to listen on; the default answers this machine only.
+    #[arg(
+        long = "listen",
+        value_name = "ADDR:PORT",
+        default_value = "127.0.0.1:9817"
+    )]
+    listen: String,
+    /// The live state directory; by default the plugin's `live_dir` setting.
+    #[arg(long = "live-dir", value_name = "DIR")]
+    live_dir: Option<PathBuf>,
+    /// The plugin's settings file, where `live_dir` is read; by default found as
+    /// gpu-tracker-report finds it (GPU_TRACKER_CONFIG, plugstack.conf beside slurm.conf,
+    /// /etc/slurm/gpu-tracker.toml).
+    #[arg(long = "config", value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Print one scrape to standard output and exit.
+    #[arg(long = "once")]
+    once: bool,
+}
+
+fn main() -> ExitCode {
+    let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker-exporter") {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu-tracker-exporter: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The live directory: given, or the plugin's setting.
+fn live_dir(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(d) = &args.live_dir {
+        return Ok(d.clone());
+    }
+    let found = settings::find(&Places::from_env(args.config.clone()))
+        .context("the plugin's settings (give --live-dir to do without them)")?;
+    let dir = found.config.live_dir;
+    if dir.is_empty() {
+        let from = found
+            .file
+            .map_or_else(|| "the defaults".into(), |f| f.display().to_string());
+        bail!("live state is off in {from} (live_dir = \"\"); give --live-dir");
+    }
+    Ok(PathBuf::from(dir))
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let mut exporter = Exporter::new(live_dir(&args)?);
+    if args.once {
+        let scrape = exporter.scrape();
+        if let Some(DirState::Refused(why)) = &scrape.dir_problem {
+            eprintln!(
+                "gpu-tracker-exporter: {}: not read: {why}",
+                exporter.dir().display()
+            );
+        }
+        let mut out = std::io::stdout().lock();
+        return match out
+            .write_all(scrape.text.as_bytes())
+            .and_then(|()| out.flush())
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            r => r.context("standard output"),
+        };
+    }
+    let listener =
+        TcpListener::bind(&args.listen).with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr().context("the listening address")?;
+    eprintln!(
+        "gpu-tracker-exporter: serving {} on http://{addr}/metrics",
+        exporter.dir().display()
+    );
+    Err(serve::serve(&listener, &mut exporter)).context("accepting connections")
+}
