@@ -44,6 +44,8 @@ CONF=$STATE/slurm.conf
 TRACKER_CONF=$STATE/gpu-tracker.toml
 NODE=$(hostname -s)
 TEST_USERS=(gtuser gtuser2)
+# The group that may read the live state of running steps, and the exporter's user in it.
+LIVE_GROUP=gtlive EXPORTER_USER=gtexport
 # The account the test users are in with --accounting.
 TEST_ACCOUNT=gputest
 # What "up" was asked for (parse_options).

@@ -32,6 +32,10 @@ logs=target/test-logs
 mkdir -p "$logs"
 timed "host: Slurm cluster up (install, build, 3 nodes, accounting)" \
     slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting
+# Debian's own Prometheus, which the exporter's test starts (the guests have it in their image).
+if ! command -v prometheus >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 release=$(dpkg-query -W -f='${Version}' slurmd | sed 's/-.*//')
 status=0 results=()
 # 1. Every test but the real-Slurm ones, alone on the machine: some of them time CPU use.

@@ -91,6 +91,9 @@ min_interval = 0.1
 checkpoint_interval = 5.0
 nvml_library = "$nvml"
 mig_minors_file = "$STATE/nvidia-caps/mig-minors"
+live_dir = "$STATE/live"
+live_group = "$LIVE_GROUP"
+live_interval_seconds = 1
 EOF2
 }
 

@@ -32,6 +32,11 @@ ensure_users() {
         (($(id -u "$u") >= 1000)) || fail "user $u exists with uid < 1000"
         install -d -o "$u" -g "$(id -gn "$u")" -m 0755 "$STATE/jobs/$u"
     done
+    # The group that may read the running steps' live state (live_group), and the unprivileged
+    # user the metrics exporter runs as in the tests, a member of it and of nothing else.
+    getent group "$LIVE_GROUP" >/dev/null || groupadd --system "$LIVE_GROUP"
+    id -u "$EXPORTER_USER" >/dev/null 2>&1 ||
+        useradd --system --no-create-home --shell /usr/sbin/nologin -g "$LIVE_GROUP" "$EXPORTER_USER"
 }
 
 # Succeeds when nothing listens on TCP port $1 of 127.0.0.1.

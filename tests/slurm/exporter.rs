@@ -1,0 +1,283 @@
+//! Live figures in Prometheus: `gpu-tracker-exporter` run as an unprivileged user of the live
+//! group (`gtexport` in `gtlive`), Debian's own `prometheus` scraping it every 2 s, a tracked
+//! GPU job's series asked for over Prometheus's HTTP API while it runs, and gone once it ended.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// The user the exporter and Prometheus run as: in the live group, nothing else
+/// (slurm/cluster/setup.sh).
+const EXPORTER_USER: &str = "gtexport";
+
+/// The README's PromQL for "GPUs allocated but idle right now".
+const IDLE_NOW: &str = "gpu_tracker_gpu_utilization_ratio == 0";
+
+/// A daemon of the test, stopped when dropped.
+struct Daemon(Child, &'static str);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Daemon {
+    /// Panics, with what it printed, when it has exited.
+    fn alive(&mut self) {
+        if let Ok(Some(st)) = self.0.try_wait() {
+            let mut err = String::new();
+            if let Some(e) = self.0.stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("{} exited ({st}): {err}", self.1);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port`: (status, body); `None` when nothing answers.
+fn http_get(port: u16, path: &str) -> Option<(u32, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// A query string's value, percent-encoded.
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The result of the PromQL query `q` now (`data.result`).
+fn query(port: u16, q: &str) -> Vec<Value> {
+    let (status, body) = http_get(port, &format!("/api/v1/query?query={}", encode(q)))
+        .unwrap_or_else(|| panic!("Prometheus does not answer on {port}"));
+    assert_eq!(status, 200, "{q}: {body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(v["status"], "success", "{q}: {body}");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+fn value(sample: &Value) -> f64 {
+    sample["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+/// The exporter binary where the exporter's user can run it.
+fn exporter_bin() -> std::path::PathBuf {
+    let dst = state_dir().join("bin/gpu-tracker-exporter");
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_gpu-tracker-exporter"),
+        dst.with_extension("new"),
+    )
+    .unwrap();
+    std::fs::rename(dst.with_extension("new"), &dst).unwrap();
+    dst
+}
+
+fn as_exporter_user(program: &std::path::Path) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", EXPORTER_USER, "--"])
+        .arg(program)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up), Debian's prometheus and root: tests/run-all.sh"]
+fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let prometheus = ["/usr/bin/prometheus", "/usr/sbin/prometheus"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists())
+        .expect("Debian's prometheus is not installed (tests/run-all.sh installs it)");
+    let live = state_dir().join("live");
+    let (exp_port, prom_port) = (free_port(), free_port());
+
+    // The exporter, unprivileged: it reads the live directory through its group alone.
+    let mut exporter = Daemon(
+        as_exporter_user(&exporter_bin())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{exp_port}"))
+            .arg("--live-dir")
+            .arg(&live)
+            .spawn()
+            .unwrap(),
+        "gpu-tracker-exporter",
+    );
+    wait_until("the exporter to answer", Duration::from_secs(30), || {
+        exporter.alive();
+        http_get(exp_port, "/metrics").is_some_and(|(s, b)| s == 200 && b.ends_with("# EOF\n"))
+    });
+
+    // Prometheus, from Debian's package, as the same user, scraping every 2 s.
+    let dir = state_dir().join(format!("prometheus-{exp_port}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n\
+             scrape_configs:\n  - job_name: gpu-tracker\n    static_configs:\n      \
+             - targets: ['127.0.0.1:{exp_port}']\n"
+        ),
+    )
+    .unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{EXPORTER_USER}:")])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let mut prom = Daemon(
+        as_exporter_user(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .spawn()
+            .unwrap(),
+        "prometheus",
+    );
+    wait_until(
+        "Prometheus to scrape the exporter",
+        Duration::from_secs(90),
+        || {
+            prom.alive();
+            http_get(prom_port, "/-/ready").is_some_and(|(s, _)| s == 200)
+                && query(prom_port, "up{job=\"gpu-tracker\"} == 1").len() == 1
+        },
+    );
+
+    // A tracked job with both simulated GPUs, holding memory and GPU 0 (the fake NVML gives
+    // 1 GiB on it to a process whose command line names it; its device load is a steady 37 %)
+    // for about 30 s, and leaving GPU 1 idle.
+    let h = hog();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track --mem=1G --gres=gpu:2\n\
+         exec -a SIMGPU0_HOLD {h} --mb 200 --hold-ms 30000 --marker SIMGPU0_HOLD\n"
+    );
+    let id = submit_as(USER, "live", &script, &[]);
+    let job = format!("jobid=\"{id}\"");
+    let mem_q = format!("gpu_tracker_memory_bytes{{{job},step=\"batch\"}}");
+    wait_until(
+        "the job's memory in Prometheus",
+        Duration::from_secs(60),
+        || {
+            exporter.alive();
+            query(prom_port, &mem_q)
+                .first()
+                .is_some_and(|s| value(s) > 150e6)
+        },
+    );
+    let mem = query(prom_port, &mem_q);
+    let labels = &mem[0]["metric"];
+    assert_eq!(labels["user"], USER, "{labels}");
+    assert_eq!(labels["node"], node().as_str(), "{labels}");
+    let limit = query(
+        prom_port,
+        &format!("gpu_tracker_memory_limit_bytes{{{job},step=\"batch\"}}"),
+    );
+    assert_eq!(value(&limit[0]), 1024.0 * 1024.0 * 1024.0, "--mem=1G");
+    let cpu = query(
+        prom_port,
+        &format!("gpu_tracker_cpu_seconds_total{{{job}}}"),
+    );
+    assert!(!cpu.is_empty(), "CPU seconds of the job");
+    // Its GPU: the process's memory and the device's utilization, by index and UUID.
+    let gpu_q = format!("gpu_tracker_gpu_memory_bytes{{{job}}}");
+    wait_until(
+        "the job's GPU memory in Prometheus",
+        Duration::from_secs(30),
+        || {
+            query(prom_port, &gpu_q)
+                .iter()
+                .any(|s| value(s) >= 1024.0 * 1024.0 * 1024.0)
+        },
+    );
+    let gpu = query(prom_port, &gpu_q);
+    assert_eq!(gpu.len(), 2, "both GPUs: {gpu:?}");
+    assert!(
+        gpu[0]["metric"]["uuid"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("GPU-")),
+        "{gpu:?}"
+    );
+    let util = query(
+        prom_port,
+        &format!("gpu_tracker_gpu_utilization_ratio{{{job}}}"),
+    );
+    assert!(!util.is_empty(), "utilization of the job's GPU");
+    // No command line, path or environment in any label of the job's series.
+    for s in query(prom_port, &format!("{{{job}}}")) {
+        for (k, v) in s["metric"].as_object().unwrap() {
+            let v = v.as_str().unwrap_or_default();
+            assert!(
+                !v.contains('/') && !v.contains("HOLD") && !v.contains('='),
+                "label {k}={v}"
+            );
+        }
+    }
+    // The README's query, GPUs allocated but idle right now: of this job, GPU 1 alone.
+    let idle = query(prom_port, IDLE_NOW);
+    eprintln!("{IDLE_NOW}: {idle:?}");
+    let mine: Vec<&Value> = idle
+        .iter()
+        .filter(|s| s["metric"]["jobid"] == *id.to_string())
+        .collect();
+    assert_eq!(mine.len(), 1, "{idle:?}");
+    assert_eq!(mine[0]["metric"]["gpu"], "1", "{idle:?}");
+    // Nothing could be read that should not have been: no state file was skipped.
+    let skipped = query(
+        prom_port,
+        "sum(gpu_tracker_exporter_state_files_skipped_total)",
+    );
+    assert!(
+        skipped.is_empty() || value(&skipped[0]) == 0.0,
+        "skipped: {skipped:?}"
+    );
+
+    // The series end with the step.
+    let ended = wait_job(USER, "live", id);
+    assert_eq!(ended.state, "COMPLETED", "{}", ended.output);
+    wait_until("the job's series to end", Duration::from_secs(30), || {
+        query(prom_port, &format!("gpu_tracker_memory_bytes{{{job}}}")).is_empty()
+    });
+    assert!(query(prom_port, &gpu_q).is_empty());
+    exporter.alive();
+    prom.alive();
+}
