@@ -16,7 +16,8 @@ use crate::support::*;
 const EXPORTER_USER: &str = "gtexport";
 
 /// The README's PromQL for "GPUs allocated but idle right now".
-const IDLE_NOW: &str = "gpu_tracker_gpu_utilization_ratio == 0";
+const IDLE_NOW: &str =
+    "max by (jobid, user, node, gpu, uuid) (gpu_tracker_gpu_utilization_ratio) == 0";
 
 /// A daemon of the test, stopped when dropped.
 struct Daemon(Child, &'static str);
@@ -261,6 +262,31 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         .collect();
     assert_eq!(mine.len(), 1, "{idle:?}");
     assert_eq!(mine[0]["metric"]["gpu"], "1", "{idle:?}");
+    // The Grafana dashboard of docs/: every panel's query is valid PromQL to this Prometheus,
+    // and the job's memory, CPU and GPU panels have the job's series.
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/grafana/job.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut panels_with_data = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        let mut any = false;
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$jobid", &id.to_string());
+            any |= !query(prom_port, &expr).is_empty();
+        }
+        panels_with_data += usize::from(any);
+    }
+    // All but SM activity (the simulated GPUs of the default partition have no GPM) and power
+    // (a rate needs two energy readings a minute apart: the job may be younger).
+    assert!(panels_with_data >= 4, "{panels_with_data} panels with data");
     // Nothing could be read that should not have been: no state file was skipped.
     let skipped = query(
         prom_port,
