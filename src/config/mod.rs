@@ -127,6 +127,10 @@ pub struct Config {
     /// `mem-over` when a node's peak memory is under this fraction of `--mem` (and at least
     /// 1 GiB under it); 0 turns the class off.
     pub class_mem_over_ratio: f64,
+    /// `time-over` when a completed job ran under this fraction of its time limit (and at
+    /// least an hour under it); 0 turns the class off. Evaluated where Slurm's time limit is
+    /// known: the site report, from Slurm's database.
+    pub class_time_over_ratio: f64,
     /// `cpu-low` when the job's CPU efficiency is under this percent; 0 turns the class off.
     pub class_cpu_low_percent: f64,
     /// `oom` when at least this many processes were killed for memory; 0 turns the class off.
@@ -165,6 +169,7 @@ impl Default for Config {
             class_gpu_low_sm_percent: 25.0,
             class_gpu_idle_tail_seconds: 1800.0,
             class_mem_over_ratio: 0.5,
+            class_time_over_ratio: 0.25,
             class_cpu_low_percent: 25.0,
             class_oom_kills: 1,
             class_failed_tasks: 1,
@@ -416,6 +421,7 @@ impl Config {
                 " seconds (1 day)",
             ),
             ("class_mem_over_ratio", c.class_mem_over_ratio, 1.0, ""),
+            ("class_time_over_ratio", c.class_time_over_ratio, 1.0, ""),
             (
                 "class_cpu_low_percent",
                 c.class_cpu_low_percent,

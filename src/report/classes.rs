@@ -3,8 +3,9 @@
 //! reason. The summary's advice, the listing's `CLASSES` column and the summary kept in Slurm's
 //! database are built from them. docs/SUMMARY.md has the table.
 //!
-//! Each rule reads only figures the summary has. `time-over` (elapsed far under the time limit)
-//! is not evaluated: the records do not carry the job's time limit (no SPANK item gives it).
+//! Each rule reads only figures the summary has, but `time-over` (elapsed far under the time
+//! limit): the records do not carry the job's time limit (no SPANK item gives it), so only the
+//! site report, which reads it from Slurm's database, evaluates it ([`time_over`]).
 //! `failed` means a task exited non-zero or was killed: Slurm's own job state (`TIMEOUT`,
 //! `NODE_FAIL`) is not in the records either.
 
@@ -13,11 +14,12 @@ use super::figures::{GpuSummary, Summary};
 use crate::config::Config;
 
 /// The tags, in the order classes are given.
-pub const TAGS: [&str; 7] = [
+pub const TAGS: [&str; 8] = [
     "gpu-unused",
     "gpu-low",
     "gpu-idle-tail",
     "mem-over",
+    "time-over",
     "cpu-low",
     "oom",
     "failed",
@@ -26,6 +28,22 @@ pub const TAGS: [&str; 7] = [
 /// Use-based classes (`gpu-low`, `gpu-idle-tail`, `cpu-low`) need a job at least this long
 /// (seconds): start-up dominates shorter ones.
 pub const MIN_ELAPSED_FOR_USE: f64 = 60.0;
+/// `time-over` needs at least this much of the time limit unused (seconds): a 10-minute job
+/// with a 1-hour limit is not worth a note.
+pub const TIME_SLACK_SECONDS: f64 = 3600.0;
+
+/// Whether a completed job of `elapsed` seconds asked for far more time than it ran: under the
+/// ratio of its time limit of `limit` seconds, and at least [`TIME_SLACK_SECONDS`] under it.
+/// Only where Slurm's time limit is known (the site report reads it from Slurm's database;
+/// the records do not carry it).
+pub fn time_over(elapsed: f64, limit: f64, rules: &ClassRules) -> bool {
+    rules.time_over_ratio > 0.0
+        && limit.is_finite()
+        && elapsed >= 0.0
+        && elapsed < rules.time_over_ratio * limit
+        && limit - elapsed >= TIME_SLACK_SECONDS
+}
+
 /// `mem-over` needs at least this much memory unused, whatever the ratio: 100 MB of 1 GiB is
 /// wasteful in ratio but not worth a note.
 pub const MEMORY_SLACK_BYTES: u64 = 1 << 30;
@@ -46,6 +64,8 @@ pub struct ClassRules {
     pub gpu_idle_tail_seconds: f64,
     /// `mem-over`: a node's peak under this fraction of the memory requested.
     pub mem_over_ratio: f64,
+    /// `time-over`: a completed job's elapsed time under this fraction of its time limit.
+    pub time_over_ratio: f64,
     /// `cpu-low`: CPU efficiency under this percent.
     pub cpu_low_percent: f64,
     /// `oom`: at least this many processes killed for memory.
@@ -63,6 +83,7 @@ impl ClassRules {
             gpu_low_sm_percent: c.class_gpu_low_sm_percent,
             gpu_idle_tail_seconds: c.class_gpu_idle_tail_seconds,
             mem_over_ratio: c.class_mem_over_ratio,
+            time_over_ratio: c.class_time_over_ratio,
             cpu_low_percent: c.class_cpu_low_percent,
             oom_kills: c.class_oom_kills,
             failed_tasks: c.class_failed_tasks,
@@ -311,6 +332,7 @@ pub fn rule_of(tag: &str) -> &'static str {
         "gpu-low" => "a GPU busy, or its SMs active, under the site's threshold",
         "gpu-idle-tail" => "a GPU busy, then idle to the end for long",
         "mem-over" => "peak memory far under the memory requested",
+        "time-over" => "elapsed time far under the time limit",
         "cpu-low" => "cores allocated, few used",
         "oom" => "processes killed by the kernel for memory",
         "failed" => "tasks exited non-zero or were killed",
@@ -605,6 +627,25 @@ mod tests {
             ..ClassRules::default()
         };
         assert_eq!(tags(&s, &off), ["gpu-unused"]);
+    }
+
+    #[test]
+    fn time_over_is_far_under_the_limit_and_an_hour_under_it() {
+        let r = ClassRules::default();
+        let h = 3600.0;
+        assert!(time_over(0.5 * h, 4.0 * h, &r), "a quarter of 4 h is 1 h");
+        assert!(!time_over(1.0 * h, 4.0 * h, &r), "at the ratio");
+        assert!(
+            !time_over(60.0, 1.0 * h, &r),
+            "under the ratio, but not an hour under"
+        );
+        assert!(time_over(60.0, 1.0 * h + 61.0, &r));
+        assert!(!time_over(60.0, f64::INFINITY, &r), "no limit");
+        let off = ClassRules {
+            time_over_ratio: 0.0,
+            ..r
+        };
+        assert!(!time_over(60.0, 48.0 * h, &off));
     }
 
     #[test]

@@ -97,11 +97,11 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
         "#!/bin/bash\n#SBATCH --gpu-track --mem=1G\nexit 3\n",
         &[&acct],
     );
-    // gtuser2: far too much --mem.
+    // gtuser2: far too much --mem and --time.
     let c = submit_as(
         "gtuser2",
         "site-c",
-        "#!/bin/bash\n#SBATCH --gpu-track --mem=2G\nsleep 1\n",
+        "#!/bin/bash\n#SBATCH --gpu-track --mem=2G --time=2:00:00\nsleep 1\n",
         &[&acct],
     );
     assert_eq!(wait_job(USER, "site-a", a).state, "COMPLETED");
@@ -127,6 +127,8 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
     assert_eq!(n(&g["classes"]["gpu-unused"]), 1, "{g:#}");
     assert_eq!(n(&g["classes"]["mem-over"]), 2, "{g:#}");
     assert_eq!(n(&g["classes"]["failed"]), 1, "{g:#}");
+    // Slurm's time limit, which only the database has: job c asked for 2 hours.
+    assert_eq!(n(&g["classes"]["time-over"]), 1, "{g:#}");
     // Job a alone had GPUs: two, one of them never used.
     let gpu_h = g["gpu_hours"].as_f64().unwrap();
     let unused_h = g["gpu_hours_unused"].as_f64().unwrap();
@@ -202,6 +204,7 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
         2,
         "the spool's job classed alike: {g:#}"
     );
+    assert_eq!(n(&g["classes"]["time-over"]), 1, "{g:#}");
 
     // The spool loses the jobs: the database's summaries still give the same figures; the job
     // it has none of is counted without figures.

@@ -8,7 +8,7 @@ use chrono::DateTime;
 
 use super::db::{self, Query, Row};
 use super::{GroupBy, JobFacts, Owner, SiteReport, spool_facts};
-use crate::report::classes::ClassRules;
+use crate::report::classes::{self, ClassRules};
 use crate::report::listing::{self, Filter};
 use crate::report::stored::{Stored, StoredError};
 use crate::report::{LoadError, Summary, load_job};
@@ -24,6 +24,7 @@ struct Entry {
     job: u32,
     owner: Owner,
     state: String,
+    time_limit_seconds: Option<f64>,
     found: Found,
 }
 
@@ -37,6 +38,7 @@ fn entry(row: Row) -> Entry {
         job: row.job,
         owner: row.owner,
         state: row.state,
+        time_limit_seconds: row.time_limit_seconds,
         found,
     }
 }
@@ -81,6 +83,7 @@ pub fn collect(
                     }
                 }
             };
+            let facts = with_time_over(facts, &e.state, e.time_limit_seconds, rules);
             r.add(&e.owner, &facts);
         }
     };
@@ -110,6 +113,23 @@ pub fn collect(
     }
     r.finish();
     Ok(r)
+}
+
+/// `time-over`, which only Slurm's database can tell (the records do not carry the time
+/// limit): a job that completed far under its time limit.
+fn with_time_over(
+    mut f: JobFacts,
+    state: &str,
+    limit: Option<f64>,
+    rules: &ClassRules,
+) -> JobFacts {
+    let completed = state.split_whitespace().next() == Some("COMPLETED");
+    let over =
+        limit.is_some_and(|limit| completed && classes::time_over(f.elapsed_seconds, limit, rules));
+    if over && !f.classes.iter().any(|t| t == "time-over") {
+        f.classes.push("time-over".into());
+    }
+    f
 }
 
 /// Whose jobs the report holds, for people.

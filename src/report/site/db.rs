@@ -16,7 +16,8 @@ use crate::report::slurmdb;
 
 /// What `sacct` is asked for, in this order: the comment last, since another tool's comment
 /// may hold the delimiter.
-pub const FIELDS: &str = "JobIDRaw,UID,User,Account,Partition,State,Start,End,AdminComment";
+pub const FIELDS: &str =
+    "JobIDRaw,UID,User,Account,Partition,State,Start,End,TimelimitRaw,AdminComment";
 
 /// How long one `sacct` over a period may take: a year of a large site is millions of lines.
 pub const QUERY_DEADLINE: Duration = Duration::from_secs(600);
@@ -52,7 +53,7 @@ pub struct Query {
 }
 
 /// One finished job as `sacct` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// Slurm's job id (an array task's own).
     pub job: u32,
@@ -64,6 +65,8 @@ pub struct Row {
     pub start: Option<i64>,
     /// End time, Unix seconds; `None`: not ended.
     pub end: Option<i64>,
+    /// The time limit, seconds; `None`: none (`UNLIMITED`) or not known.
+    pub time_limit_seconds: Option<f64>,
     /// The job's `AdminComment`.
     pub admin_comment: String,
 }
@@ -71,7 +74,7 @@ pub struct Row {
 /// Parses one line of `sacct -n -X -P -o` [`FIELDS`] run with `SLURM_TIME_FORMAT=%s`. A user
 /// name the database does not have is the uid.
 pub fn parse_row(line: &str) -> Option<Row> {
-    let mut f = line.splitn(9, '|');
+    let mut f = line.splitn(10, '|');
     let job = f.next()?.trim().parse().ok()?;
     let uid = f.next()?.trim();
     let user = f.next()?.trim();
@@ -81,6 +84,13 @@ pub fn parse_row(line: &str) -> Option<Row> {
     let time = |t: &str| t.trim().parse::<i64>().ok().filter(|&t| t > 0);
     let start = time(f.next()?);
     let end = time(f.next()?);
+    // Minutes, or `UNLIMITED`, `Partition_Limit`, empty.
+    let time_limit_seconds = f
+        .next()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|m| m as f64 * 60.0);
     let admin_comment = f.next().unwrap_or_default().to_string();
     let user = if user.is_empty() { uid } else { user };
     Some(Row {
@@ -93,6 +103,7 @@ pub fn parse_row(line: &str) -> Option<Row> {
         state,
         start,
         end,
+        time_limit_seconds,
         admin_comment,
     })
 }

@@ -184,20 +184,23 @@ fn the_renderings_name_every_group_and_csv_has_a_column_per_class() {
 
 #[test]
 fn sacct_lines_read_with_a_uid_for_a_missing_name_and_a_comment_with_the_delimiter() {
-    let r = db::parse_row("42|30001||acct|gpu|COMPLETED|1700000000|1700003600|a|b").unwrap();
+    let r = db::parse_row("42|30001||acct|gpu|COMPLETED|1700000000|1700003600|600|a|b").unwrap();
     assert_eq!(r.job, 42);
     assert_eq!(r.owner.user, "30001");
     assert_eq!(r.admin_comment, "a|b");
     assert_eq!((r.start, r.end), (Some(1_700_000_000), Some(1_700_003_600)));
+    assert_eq!(r.time_limit_seconds, Some(36_000.0));
     let never =
-        db::parse_row("43|1001|alice|acct|gpu|CANCELLED by 1001|Unknown|1700003600|").unwrap();
+        db::parse_row("43|1001|alice|acct|gpu|CANCELLED by 1001|Unknown|1700003600|UNLIMITED|")
+            .unwrap();
     assert!(!db::ended_within(&never, 0, i64::MAX), "never started");
+    assert_eq!(never.time_limit_seconds, None);
     assert!(db::ended_within(&r, 1_700_003_600, 1_700_003_601));
     assert!(
         !db::ended_within(&r, 0, 1_700_003_600),
         "ends at the period's end: the next one's"
     );
-    assert!(db::parse_row("42.batch|1|a|b|c|d|e|f|g").is_none());
+    assert!(db::parse_row("42.batch|1|a|b|c|d|e|f|g|h").is_none());
 }
 
 fn query(everyone: bool) -> Query {
@@ -250,7 +253,7 @@ fn the_period_is_asked_for_in_pieces_of_about_the_jobs_per_call_each_job_once() 
         while end < to {
             if end + 600 > s && end - 600 < e {
                 line(&format!(
-                    "{end}|1001|alice|a|p|COMPLETED|{}|{end}|",
+                    "{end}|1001|alice|a|p|COMPLETED|{}|{end}||",
                     end - 600
                 ));
             }
@@ -311,16 +314,16 @@ fn a_job_without_a_stored_summary_comes_from_the_spool_and_each_row_says_where_f
     .encode();
     let mut sacct = |_: &[String], line: &mut dyn FnMut(&str)| {
         line(&format!(
-            "11|1001|alice|a|p|COMPLETED|{}|{end}|{in_db}",
+            "11|1001|alice|a|p|COMPLETED|{}|{end}|600|{in_db}",
             end - 60
         ));
-        line(&format!("12|1001|alice|a|p|FAILED|{}|{end}|", end - 60));
+        line(&format!("12|1001|alice|a|p|FAILED|{}|{end}|600|", end - 60));
         line(&format!(
-            "13|1001|alice|a|p|COMPLETED|{}|{end}|another tool's",
+            "13|1001|alice|a|p|COMPLETED|{}|{end}|600|another tool's",
             end - 60
         ));
         line(&format!(
-            "14|1001|alice|a|p|COMPLETED|{}|{end}|gpu-tracker:1:{{`job",
+            "14|1001|alice|a|p|COMPLETED|{}|{end}|600|gpu-tracker:1:{{`job",
             end - 60
         ));
         Ok(())
@@ -336,6 +339,8 @@ fn a_job_without_a_stored_summary_comes_from_the_spool_and_each_row_says_where_f
     let g = &r.groups[0];
     assert_eq!((g.sources.database, g.sources.spool), (1, 1));
     assert_eq!(g.failed_jobs, 1, "Slurm's FAILED");
+    // Job 11 completed in minutes of its 10 hours; job 12 failed early: no time-over.
+    assert_eq!(g.classes.get("time-over"), Some(&1), "{:?}", g.classes);
     assert!(
         r.notes[0].starts_with("1 stored summary(ies) could not be read"),
         "{:?}",
