@@ -10,61 +10,17 @@ use std::time::{Duration, Instant};
 /// How long one `sacct` or `sacctmgr` may take.
 pub const COMMAND_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Runs `cmd` (stdin closed) for at most `deadline`; its stdout when it exits 0, else what it
-/// said on stderr (or that it timed out).
+/// Runs `cmd` (stdin closed) for at most `deadline`; its stdout (its first MiB, line by line)
+/// when it exits 0, else what it said on stderr (or that it timed out).
 pub fn run(cmd: &mut Command, deadline: Duration) -> Result<String, String> {
-    let name = cmd.get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{name}: {e}"))?;
-    // Drain both pipes on threads of their own, so a chatty command never blocks on a full pipe.
-    let drain = |p: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(p) = p {
-                let _ = p.take(1 << 20).read_to_end(&mut buf);
-            }
-            String::from_utf8_lossy(&buf).into_owned()
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let until = Instant::now() + deadline;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{name} did not answer within {} s",
-                    deadline.as_secs()
-                ));
-            }
-            Err(e) => return Err(format!("{name}: {e}")),
+    let mut out = String::new();
+    each_line(cmd, deadline, |l| {
+        if out.len() < 1 << 20 {
+            out.push_str(l);
+            out.push('\n');
         }
-    };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
-    if status.success() {
-        Ok(stdout)
-    } else {
-        Err(failure(&name, status, &stderr))
-    }
+    })?;
+    Ok(out)
 }
 
 /// One line for a command that exited with `status`: what it said on stderr, its lines joined.
