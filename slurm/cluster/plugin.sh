@@ -146,10 +146,11 @@ install_tools() {
     put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true
 #!/bin/sh
 # Written by slurm/local-cluster.sh: EpilogSlurmctld of the local cluster (up --accounting).
-# slurmctld runs it with the job's variables only; our settings come from here.
+# slurmctld runs it with the job's variables only; our settings come from here. What it says
+# (one line a job) is kept in log/epilog-slurmctld.log: slurmctld keeps none of it.
 export SLURM_CONF='$CONF'
 export GPU_TRACKER_CONFIG='$TRACKER_CONF'
 export GPU_TRACKER_REPORT='$STATE/bin/gpu-tracker-report'
-exec '$STATE/lib/epilog-slurmctld' "\$@"
+exec '$STATE/lib/epilog-slurmctld' "\$@" 2>>'$STATE/log/epilog-slurmctld.log'
 EOF
 }

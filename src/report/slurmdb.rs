@@ -166,27 +166,39 @@ pub fn job_ref(job_id: u32, array: Option<(u32, u32)>) -> String {
     }
 }
 
-/// Stores `text` as the job's `AdminComment` (`sacctmgr -i modify job`).
+/// How long [`store`] waits for slurmdbd to have the job: slurmctld sends it the job's records
+/// through a queue, which can lag behind a job that ended in a second on a busy controller.
+pub const STORE_DB_WAIT: Duration = Duration::from_secs(20);
+
+/// Stores `text` as the job's `AdminComment` (`sacctmgr -i modify job`), asking again every
+/// second for up to [`STORE_DB_WAIT`] while the database does not have the job yet.
 pub fn store(job: &str, text: &str) -> Result<(), String> {
-    let out = run(
-        Command::new("sacctmgr").args([
-            "-i",
-            "modify",
-            "job",
-            "where",
-            &format!("jobid={job}"),
-            "set",
-            &format!("AdminComment={text}"),
-        ]),
-        COMMAND_DEADLINE,
-    )?;
-    // sacctmgr exits 0 with "Nothing modified" for a job the database does not have (yet).
-    if out.to_ascii_lowercase().contains("nothing modified") {
-        return Err(format!(
-            "Slurm's database has no job {job} (yet): sacctmgr modified nothing"
-        ));
+    let until = Instant::now() + STORE_DB_WAIT;
+    loop {
+        let out = run(
+            Command::new("sacctmgr").args([
+                "-i",
+                "modify",
+                "job",
+                "where",
+                &format!("jobid={job}"),
+                "set",
+                &format!("AdminComment={text}"),
+            ]),
+            COMMAND_DEADLINE,
+        )?;
+        // sacctmgr exits 0 with "Nothing modified" for a job the database does not have (yet).
+        if !out.to_ascii_lowercase().contains("nothing modified") {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(format!(
+                "Slurm's database has no job {job} (after {} s): sacctmgr modified nothing",
+                STORE_DB_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_secs(1));
     }
-    Ok(())
 }
 
 /// A job as `sacct` shows it.

@@ -109,6 +109,16 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
     assert_eq!(wait_job("gtuser2", "site-c", c).state, "COMPLETED");
     for id in [a, b, c] {
         let stored = stored_comment(id);
+        if !stored.starts_with("gpu-tracker:") {
+            // What the EpilogSlurmctld said of it (the local cluster keeps its lines).
+            let log = std::fs::read_to_string(state_dir().join("log/epilog-slurmctld.log"))
+                .unwrap_or_default();
+            let said: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(&format!("job {id}")))
+                .collect();
+            panic!("job {id}: no summary stored ({stored:?}); the epilog said: {said:?}");
+        }
         assert!(
             stored.starts_with("gpu-tracker:1:{"),
             "job {id}: {stored:?}"
