@@ -19,25 +19,38 @@ const EXPORTER_USER: &str = "gtexport";
 const IDLE_NOW: &str =
     "max by (jobid, user, node, gpu, uuid) (gpu_tracker_gpu_utilization_ratio) == 0";
 
-/// A daemon of the test, stopped when dropped.
-struct Daemon(Child, &'static str);
+/// A daemon of the test, stopped when dropped; what it prints goes to its log file.
+struct Daemon {
+    child: Child,
+    name: &'static str,
+    log: std::path::PathBuf,
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 impl Daemon {
-    /// Panics, with what it printed, when it has exited.
+    /// Starts `cmd`, its output into `log`.
+    fn start(mut cmd: Command, name: &'static str, log: std::path::PathBuf) -> Daemon {
+        let out = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        Daemon { child, name, log }
+    }
+
+    /// Panics, with the end of what it printed, when it has exited.
     fn alive(&mut self) {
-        if let Ok(Some(st)) = self.0.try_wait() {
-            let mut err = String::new();
-            if let Some(e) = self.0.stderr.as_mut() {
-                let _ = e.read_to_string(&mut err);
-            }
-            panic!("{} exited ({st}): {err}", self.1);
+        if let Ok(Some(st)) = self.child.try_wait() {
+            let said = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = said.lines().rev().take(20).collect();
+            panic!("{} exited ({st}): {:?}", self.name, tail);
         }
     }
 }
@@ -101,13 +114,27 @@ fn exporter_bin() -> std::path::PathBuf {
     dst
 }
 
+/// `id FLAG EXPORTER_USER`.
+fn exporter_id(flag: &str) -> u32 {
+    let out = Command::new("id")
+        .args([flag, EXPORTER_USER])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no user {EXPORTER_USER}: run slurm/local-cluster.sh up"))
+}
+
+/// `program` run as the exporter's user with the live group as its group, and no other: the
+/// process itself, not a `runuser` above it, so that dropping the [`Daemon`] stops it.
 fn as_exporter_user(program: &std::path::Path) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", EXPORTER_USER, "--"])
-        .arg(program)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    c.uid(exporter_id("-u"))
+        .gid(exporter_id("-g"))
+        .current_dir("/")
+        .stdin(Stdio::null());
     c
 }
 
@@ -124,23 +151,7 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     let live = state_dir().join("live");
     let (exp_port, prom_port) = (free_port(), free_port());
 
-    // The exporter, unprivileged: it reads the live directory through its group alone.
-    let mut exporter = Daemon(
-        as_exporter_user(&exporter_bin())
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{exp_port}"))
-            .arg("--live-dir")
-            .arg(&live)
-            .spawn()
-            .unwrap(),
-        "gpu-tracker-exporter",
-    );
-    wait_until("the exporter to answer", Duration::from_secs(30), || {
-        exporter.alive();
-        http_get(exp_port, "/metrics").is_some_and(|(s, b)| s == 200 && b.ends_with("# EOF\n"))
-    });
-
-    // Prometheus, from Debian's package, as the same user, scraping every 2 s.
+    // A directory of this run's own: Prometheus's settings, data and both logs.
     let dir = state_dir().join(format!("prometheus-{exp_port}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -159,21 +170,31 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         .status()
         .unwrap();
     assert!(chown.success());
-    let mut prom = Daemon(
-        as_exporter_user(prometheus)
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .spawn()
-            .unwrap(),
-        "prometheus",
-    );
+
+    // The exporter, unprivileged: it reads the live directory through its group alone.
+    let mut cmd = as_exporter_user(&exporter_bin());
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{exp_port}"))
+        .arg("--live-dir")
+        .arg(&live);
+    let mut exporter = Daemon::start(cmd, "gpu-tracker-exporter", dir.join("exporter.log"));
+    wait_until("the exporter to answer", Duration::from_secs(30), || {
+        exporter.alive();
+        http_get(exp_port, "/metrics").is_some_and(|(s, b)| s == 200 && b.ends_with("# EOF\n"))
+    });
+
+    // Prometheus, from Debian's package, as the same user, scraping every 2 s.
+    let mut cmd = as_exporter_user(prometheus);
+    cmd.arg(format!(
+        "--config.file={}",
+        dir.join("prometheus.yml").display()
+    ))
+    .arg(format!(
+        "--storage.tsdb.path={}",
+        dir.join("data").display()
+    ))
+    .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"));
+    let mut prom = Daemon::start(cmd, "prometheus", dir.join("prometheus.log"));
     wait_until(
         "Prometheus to scrape the exporter",
         Duration::from_secs(90),
@@ -307,4 +328,6 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     assert!(query(prom_port, &gpu_q).is_empty());
     exporter.alive();
     prom.alive();
+    drop((exporter, prom));
+    let _ = std::fs::remove_dir_all(&dir);
 }
