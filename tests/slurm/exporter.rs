@@ -34,14 +34,22 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
-    /// Starts `cmd`, its output into `log`.
+    /// Starts `cmd`, its output into `log`. A binary copied a moment ago can be "busy" for a
+    /// moment: another test's fork may hold the copy's descriptor until its exec closes it.
     fn start(mut cmd: Command, name: &'static str, log: std::path::PathBuf) -> Daemon {
         let out = std::fs::File::create(&log).unwrap();
-        let child = cmd
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        cmd.stdout(out.try_clone().unwrap()).stderr(out);
+        let mut tries = 0;
+        let child = loop {
+            match cmd.spawn() {
+                Ok(c) => break c,
+                Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("{name}: {e}"),
+            }
+        };
         Daemon { child, name, log }
     }
 
@@ -214,6 +222,8 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
          exec -a SIMGPU0_HOLD {h} --mb 200 --hold-ms 30000 --marker SIMGPU0_HOLD\n"
     );
     let id = submit_as(USER, "live", &script, &[]);
+    // It waits for both GPUs while other tests hold one.
+    wait_started(id);
     let job = format!("jobid=\"{id}\"");
     let mem_q = format!("gpu_tracker_memory_bytes{{{job},step=\"batch\"}}");
     wait_until(
