@@ -295,6 +295,7 @@ CONTAIN_SPANK_TESTS=(
     no_task_inherits_a_descriptor_of_nvml                # NVML's descriptors and the forks
     a_batch_jobs_output_ends_with_its_summary            # the summary of every step's tasks
     a_two_node_job_shows_each_node                       # tasks on two nodes
+    a_running_jobs_figures_reach_prometheus_and_end_with_its_step # the live file, removed at exit
     a_job_in_three_phases                                # marks sent from the job's namespace
     thousands_of_processes_256_tasks                     # 256 task callbacks at once
 )
