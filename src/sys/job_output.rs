@@ -278,20 +278,32 @@ mod tests {
                 std::fs::create_dir_all(base.join(d)).unwrap();
             }
             let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hangfs.py");
-            let child = std::process::Command::new("/usr/bin/python3")
+            let log = base.join("hangfs.log");
+            let mut child = std::process::Command::new("/usr/bin/python3")
                 .arg(script)
                 .arg("--control")
                 .args([base.join("control"), base.join("backing"), base.join("mnt")])
                 .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
-                .expect("run tests/hangfs.py (apt-get install python3-pyfuse3 fuse3)");
+                .expect("run /usr/bin/python3 tests/hangfs.py (tests/run-all.sh installs python3)");
             let mnt = base.join("mnt").display().to_string();
             let t0 = std::time::Instant::now();
             while !std::fs::read_to_string("/proc/self/mounts")
                 .unwrap()
                 .contains(&mnt)
             {
-                assert!(t0.elapsed().as_secs() < 120, "hangfs did not mount");
+                // A script that cannot start (no pyfuse3, no /dev/fuse) says why at once.
+                if let Some(rc) = child.try_wait().unwrap() {
+                    let why = std::fs::read_to_string(&log).unwrap_or_default();
+                    panic!(
+                        "tests/hangfs.py exited ({rc}) before mounting; tests/run-all.sh installs fuse3 and python3-pyfuse3 and skips this test where /dev/fuse is missing:\n{why}"
+                    );
+                }
+                assert!(
+                    t0.elapsed().as_secs() < 120,
+                    "hangfs did not mount in 120 s"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             HangFs { base, child }

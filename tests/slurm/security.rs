@@ -352,18 +352,28 @@ impl HangFs {
         }
         std::fs::set_permissions(&backing, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hangfs.py");
-        let child = Command::new("/usr/bin/python3")
+        let log = base.join("hangfs.log");
+        let mut child = Command::new("/usr/bin/python3")
             .arg(script)
             .arg("--control")
             .args([&control, &backing, &mnt])
             .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .expect("python3 tests/hangfs.py (apt-get install python3-pyfuse3 fuse3)");
+            .expect("/usr/bin/python3 tests/hangfs.py (tests/run-all.sh installs python3)");
         let started = Instant::now();
         while !std::fs::read_to_string("/proc/self/mounts")
             .unwrap()
             .contains(&mnt.display().to_string())
         {
+            // A script that cannot start (no pyfuse3, no /dev/fuse) says why at once.
+            if let Some(rc) = child.try_wait().unwrap() {
+                let why = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!(
+                    "tests/hangfs.py exited ({rc}) before mounting; tests/run-all.sh installs \
+                     fuse3 and python3-pyfuse3 and skips this test where /dev/fuse is missing:\n{why}"
+                );
+            }
             assert!(
                 // Python and trio start slowly in an emulated guest under load.
                 started.elapsed() < Duration::from_secs(120),
