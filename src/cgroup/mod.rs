@@ -3,6 +3,7 @@
 //! tests run on fixture trees; the cgroup of a process is found from `/proc/<pid>/cgroup`, never
 //! by building Slurm's path (its layout changes between releases).
 
+mod member;
 pub mod own;
 pub mod parse;
 
