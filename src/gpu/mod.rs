@@ -78,6 +78,15 @@ pub struct Shared {
     pub shards: Option<u32>,
     /// The most processes outside the step seen on the GPU at once.
     pub other_processes: u32,
+    /// Of those, the most processes of the job's other steps on this node seen at once: the
+    /// job's own. `None` where they could not be told apart (no job cgroup) and in records of
+    /// earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_step_processes: Option<u32>,
+    /// Of those, the most processes outside the job seen at once: other jobs' (or none of
+    /// Slurm's). `None` as `other_step_processes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_job_processes: Option<u32>,
     /// The figures that are the whole device's, other jobs' use included; the step's own are
     /// its processes' memory.
     pub device_wide: Vec<String>,
@@ -109,6 +118,8 @@ impl Shared {
             by: by.into(),
             shards,
             other_processes: others,
+            other_step_processes: None,
+            outside_job_processes: None,
             device_wide: DEVICE_WIDE.iter().map(|s| s.to_string()).collect(),
         })
     }

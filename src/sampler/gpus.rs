@@ -1,7 +1,7 @@
 //! Per-GPU and whole-machine GPU figures accumulated over samples.
 
 use crate::history::GpuObservation;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::stats::PercentAcc;
 use crate::gpu::figures::{EccCounts, GpuDepth, NoData, Spread, XidError, figure};
@@ -14,6 +14,15 @@ use crate::usage::{GpuUsage, GpuUtilization, MaxGpuRam};
 /// counted in a note.
 pub const MAX_XIDS_KEPT: usize = 50;
 
+/// Most processes outside the tracked set whose job is asked per sample (each is a small file
+/// read); any beyond are counted as outside the job, so that a crowd on a shared GPU never
+/// passes for the job's own.
+pub const MAX_JOB_LOOKUPS: usize = 256;
+
+/// Whether a process outside the tracked set belongs to the tracked set's job (another step of
+/// it): `Some(true)` it does, `Some(false)` it does not, `None` unknown (it ended meanwhile).
+pub type InJob<'a> = dyn FnMut(u32) -> Option<bool> + 'a;
+
 #[derive(Debug, Clone)]
 struct DeviceAcc {
     info: GpuInfo,
@@ -24,6 +33,15 @@ struct DeviceAcc {
     last_tracked: Option<u64>,
     /// The most processes outside the tracked set seen on the device at once.
     others_max: u32,
+    /// Whether those processes were told apart by job ([`InJob`]) at some sample.
+    scoped: bool,
+    /// The most processes of the job's other steps seen on the device at once.
+    job_others_max: u32,
+    /// The most processes outside the job seen on the device at once.
+    outside_max: u32,
+    /// The most memory of the job's processes (the tracked ones and the job's other steps')
+    /// on the device at once.
+    max_job_mem: u64,
     util: PercentAcc,
     /// The tracked processes' summed SM share.
     proc_util: PercentAcc,
@@ -58,6 +76,10 @@ impl DeviceAcc {
             max_tracked: 0,
             last_tracked: None,
             others_max: 0,
+            scoped: false,
+            job_others_max: 0,
+            outside_max: 0,
+            max_job_mem: 0,
             util: PercentAcc::default(),
             proc_util: PercentAcc::default(),
             energy_first: None,
@@ -261,13 +283,15 @@ impl GpuAccumulator {
     }
 
     /// Reads every device of `src` once. `weight`: the seconds the readings stand for in the
-    /// means ([`super::core::sample_weight`]).
+    /// means ([`super::core::sample_weight`]). `in_job`, where the tracked set is one step of a
+    /// job, tells the processes of the job's other steps on a device from other jobs'.
     #[allow(clippy::too_many_arguments)]
     pub fn sample(
         &mut self,
         src: &mut dyn GpuSource,
         main: u32,
         members: &HashSet<u32>,
+        mut in_job: Option<&mut InJob>,
         weight: f64,
         u: &Units,
         tp: &mut Timepoint,
@@ -287,6 +311,8 @@ impl GpuAccumulator {
         self.lost_now.clear();
         let (mut system, mut main_b, mut desc_b) = (0u64, 0u64, 0u64);
         let mut util_sum = 0.0;
+        // Each process's job, asked once per sample, and at most MAX_JOB_LOOKUPS of them.
+        let mut verdicts: HashMap<u32, Option<bool>> = HashMap::new();
         for (i, d) in devices.iter_mut().enumerate() {
             if d.lost {
                 self.last.push(GpuObservation {
@@ -352,6 +378,35 @@ impl GpuAccumulator {
                 }
             }
             d.max_tracked = d.max_tracked.max(tracked);
+            if let Some(in_job) = in_job.as_mut() {
+                let (mut job_others, mut outside, mut job_mem) = (0u32, 0u32, 0u64);
+                for (pid, mem) in r.processes.iter() {
+                    if *pid == main || members.contains(pid) {
+                        continue;
+                    }
+                    let n = verdicts.len();
+                    let verdict = *verdicts.entry(*pid).or_insert_with(|| {
+                        if n < MAX_JOB_LOOKUPS {
+                            in_job(*pid)
+                        } else {
+                            Some(false)
+                        }
+                    });
+                    match verdict {
+                        Some(true) => {
+                            job_others += 1;
+                            job_mem = job_mem.saturating_add(mem.unwrap_or(0));
+                        }
+                        Some(false) => outside += 1,
+                        // Ended before its job was read: neither the job's nor another's.
+                        None => {}
+                    }
+                }
+                d.scoped = true;
+                d.job_others_max = d.job_others_max.max(job_others);
+                d.outside_max = d.outside_max.max(outside);
+                d.max_job_mem = d.max_job_mem.max(tracked.saturating_add(job_mem));
+            }
             d.last_tracked = (tracked > 0 || !unknown).then_some(tracked);
             if let Some(pct) = r.utilization {
                 d.util.add(f64::from(pct), weight);
@@ -481,6 +536,9 @@ impl GpuAccumulator {
                 },
                 lost: d.lost,
                 other_processes: d.others_max,
+                other_step_processes: d.scoped.then_some(d.job_others_max),
+                outside_job_processes: d.scoped.then_some(d.outside_max),
+                max_job_memory: d.scoped.then(|| g(d.max_job_mem)),
                 depth: d.depth(),
             })
             .collect();

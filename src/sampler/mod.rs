@@ -361,6 +361,7 @@ impl Sampler {
                 src.as_mut(),
                 self.target.main,
                 &seen,
+                None,
                 gpu_weight,
                 &u,
                 &mut tp,

@@ -187,6 +187,15 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
     };
     let (usage, _, _, _) = acc.gpu.finish(&units);
     let shared = |others: u32| Shared::decide(step.gpu_shards, step.gpu_mps, others);
+    // Which of the processes outside the step were the job's own (its other steps') and which
+    // were not, where the sampler could tell.
+    let shared_by = |g: &crate::usage::GpuUsage| {
+        shared(g.other_processes).map(|sh| Shared {
+            other_step_processes: g.other_step_processes,
+            outside_job_processes: g.outside_job_processes,
+            ..sh
+        })
+    };
     let gpus: Vec<StepGpu> = if usage.is_empty() {
         acc.gpu_devices
             .iter()
@@ -219,13 +228,14 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                     memory_total_bytes: g.memory_total as u64,
                     peak_device_memory_bytes: g.max_used as u64,
                     peak_step_memory_bytes: g.max_tracked as u64,
+                    peak_job_memory_bytes: g.max_job_memory.map(|b| b as u64),
                     mean_utilization_percent: g.mean_utilization_percent,
                     max_utilization_percent: g.max_utilization_percent,
                     energy_joules: g.energy_joules,
                     lost: g.lost,
                     idle: None,
                     mig: dev.and_then(|(_, d)| d.mig.clone()),
-                    shared: shared(g.other_processes),
+                    shared: shared_by(g),
                     depth: g.depth.clone(),
                 }
             })

@@ -51,6 +51,19 @@ pub(super) fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
     })
 }
 
+/// Whether process `pid` (one on the step's GPU, outside the step) is in the job's cgroup `job`
+/// on this node, that is in another step of the job, from its own `/proc/<pid>/cgroup`; `None`
+/// when that cannot be read (it ended meanwhile).
+pub(super) fn in_job(
+    job: &Cgroup,
+    cgroup_root: &std::path::Path,
+    procfs: &crate::proc::ProcFs,
+    pid: u32,
+) -> Option<bool> {
+    let text = procfs.pid_cgroup(pid).ok()?;
+    Some(job.holds(cgroup_root, &text))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +119,78 @@ mod tests {
             cpu_dir: None,
         };
         assert!(job_cgroup_of(&top).is_none());
+    }
+
+    /// A process on the step's GPU: another step's of the same job is the job's own, another
+    /// job's is not, one that ended is unknown; on v1, v2, and 26.05's opaque job directory.
+    #[test]
+    fn a_process_of_another_step_is_the_jobs_and_one_of_another_job_is_not() {
+        let t = TempTree::new("injob");
+        let procfs = crate::proc::ProcFs::new(t.path().join("proc"));
+        let cgroot = t.path().join("cg");
+        let cases = [
+            (
+                "memory/slurm_n1/uid_1000",
+                "11:memory:/slurm_n1/uid_1000/{job}/{step}/task_0\n0::/\n",
+                "memory.usage_in_bytes",
+                "job_7",
+                "job_8",
+            ),
+            (
+                "system.slice/n1_slurmstepd.scope",
+                "0::/system.slice/n1_slurmstepd.scope/{job}/{step}/user/task_0\n",
+                "memory.current",
+                "job_7",
+                "job_8",
+            ),
+            (
+                "system.slice/n1_slurmstepd.scope",
+                "0::/system.slice/n1_slurmstepd.scope/{job}/{step}/user/task_0\n",
+                "memory.current",
+                "s1H9M83SWQ0100",
+                "s1H9M83SWQ0200",
+            ),
+        ];
+        for (k, (base, proc, usage, job, other_job)) in cases.into_iter().enumerate() {
+            let text = |j: &str, step: &str| proc.replace("{job}", j).replace("{step}", step);
+            let dir = |j: &str, step: &str| format!("cg/{base}/{j}/{step}");
+            for (j, step) in [(job, "step_batch"), (job, "step_0"), (other_job, "step_0")] {
+                t.write(&format!("cg/{base}/{j}/{usage}"), "1\n")
+                    .write(&format!("{}/{usage}", dir(j, step)), "1\n")
+                    .write(&format!("{}/user/{usage}", dir(j, step)), "1\n")
+                    .write(&format!("{}/task_0/{usage}", dir(j, step)), "1\n");
+            }
+            // The batch step, found from its task's /proc/<pid>/cgroup as the plugin does.
+            let (own, sibling, stranger, gone) = (
+                100 * k as u32 + 1,
+                100 * k as u32 + 2,
+                100 * k as u32 + 3,
+                100 * k as u32 + 4,
+            );
+            t.write(&format!("proc/{own}/cgroup"), &text(job, "step_batch"))
+                .write(&format!("proc/{sibling}/cgroup"), &text(job, "step_0"))
+                .write(
+                    &format!("proc/{stranger}/cgroup"),
+                    &text(other_job, "step_0"),
+                );
+            let step = step_cgroup_of(&cgroot, &text(job, "step_batch")).unwrap();
+            let job_cg = job_cgroup_of(&step).unwrap();
+            assert_eq!(
+                in_job(&job_cg, &cgroot, &procfs, own),
+                Some(true),
+                "case {k}"
+            );
+            assert_eq!(
+                in_job(&job_cg, &cgroot, &procfs, sibling),
+                Some(true),
+                "case {k}"
+            );
+            assert_eq!(
+                in_job(&job_cg, &cgroot, &procfs, stranger),
+                Some(false),
+                "case {k}"
+            );
+            assert_eq!(in_job(&job_cg, &cgroot, &procfs, gone), None, "case {k}");
+        }
     }
 }

@@ -305,6 +305,7 @@ mod tests {
                 &mut src,
                 0,
                 &members,
+                None,
                 1.0,
                 &Units::default(),
                 &mut Timepoint::default(),

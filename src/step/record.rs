@@ -259,6 +259,11 @@ pub struct StepGpu {
     pub peak_device_memory_bytes: u64,
     /// Peak memory of the step's processes on the device, bytes (sampled).
     pub peak_step_memory_bytes: u64,
+    /// Peak memory of the job's processes on the device, bytes (sampled): the step's and the
+    /// job's other steps' on this node at the same reading. `None` where the job's processes
+    /// could not be told apart (no job cgroup) and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_job_memory_bytes: Option<u64>,
     /// Mean utilization, percent; `None` where the device does not report it (MIG).
     pub mean_utilization_percent: Option<f64>,
     /// Highest utilization seen, percent.

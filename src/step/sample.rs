@@ -203,6 +203,8 @@ pub(super) fn sample(
                 acc,
                 src,
                 &all_members,
+                job_cg.as_ref(),
+                procfs,
                 sample_weight(since_previous, s.interval),
             )
         });
@@ -284,12 +286,15 @@ fn cgroup_fault(e: CgroupError, tasks_left: bool) -> Option<CgroupError> {
 }
 
 /// Reads the step's GPUs once (narrowing the source to them at the first reading); the
-/// readings stand for `weight` seconds.
+/// readings stand for `weight` seconds. A process on them outside the step is the job's own
+/// when it is in the job's cgroup `job` (another step's), else another job's.
 fn gpu_sample(
     s: &StepSetup,
     acc: &mut Acc,
     src: &mut Box<dyn GpuSource>,
     all_members: &std::collections::HashSet<u32>,
+    job: Option<&crate::cgroup::Cgroup>,
+    procfs: &ProcFs,
     weight: f64,
 ) {
     if !acc.gpu_opened {
@@ -330,10 +335,12 @@ fn gpu_sample(
     };
     let mut tp = Timepoint::default();
     let mut notes = Vec::new();
+    let mut in_job = |pid| super::cgroups::in_job(job?, &s.cgroup_root, procfs, pid);
     acc.gpu.sample(
         src.as_mut(),
         0,
         all_members,
+        job.is_some().then_some(&mut in_job as &mut _),
         weight,
         &units,
         &mut tp,

@@ -170,6 +170,17 @@ pub struct GpuUsage {
     /// says so; `-e`'s output keeps the Python tool's keys).
     #[serde(skip)]
     pub other_processes: u32,
+    /// Of those, the most processes of the job's other steps seen at once, where the tracked
+    /// set is a job's step and its job's processes could be told apart (`None` otherwise).
+    #[serde(skip)]
+    pub other_step_processes: Option<u32>,
+    /// Of those, the most processes outside the job seen at once (`None` as above).
+    #[serde(skip)]
+    pub outside_job_processes: Option<u32>,
+    /// Peak memory of the job's processes on the device: the tracked ones and the job's other
+    /// steps' at the same reading (`None` as above).
+    #[serde(skip)]
+    pub max_job_memory: Option<f64>,
     /// Added: SM activity, clock event reasons, Xid and ECC errors, and why a figure has no
     /// value.
     #[serde(flatten)]

@@ -46,6 +46,7 @@ fn utilization_means_weigh_each_reading_by_the_time_it_stands_for() {
             &mut src,
             1,
             &HashSet::new(),
+            None,
             w,
             &u,
             &mut tp,
@@ -90,7 +91,16 @@ fn usage_after(samples: usize, reading: GpuReading) -> crate::usage::GpuUsage {
     for _ in 0..samples {
         let mut tp = Timepoint::default();
         let mut notes = Vec::new();
-        acc.sample(&mut src, 1, &HashSet::new(), 1.0, &u, &mut tp, &mut notes);
+        acc.sample(
+            &mut src,
+            1,
+            &HashSet::new(),
+            None,
+            1.0,
+            &u,
+            &mut tp,
+            &mut notes,
+        );
     }
     acc.finish(&u).0.pop().expect("one GPU")
 }
@@ -115,6 +125,110 @@ fn on_a_gpu_others_use_the_runs_own_share_and_the_others_are_counted() {
     assert_eq!(g.mean_utilization_percent, Some(90.0));
 }
 
+#[test]
+fn a_step_tells_its_jobs_other_steps_on_a_gpu_from_other_jobs() {
+    // The step's process is pid 1; pids 7 and 9 are the job's other steps' (9 with memory the
+    // driver cannot tell), pid 8 another job's, pid 10 ended before its job could be read.
+    let reading = GpuReading {
+        used: Some(1000),
+        processes: vec![
+            (1, Some(100)),
+            (7, Some(200)),
+            (8, Some(300)),
+            (9, None),
+            (10, Some(50)),
+        ],
+        ..GpuReading::default()
+    };
+    let info = GpuInfo::for_test(0, None);
+    let mut src = Same(vec![info], reading);
+    let mut acc = GpuAccumulator::new(None);
+    let u = Units {
+        gpu_ram: crate::units::MemUnit::Bytes,
+        ..Units::default()
+    };
+    let mut asked = Vec::new();
+    let mut in_job = |pid: u32| {
+        asked.push(pid);
+        match pid {
+            7 | 9 => Some(true),
+            8 => Some(false),
+            _ => None,
+        }
+    };
+    let mut tp = Timepoint::default();
+    acc.sample(
+        &mut src,
+        1,
+        &HashSet::new(),
+        Some(&mut in_job),
+        1.0,
+        &u,
+        &mut tp,
+        &mut Vec::new(),
+    );
+    let g = acc.finish(&u).0.pop().expect("one GPU");
+    assert_eq!(
+        asked,
+        [7, 8, 9, 10],
+        "only processes outside the step are asked"
+    );
+    assert_eq!(g.other_processes, 4);
+    assert_eq!(g.other_step_processes, Some(2));
+    assert_eq!(g.outside_job_processes, Some(1));
+    // The job's memory: its own 100 bytes and the other steps' known 200, at one reading.
+    assert_eq!(g.max_tracked, 100.0);
+    assert_eq!(g.max_job_memory, Some(300.0));
+    // A run that is not a job's step tells none of it.
+    let plain = usage_after(
+        1,
+        GpuReading {
+            processes: vec![(1, Some(100)), (7, Some(200))],
+            ..GpuReading::default()
+        },
+    );
+    assert_eq!(plain.other_processes, 1);
+    assert_eq!(
+        (plain.other_step_processes, plain.outside_job_processes),
+        (None, None)
+    );
+    assert_eq!(plain.max_job_memory, None);
+}
+
+#[test]
+fn past_the_lookup_bound_a_process_counts_as_outside_the_job() {
+    let processes: Vec<(u32, Option<u64>)> = (0..MAX_JOB_LOOKUPS as u32 + 10)
+        .map(|p| (100 + p, Some(1)))
+        .collect();
+    let reading = GpuReading {
+        used: Some(1),
+        processes,
+        ..GpuReading::default()
+    };
+    let mut src = Same(vec![GpuInfo::for_test(0, None)], reading);
+    let mut acc = GpuAccumulator::new(None);
+    let u = Units::default();
+    let mut asked = 0;
+    let mut in_job = |_| {
+        asked += 1;
+        Some(true)
+    };
+    let mut tp = Timepoint::default();
+    acc.sample(
+        &mut src,
+        1,
+        &HashSet::new(),
+        Some(&mut in_job),
+        1.0,
+        &u,
+        &mut tp,
+        &mut Vec::new(),
+    );
+    let g = acc.finish(&u).0.pop().expect("one GPU");
+    assert_eq!(asked, MAX_JOB_LOOKUPS);
+    assert_eq!(g.other_step_processes, Some(MAX_JOB_LOOKUPS as u32));
+    assert_eq!(g.outside_job_processes, Some(10));
+}
 #[test]
 fn a_figure_is_measured_zero_not_supported_or_not_sampled_and_never_a_false_zero() {
     use crate::gpu::figures::{NOT_SAMPLED, NOT_SUPPORTED};
@@ -199,6 +313,7 @@ fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
             &mut src,
             1,
             &HashSet::new(),
+            None,
             1.0,
             &u,
             &mut tp,
