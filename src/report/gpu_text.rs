@@ -124,9 +124,10 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
         let how = match (sh.by.as_str(), sh.shards) {
             ("shard", Some(n)) => format!("through Slurm's shards ({n} held by the job)"),
             ("mps", _) => "through Slurm's MPS".to_string(),
+            // Processes outside the job, where the records tell them from its other steps'.
             _ => format!(
                 "with {} process(es) of others seen on it",
-                sh.other_processes
+                sh.outside_job_processes.unwrap_or(sh.other_processes)
             ),
         };
         let _ = writeln!(

@@ -15,6 +15,7 @@ pub mod args;
 pub mod array;
 pub mod classes;
 pub mod figures;
+pub mod gpu_shared;
 pub mod gpu_text;
 pub mod listing;
 pub mod nodes;

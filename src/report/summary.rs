@@ -157,15 +157,15 @@ impl Summary {
             // activity, and the figures some step measured.
             type Merged = (GpuSummary, f64, f64, std::collections::BTreeSet<String>);
             let mut by_uuid: BTreeMap<&str, Merged> = BTreeMap::new();
-            // Per GPU: whether every step on it saw processes outside itself. A step counts the
-            // job's other steps' processes as others; only a process outside the job is seen
-            // by every step.
-            let mut others_in_every_step: BTreeMap<&str, bool> = BTreeMap::new();
+            // Per GPU: what each step on it said of its sharing (super::gpu_shared).
+            let mut shared_by_step: BTreeMap<&str, Vec<Option<&crate::gpu::Shared>>> =
+                BTreeMap::new();
             for r in &on {
                 for g in &r.gpus {
-                    let saw_others = g.shared.as_ref().is_some_and(|sh| sh.other_processes > 0);
-                    let every = others_in_every_step.entry(g.uuid.as_str()).or_insert(true);
-                    *every = *every && saw_others;
+                    shared_by_step
+                        .entry(g.uuid.as_str())
+                        .or_default()
+                        .push(g.shared.as_ref());
                     let e = by_uuid.entry(g.uuid.as_str()).or_insert_with(|| {
                         (
                             GpuSummary {
@@ -189,10 +189,12 @@ impl Summary {
                             m
                         });
                     }
-                    if sum.shared.is_none() {
-                        sum.shared = g.shared.clone();
-                    }
-                    sum.job_peak_bytes = sum.job_peak_bytes.max(g.peak_step_memory_bytes);
+                    // The job's processes at one reading: the step's and its other steps'.
+                    let job_bytes = g.peak_job_memory_bytes.unwrap_or(0);
+                    sum.job_peak_bytes = sum
+                        .job_peak_bytes
+                        .max(g.peak_step_memory_bytes)
+                        .max(job_bytes);
                     sum.device_peak_bytes = sum.device_peak_bytes.max(g.peak_device_memory_bytes);
                     sum.max_utilization_percent =
                         match (sum.max_utilization_percent, g.max_utilization_percent) {
@@ -213,13 +215,9 @@ impl Summary {
                 }
             }
             for (uuid, (sum, ..)) in by_uuid.iter_mut() {
-                let by_others = sum
-                    .shared
-                    .as_ref()
-                    .is_some_and(|sh| sh.by == "other_processes");
-                if by_others && !others_in_every_step.get(uuid).copied().unwrap_or(false) {
-                    sum.shared = None;
-                }
+                sum.shared = shared_by_step
+                    .get(uuid)
+                    .and_then(|steps| super::gpu_shared::job_shared(steps));
             }
             let mut gpus: Vec<GpuSummary> = by_uuid.into_values().map(|(g, ..)| g).collect();
             gpus.sort_by_key(|g| (g.slurm_index, g.uuid.clone()));
@@ -440,36 +438,48 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_is_shared_by_others_only_when_every_step_on_it_saw_them() {
+    fn a_gpu_held_by_the_batch_script_and_its_srun_step_is_the_jobs_alone() {
         use crate::gpu::Shared;
         use crate::step::record::StepGpu;
+        // Each step saw the other's 1 GiB holder beside its own, and knew it for the job's.
+        let saw_sibling = Shared::decide(None, false, 1).map(|s| Shared {
+            other_step_processes: Some(1),
+            outside_job_processes: Some(0),
+            ..s
+        });
         let gpu = |shared: Option<Shared>| StepGpu {
             uuid: "GPU-a".into(),
+            peak_step_memory_bytes: GIB,
+            peak_job_memory_bytes: Some(2 * GIB),
             shared,
             ..StepGpu::default()
         };
-        // The batch step sees the holder of its srun step as another's process; the srun step
-        // sees its own holder only: the job's GPU is not shared.
         let mut b = job(GIB, 4 * GIB);
-        b.gpus = vec![gpu(Shared::decide(None, false, 1))];
+        b.gpus = vec![gpu(saw_sibling.clone())];
         let mut s0 = record("n1", "0");
-        s0.gpus = vec![gpu(None)];
+        s0.gpus = vec![gpu(saw_sibling.clone())];
         let s = Summary::from_records(&[b.clone(), s0.clone()]);
         assert_eq!(s.gpus[0].shared, None);
-        // A process outside the job is seen by every step on the GPU.
-        s0.gpus = vec![gpu(Shared::decide(None, false, 1))];
-        let s = Summary::from_records(&[b.clone(), s0.clone()]);
-        assert_eq!(
-            s.gpus[0].shared.as_ref().map(|x| x.by.as_str()),
-            Some("other_processes")
-        );
-        // Slurm's shards are the job's own word, whatever the steps saw.
-        b.gpus = vec![gpu(Shared::decide(Some(1), false, 0))];
-        s0.gpus = vec![gpu(None)];
+        // The job's processes held both holders at once.
+        assert_eq!(s.gpus[0].job_peak_bytes, 2 * GIB);
+        let text = super::super::text::render(&s, &[], &Default::default());
+        assert!(!text.contains("shared"), "{text}");
+        // Another job's process beside them: shared, with that one process named.
+        s0.gpus[0].shared = saw_sibling.map(|sh| Shared {
+            other_processes: 2,
+            outside_job_processes: Some(1),
+            ..sh
+        });
         let s = Summary::from_records(&[b, s0]);
+        let sh = s.gpus[0].shared.as_ref().expect("shared with others");
         assert_eq!(
-            s.gpus[0].shared.as_ref().map(|x| x.by.as_str()),
-            Some("shard")
+            (sh.by.as_str(), sh.outside_job_processes),
+            ("other_processes", Some(1))
+        );
+        let text = super::super::text::render(&s, &[], &Default::default());
+        assert!(
+            text.contains("shared with 1 process(es) of others seen on it"),
+            "{text}"
         );
     }
 

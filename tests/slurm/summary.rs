@@ -157,6 +157,82 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     );
 }
 
+/// A job whose batch script and its `srun` step hold one GPU at once: each step sees the other's
+/// holder on it, and knows it for the job's own by the job's cgroup. The summary does not call
+/// the GPU shared, and counts both holders as the job's GPU memory.
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_gpu_held_by_the_batch_script_and_its_srun_step_is_not_shared_with_others() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    let h = hog();
+    let dir = state_dir().join("jobs").join(USER);
+    // A holder of the job's GPU for $1 ms, its marker built at run time (SIMGPU<i>_HOLD: 1 GiB
+    // on Slurm's GPU 0, 2 GiB on GPU 1) so that no other command line holds it.
+    let holder = dir.join("hold-own-gpu.sh");
+    std::fs::write(
+        &holder,
+        format!(
+            "#!/bin/bash\ni=${{SLURM_STEP_GPUS:-$SLURM_JOB_GPUS}}\n\
+             exec {h} --mb 20 --hold-ms $1 --marker SIMGPU${{i}}_HOLD\n"
+        ),
+    )
+    .unwrap();
+    let holder = holder.display();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:1\n\
+         echo gpus=$SLURM_JOB_GPUS\n\
+         bash {holder} 9000 &\n\
+         sleep 1\n\
+         srun -n1 bash {holder} 5000\n\
+         wait\n"
+    );
+    let job = run_job("both-hold", &script);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    let idx: u32 = job
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("gpus="))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let per_holder: u64 = if idx == 0 { 1 << 30 } else { 2 << 30 };
+    let recs = crate::records::final_records(job.id, &["batch", "0"]);
+    for step in ["batch", "0"] {
+        let g = &recs[step].gpus[0];
+        assert_eq!(g.slurm_index, Some(idx), "{step}: {g:?}");
+        assert_eq!(g.peak_step_memory_bytes, per_holder, "{step}: {g:?}");
+        // Both holders at once, the job's own.
+        assert_eq!(
+            g.peak_job_memory_bytes,
+            Some(2 * per_holder),
+            "{step}: {g:?}"
+        );
+        // The step's record still says the device's figures are not its alone, and why.
+        let sh = g.shared.as_ref().expect("the other step's holder");
+        assert_eq!(sh.by, "other_processes", "{step}: {sh:?}");
+        assert_eq!(sh.other_step_processes, Some(1), "{step}: {sh:?}");
+        assert_eq!(sh.outside_job_processes, Some(0), "{step}: {sh:?}");
+    }
+    let out = output_with_summary(USER, "both-hold", job.id);
+    let sum = summary_of(&out);
+    assert!(
+        !sum.contains("shared with"),
+        "not shared with others:\n{sum}"
+    );
+    let mem = if idx == 0 { "2.00 GiB" } else { "4.00 GiB" };
+    assert!(
+        sum.contains(&format!("memory: {mem} by the job's processes")),
+        "{sum}"
+    );
+    let (code, json, err) = report_as(USER, &[&job.id.to_string(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let g = &v["summary"]["gpus"][0];
+    assert!(g["shared"].is_null(), "{g}");
+    assert_eq!(g["job_peak_bytes"], 2 * per_holder, "{g}");
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn an_oom_job_and_a_job_that_used_its_request_get_the_advice_they_should() {
