@@ -499,13 +499,14 @@ pub extern "C" fn nvmlDeviceGetProcessUtilization(
             return Err(NOT_FOUND);
         }
         let (sm, mem) = s.utilization(i);
+        // A process that does not compute has no share of the SMs.
         let items = matched
             .into_iter()
             .map(|m| nvmlProcessUtilizationSample_t {
                 pid: m.pid,
                 timeStamp: now_us,
-                smUtil: sm,
-                memUtil: mem,
+                smUtil: if m.computes { sm } else { 0 },
+                memUtil: if m.computes { mem } else { 0 },
                 encUtil: 0,
                 decUtil: 0,
             })

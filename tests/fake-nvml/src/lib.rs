@@ -70,6 +70,8 @@
 //!   ],
 //!   "fault_marker": "SIMGPU_XID",      // a device's process with this in its command line
 //!                                      // makes the device fault (default: none)
+//!   "compute_marker": "SIMGPU_COMPUTE", // a device is busy only while a process of it with
+//!                                      // this in its command line is on it (default: none)
 //!   "control_file": "/tmp/t/nvidiactl", // opened at init
 //!   "delays_ms": {"nvmlDeviceGetUtilizationRates": 30},   // every call sleeps this long
 //!   "hang": {"call": "nvmlDeviceGetUtilizationRates",     // this call stops answering
@@ -100,9 +102,18 @@
 //!   Device memory used = `memory_used_base` + the sum of the matched processes'
 //!   known `used_memory`; free = total − used (saturating).
 //! * `nvmlDeviceGetProcessUtilization` reports one sample per matched process with
-//!   `smUtil`/`memUtil` equal to the device's current utilization, timestamped with
+//!   `smUtil`/`memUtil` equal to the device's current utilization (0 for a process that does
+//!   not compute, see `compute_marker`), timestamped with
 //!   the current time in µs since the Unix epoch; `NOT_FOUND` when there is none newer
 //!   than `lastSeenTimeStamp`. Graphics processes are always empty.
+//! * **Computing.** A matched process *computes* when its command line contains the
+//!   scenario's `compute_marker`, or when the scenario has none. GPM (below) follows the
+//!   processes that compute, and the throttle reason `GpuIdle` their absence. With a
+//!   `compute_marker`, utilization does too, as on a real GPU, which reads 0 % with no kernel
+//!   running however much memory its processes hold: `nvmlDeviceGetUtilizationRates` answers
+//!   the `utilization` timeline while a process of the device (or of one of its MIG instances)
+//!   computes, else 0/0 (such calls look at processes, see faults). Without one, utilization
+//!   follows the timeline alone, processes or none.
 //! * A lost device returns `GPU_IS_LOST` from every device call, handle lookups included.
 //!
 //! * Like the real driver library, the fake holds files open while initialized:
@@ -120,7 +131,8 @@
 //!   `nvmlGpmMetricsGet`): a device with `gpm` reports `isSupportedDevice` = 1, one without
 //!   reports 0 (as a pre-Hopper GPU does) and `NOT_SUPPORTED` from `nvmlGpmSampleGet`. A
 //!   sample stores the device and its metrics at that moment: the `gpm` values while at least
-//!   one of the device's `processes` entries matches ("the SMs follow the load"), else 0.
+//!   one process matched by the device's `processes` entries computes ("the SMs follow the
+//!   load"), else 0.
 //!   `nvmlGpmMetricsGet` answers `NVML_GPM_METRIC_SM_UTIL` (2) from `sm_active`, `SM_OCCUPANCY`
 //!   (3), `ANY_TENSOR_UTIL` (5) from `tensor_active` and `DRAM_BW_UTIL` (10) from
 //!   `dram_bandwidth`, each the mean of the two samples' values; any other metric gets
@@ -132,7 +144,8 @@
 //! * **Faults.** A live process matched by one of a device's `processes` entries whose command
 //!   line also contains `fault_marker` makes the device fault, once per pid. The device
 //!   notices it at its next call that looks at processes (memory, process lists, process
-//!   utilization, GPM samples), throttle reasons, events (registration, waits) or ECC. The
+//!   utilization, GPM samples, utilization with a `compute_marker`), throttle reasons, events
+//!   (registration, waits) or ECC. The
 //!   fault starts a throttle period of `fault_throttle_ms` and adds 1 to the volatile and
 //!   aggregate corrected ECC counts when the device has `ecc`, and queues one critical Xid
 //!   **79** event on every event set registered for the device's Xids. A set registered later
@@ -148,7 +161,7 @@
 //!   lost. The pre-MIG `nvmlEventSetWait` fills only `device`, `eventType` and `eventData`.
 //! * **Throttle reasons** (`nvmlDeviceGetCurrentClocksThrottleReasons`, and the same answer
 //!   from `...ClocksEventReasons`): during a throttle period `HwSlowdown | SwThermalSlowdown
-//!   | HwThermalSlowdown` (0x68), else `GpuIdle` (0x1) when no process of the device matches,
+//!   | HwThermalSlowdown` (0x68), else `GpuIdle` (0x1) when no process of the device computes,
 //!   else 0. The supported reasons are every defined bit (0x1FF).
 //! * **ECC** (`nvmlDeviceGetTotalEccErrors`): `INVALID_ARGUMENT` for an unknown error or
 //!   counter type or a null pointer, else `NOT_SUPPORTED` without `ecc`, else the count;
@@ -190,10 +203,10 @@
 //! * `GetUtilizationRates`, `GetProcessUtilization`: as ever / as ever (own processes) /
 //!   `NOT_SUPPORTED` (real).
 //! * `GpmQueryDeviceSupport`: as ever / as ever / the parent's.
-//! * `GpmSampleGet`: as ever / device-wide: `gpm` while a process of it or of an instance runs
-//!   / `NOT_SUPPORTED`.
+//! * `GpmSampleGet`: as ever / device-wide: `gpm` while a process of it or of an instance
+//!   computes / `NOT_SUPPORTED`.
 //! * `GpmMigSampleGet(gi)`: `INVALID_ARGUMENT` (real) / the `gpm` of the instance with that
-//!   `gpu_instance_id` while one of its processes runs, else 0; `NOT_SUPPORTED` when it has
+//!   `gpu_instance_id` while one of its processes computes, else 0; `NOT_SUPPORTED` when it has
 //!   no `gpm`, `NOT_FOUND` for an unknown gi / `NOT_SUPPORTED`.
 //! * Every other device call (minor number, index, energy, power, clocks, ECC, events): as
 //!   ever / as ever / `NOT_SUPPORTED`.

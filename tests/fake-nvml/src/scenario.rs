@@ -79,6 +79,8 @@ struct RawScenario {
     delays_ms: BTreeMap<String, u64>,
     #[serde(default)]
     fault_marker: Option<String>,
+    #[serde(default)]
+    compute_marker: Option<String>,
 }
 
 /// A call that stops answering: `call` blocks once it has been called `after_calls` times
@@ -226,6 +228,10 @@ pub(crate) struct Scenario {
     pub delays: BTreeMap<String, Duration>,
     /// A process of a device with this in its command line makes the device fault.
     pub fault_marker: Option<String>,
+    /// `Some`: a device is busy (utilization, GPM, no `GpuIdle`) only while a process of it
+    /// with this in its command line is on it; `None`: while any process of it is (GPM,
+    /// throttle reasons), its utilization following its timeline alone.
+    pub compute_marker: Option<String>,
 }
 
 /// A validated device.
@@ -343,6 +349,9 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
     if raw.fault_marker.as_deref() == Some("") {
         return Err("fault_marker is empty".to_owned());
     }
+    if raw.compute_marker.as_deref() == Some("") {
+        return Err("compute_marker is empty".to_owned());
+    }
     let mut uuids = HashSet::new();
     let mut devices = Vec::with_capacity(raw.devices.len());
     for (index, d) in raw.devices.into_iter().enumerate() {
@@ -388,6 +397,7 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
         hang: raw.hang,
         delays,
         fault_marker: raw.fault_marker,
+        compute_marker: raw.compute_marker,
     })
 }
 

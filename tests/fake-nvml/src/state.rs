@@ -79,6 +79,8 @@ pub(crate) struct Matched {
     pub used_memory: Option<u64>,
     /// Its command line contains the scenario's `fault_marker`.
     pub faulty: bool,
+    /// It computes: its command line contains the scenario's `compute_marker`, or there is none.
+    pub computes: bool,
 }
 
 /// `nvmlClocksThrottleReasonGpuIdle`.
@@ -233,8 +235,15 @@ impl Session {
             .is_some_and(|ms| self.elapsed_ms() >= ms)
     }
 
-    /// Current (gpu, memory) utilization of device `index`.
+    /// Current (gpu, memory) utilization of device `index`: its timeline's, but 0 while no
+    /// process of it (or of its MIG instances) computes where the scenario has a
+    /// `compute_marker`, as a real GPU with no kernel running.
     pub fn utilization(&self, index: u32) -> (u32, u32) {
+        if self.scenario.compute_marker.is_some()
+            && !self.matched_all(index).iter().any(|m| m.computes)
+        {
+            return (0, 0);
+        }
         let now = self.elapsed_ms();
         self.spec(index)
             .utilization
@@ -291,10 +300,13 @@ impl Session {
     /// events or ECC goes through here first.
     pub fn matched_all(&self, index: u32) -> Vec<Matched> {
         let spec = self.spec(index);
-        let marker = self.scenario.fault_marker.as_deref();
-        let mut matched = matched_processes(&spec.processes, None, marker);
+        let markers = Markers {
+            fault: self.scenario.fault_marker.as_deref(),
+            compute: self.scenario.compute_marker.as_deref(),
+        };
+        let mut matched = matched_processes(&spec.processes, None, markers);
         for (k, i) in self.instances(index).iter().enumerate() {
-            matched.extend(matched_processes(&i.processes, Some(k as u32), marker));
+            matched.extend(matched_processes(&i.processes, Some(k as u32), markers));
         }
         let mut live = self.live.borrow_mut();
         for m in matched.iter().filter(|m| m.faulty) {
@@ -304,13 +316,13 @@ impl Session {
     }
 
     /// Device `index`'s GPM metrics now: the scenario's while a process of it (or of one of its
-    /// MIG instances) runs, else 0; `None` when the device has no GPM.
+    /// MIG instances) computes, else 0; `None` when the device has no GPM.
     pub fn gpm(&self, index: u32) -> Option<Gpm> {
         let gpm = self.spec(index).gpm?;
-        Some(if self.matched_all(index).is_empty() {
-            Gpm::default()
-        } else {
+        Some(if self.matched_all(index).iter().any(|m| m.computes) {
             gpm
+        } else {
+            Gpm::default()
         })
     }
 
@@ -321,13 +333,13 @@ impl Session {
         let busy = self
             .matched_all(index)
             .iter()
-            .any(|m| m.instance == Some(k));
+            .any(|m| m.instance == Some(k) && m.computes);
         Some(if busy { gpm } else { Gpm::default() })
     }
 
     /// Device `index`'s current clock throttle reasons.
     pub fn throttle_reasons(&self, index: u32) -> u64 {
-        let idle = self.matched_all(index).is_empty();
+        let idle = !self.matched_all(index).iter().any(|m| m.computes);
         if self.live.borrow().throttled(index) {
             REASONS_FAULT
         } else if idle {
@@ -338,12 +350,20 @@ impl Session {
     }
 }
 
-/// The processes that currently match `processes` (live scan), each tagged with `instance` and
-/// marked `faulty` when its command line contains `fault_marker`.
+/// The scenario's markers a matched process's command line is looked at for.
+#[derive(Clone, Copy)]
+struct Markers<'a> {
+    fault: Option<&'a str>,
+    compute: Option<&'a str>,
+}
+
+/// The processes that currently match `processes` (live scan), each tagged with `instance`,
+/// marked `faulty` when its command line contains the fault marker, and `computes` when it
+/// contains the compute marker (or there is none).
 fn matched_processes(
     processes: &[ProcessSpec],
     instance: Option<u32>,
-    fault_marker: Option<&str>,
+    markers: Markers,
 ) -> Vec<Matched> {
     let me = std::process::id();
     let needs_scan = processes
@@ -376,18 +396,19 @@ fn matched_processes(
         };
         for pid in pids.into_iter().filter(wanted) {
             if seen.insert(pid) {
-                let faulty = fault_marker.is_some_and(|marker| {
+                let has = |marker: &str| {
                     let cmdline = match scan.cmdlines.binary_search_by_key(&pid, |(p, _)| *p) {
                         Ok(at) => Some(scan.cmdlines[at].1.clone()),
                         Err(_) => read_cmdline(pid),
                     };
                     cmdline.is_some_and(|c| c.contains(marker))
-                });
+                };
                 out.push(Matched {
                     instance,
                     pid,
                     used_memory: p.used_memory,
-                    faulty,
+                    faulty: markers.fault.is_some_and(has),
+                    computes: markers.compute.is_none_or(has),
                 });
             }
         }

@@ -48,7 +48,7 @@ fn rejects_bad_documents() {
 #[test]
 fn parses_gpm_ecc_and_faults() {
     let s = parse(
-        r#"{"fault_marker": "SIMGPU_XID", "devices": [
+        r#"{"fault_marker": "SIMGPU_XID", "compute_marker": "SIMGPU_COMPUTE", "devices": [
             {"uuid": "a", "name": "n", "memory_total": 1, "fault_throttle_ms": 50,
              "gpm": {"sm_active": 55, "sm_occupancy": 30, "tensor_active": 20,
                      "dram_bandwidth": 15},
@@ -60,6 +60,7 @@ fn parses_gpm_ecc_and_faults() {
     )
     .unwrap();
     assert_eq!(s.fault_marker.as_deref(), Some("SIMGPU_XID"));
+    assert_eq!(s.compute_marker.as_deref(), Some("SIMGPU_COMPUTE"));
     let [a, b, c] = &s.devices[..] else {
         panic!("3 devices")
     };
@@ -87,6 +88,7 @@ fn parses_gpm_ecc_and_faults() {
     assert_eq!((c.gpm, c.ecc), (None, None));
     assert_eq!(c.fault_throttle, Duration::from_millis(2000));
     assert!(parse("{}").unwrap().fault_marker.is_none());
+    assert!(parse("{}").unwrap().compute_marker.is_none());
     let s = parse(r#"{"delays_ms": {"nvmlEventSetCreate": 5, "nvmlGpmSampleFree": 1}}"#);
     assert_eq!(s.unwrap().delays.len(), 2);
 }
@@ -96,6 +98,7 @@ fn rejects_bad_gpm_ecc_and_faults() {
     for bad in [
         r#"{"fault_marker": ""}"#,
         r#"{"fault_marker": 5}"#,
+        r#"{"compute_marker": ""}"#,
         r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,
             "gpm": {"sm_active": 101}}]}"#,
         r#"{"devices": [{"uuid": "a", "name": "n", "memory_total": 1,

@@ -4,6 +4,7 @@
 //! The fake reads `FAKE_NVML_SCENARIO` at init and keeps a process-wide init
 //! reference count, so every test holds `LOCK` for its whole duration.
 
+mod compute;
 mod faults;
 mod gpm;
 mod mig;
