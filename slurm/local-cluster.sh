@@ -289,11 +289,12 @@ cmd_demo() {
     step "demo job" "$(slurmd_log "$NODE")"
     local u=${TEST_USERS[0]} gt=$STATE/bin/gpu-tracker
     # With SIMULATED GPUs, the fake NVML gives 1 GiB on GPU <i> to a process whose command line
-    # holds SIMGPU<i>_HOLD: the python step is named so (built at run time, so that srun's own
+    # holds SIMGPU<i>_HOLD, and keeps the GPU busy while it also holds SIMGPU_COMPUTE (idle, as a
+    # real GPU, otherwise): the python step is named so (built at run time, so that srun's own
     # command line does not hold the marker).
     # The summary at the end of the output is what the plugin appended.
     batch_as --summary "$u" -J demo --gpu-track=0.5 --gres=gpu:1 --mem=500M -n 2 \
-        --wrap "echo \"GPUs: \$SLURM_JOB_GPUS\"; $gt mark prepare; srun -n 2 sh -c 'head -c 100000000 /dev/zero | sort >/dev/null'; $gt mark compute; srun -n 1 bash -c 'm=SIMGPU\${SLURM_STEP_GPUS:-0}; exec -a \${m}_HOLD python3 -c \"import time; b = bytearray(300 << 20); time.sleep(3)\"'; $gt mark finish; sleep 2; echo done"
+        --wrap "echo \"GPUs: \$SLURM_JOB_GPUS\"; $gt mark prepare; srun -n 2 sh -c 'head -c 100000000 /dev/zero | sort >/dev/null'; $gt mark compute; srun -n 1 bash -c 'm=SIMGPU\${SLURM_STEP_GPUS:-0}; exec -a \${m}_HOLD_SIMGPU_COMPUTE python3 -c \"import time; b = bytearray(300 << 20); time.sleep(3)\"'; $gt mark finish; sleep 2; echo done"
     if [[ -x $STATE/bin/gpu-tracker-report ]]; then
         echo
         echo "the job's user reads it again later: gpu-tracker-report $LAST_JOB --tasks"

@@ -38,20 +38,24 @@ write_tracker_config() {
         mv -f "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1"
         nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
         # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
-        # Slurm's GPU 0 has GPM (SM activity follows its processes) and ECC; GPU 1 has neither
+        # As a real GPU, a device reads 0 % utilization and SM activity with no kernel running:
+        # its utilization (37 % on Slurm's GPU 0) and GPM figures apply only while a holder whose
+        # command line also holds SIMGPU_COMPUTE is on it; a holder that only holds memory leaves
+        # it idle. Slurm's GPU 0 has GPM and ECC; GPU 1 has neither
         # (pre-Hopper). A holder whose command line also holds SIMGPU_XID raises one Xid 79 and a
         # 2 s thermal slowdown (and, on GPU 0, one corrected ECC error) on each GPU it holds.
         # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
         # UUIDs and SIMGPU<i>_HOLD go by Slurm's index i. NVML index 2 (minor 9) is the MIG node's
         # MIG GPU: two 1g.10gb instances, Slurm's GPUs 1 and 2 there (setup.sh), each with GPM
         # (an instance's GPM support is its parent's: the parent has GPM too, device-wide 11 %,
-        # about two of seven slices at 40 %).
+        # about two of seven slices at 40 %, while a holder computes).
         # A holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of the job
         # whose SLURM_JOB_GPUS is 1, 2 GiB on the one whose is 2.
         put_file "$STATE/simulated-gpus.json" 0644 <<'EOF2' || true
 {
   "driver_version": "SIMULATED (gpu-tracker test fake, no GPU)",
   "fault_marker": "SIMGPU_XID",
+  "compute_marker": "SIMGPU_COMPUTE",
   "devices": [
     {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
      "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,

@@ -213,13 +213,14 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         },
     );
 
-    // A tracked job with both simulated GPUs, holding memory and GPU 0 (the fake NVML gives
-    // 1 GiB on it to a process whose command line names it; its device load is a steady 37 %)
-    // for about 30 s, and leaving GPU 1 idle.
+    // A tracked job with both simulated GPUs, holding memory and computing on GPU 0 (the fake
+    // NVML gives 1 GiB on it to a process whose command line names it, and a load of 37 % while
+    // that process says it computes) for about 30 s, and leaving GPU 1 idle.
     let h = hog();
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track --mem=1G --gres=gpu:2\n\
-         exec -a SIMGPU0_HOLD {h} --mb 200 --hold-ms 30000 --marker SIMGPU0_HOLD\n"
+         exec -a SIMGPU0_HOLD_SIMGPU_COMPUTE {h} --mb 200 --hold-ms 30000 \
+         --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
     );
     let id = submit_as(USER, "live", &script, &[]);
     // It waits for both GPUs while other tests hold one.

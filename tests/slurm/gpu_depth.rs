@@ -13,12 +13,13 @@ use crate::support::*;
 fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_gpu_lacks() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     let h = hog();
-    // SIMULATED: one holder on both GPUs, with the fault marker on its command line. It starts
-    // after the step's first GPU readings: ECC errors count from the first reading.
+    // SIMULATED: one holder on both GPUs that computes, with the fault marker on its command
+    // line. It starts after the step's first GPU readings: ECC errors count from the first
+    // reading.
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:2\n\
          sleep 2\n\
-         {h} --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU1_HOLD_SIMGPU_XID\n\
+         {h} --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU1_HOLD_SIMGPU_XID_SIMGPU_COMPUTE\n\
          echo done\n"
     );
     let job = run_job("gpu-depth", &script);

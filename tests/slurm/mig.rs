@@ -44,12 +44,13 @@ fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
     let h = hog();
     // SIMULATED: a holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of
     // the job whose SLURM_JOB_GPUS is 1, 2 GiB on the other's; each instance's SMs are 40 %
-    // active while a holder of its own runs. It starts after the step's first GPU readings.
+    // active while a holder of its own computes (SIMGPU_COMPUTE). It starts after the step's
+    // first GPU readings.
     let script = format!(
         "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\n\
          echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
          sleep 1\n\
-         {h} --hold-ms 4000 --marker SIMMIG_HOLD\n\
+         {h} --hold-ms 4000 --marker SIMMIG_HOLD_SIMGPU_COMPUTE\n\
          echo done\n"
     );
     let ids = [submit("mig-pair", &script), submit("mig-pair", &script)];
@@ -125,13 +126,13 @@ fn a_sharded_gpu_job_is_labelled_shared() {
     let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
     let h = hog();
     // SIMULATED: one shard of the MIG node's plain GPU (Slurm's GPU 0 there, minor 4), whose
-    // holder marker is SIMGPU0_HOLD (1 GiB).
+    // holder marker is SIMGPU0_HOLD (1 GiB); this holder computes (SIMGPU_COMPUTE).
     let script = format!(
         "#!/bin/bash\n#SBATCH -p mig --gres=shard:1 --gpu-track=0.5\n\
          echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
          echo SLURM_SHARDS_ON_NODE=$SLURM_SHARDS_ON_NODE\n\
          sleep 1\n\
-         {h} --hold-ms 2000 --marker SIMGPU0_HOLD\n\
+         {h} --hold-ms 2000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n\
          echo done\n"
     );
     let job = run_job("shard", &script);
@@ -154,7 +155,7 @@ fn a_sharded_gpu_job_is_labelled_shared() {
     let sh = g.shared.as_ref().expect("shared");
     assert_eq!((sh.by.as_str(), sh.shards), ("shard", Some(1)), "{sh:?}");
     // The job's own share of the GPU: its holder's per-process samples (the test NVML gives
-    // each of the device's processes the device's 37 %).
+    // each of the device's computing processes the device's 37 %).
     let own = g
         .depth
         .process_utilization_percent

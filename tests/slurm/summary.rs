@@ -14,10 +14,13 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     let h = hog();
     let dir = state_dir().join("jobs").join(USER);
     // The holder runs from a script so that the marker is on the holder's command line only
-    // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it).
+    // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it,
+    // and the device its 37 % while one that also says SIMGPU_COMPUTE is on it).
     std::fs::write(
         dir.join("hold-gpu0.sh"),
-        format!("#!/bin/bash\nexec {h} --mb 100 --hold-ms 1500 --marker SIMGPU0_HOLD\n"),
+        format!(
+            "#!/bin/bash\nexec {h} --mb 100 --hold-ms 1500 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
+        ),
     )
     .unwrap();
     let script = format!(
@@ -69,8 +72,19 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
         ),
         "{sum}"
     );
-    assert!(sum.contains("utilization: mean 37%, max 37%"), "{sum}");
-    assert!(sum.contains("utilization: mean 0%, max 0%"), "{sum}");
+    // GPU 0 busy while the holder computed, idle before and after it (the mean is the batch
+    // step's, which outlived it); GPU 1, which nothing ran on, idle throughout.
+    let util: Vec<&str> = sum
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("utilization: mean "))
+        .collect();
+    assert_eq!(util.len(), 2, "{sum}");
+    let mean0: f64 = util[0].split('%').next().unwrap().parse().unwrap();
+    assert!(
+        util[0].contains(", max 37%") && mean0 > 0.0 && mean0 < 37.0,
+        "{sum}"
+    );
+    assert!(util[1].starts_with("0%, max 0%"), "{sum}");
     // Per step: the failing task with its exit code.
     let step1 = sum
         .lines()
