@@ -114,7 +114,7 @@ pub fn job_start(job_id: u32) -> Result<Option<JobStart>, String> {
 /// row of it (two would be an answer split in lines that cannot be trusted).
 pub fn parse_job_start(job_id: u32, out: &str) -> Option<JobStart> {
     let mut rows = out.lines().filter_map(|l| {
-        let mut f = l.trim().split('|');
+        let mut f = l.split('|').map(str::trim);
         let (Some(id), Some(uid), Some(start), None) = (f.next(), f.next(), f.next(), f.next())
         else {
             return None;
@@ -191,5 +191,6 @@ mod tests {
         assert_eq!(parse_job_start(42, "42|1001|N/A\n"), None);
         assert_eq!(parse_job_start(42, "42|1001|1790000000\n42|0|1\n"), None);
         assert_eq!(parse_job_start(42, "42|1001|1790000000|x\n"), None);
+        assert_eq!(parse_job_start(42, " 42 | 1001 |1790000000\n"), Some(want));
     }
 }
