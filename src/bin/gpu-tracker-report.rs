@@ -5,19 +5,20 @@
 //! read (a user's own jobs; root: every job).
 
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
 use gpu_tracker::config::Config;
 use gpu_tracker::report::args::{Args, parse_spec};
 use gpu_tracker::report::array::{self, ArraySummary};
 use gpu_tracker::report::classes::ClassRules;
+use gpu_tracker::report::epilog::{self, Outcome};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::settings::{self, Places};
-use gpu_tracker::report::slurmdb;
 use gpu_tracker::report::stored::{Stored, StoredError};
 use gpu_tracker::report::story;
 use gpu_tracker::report::text::{TextOptions, render};
 use gpu_tracker::report::{self, JobRecords, LoadError, Problem, Summary};
+use gpu_tracker::report::{slurmctl, slurmdb};
 use gpu_tracker::slurmconf;
 use gpu_tracker::step::record;
 use gpu_tracker::units::{MAX_AGE_DAYS, checked_days, within};
@@ -133,64 +134,14 @@ fn run(args: &Args) -> Result<u8, Failure> {
     }
 }
 
-/// Runs one of Slurm's commands with no input and its errors discarded; `None` when it could
-/// not be run.
-fn ask(program: &str, args: &[&str]) -> Option<std::process::Output> {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-}
-
-/// Whether Slurm knows `id` (a job id or `A_T`): asks `scontrol` (the jobs the controller still
-/// holds), then `sacct`. `Err(why)` when neither shows it and `sacct` gave no answer (it could
-/// not be run, or failed): then nobody can say that the job does not exist.
-fn slurm_knows(id: &str) -> Result<bool, String> {
-    let scontrol = ask("scontrol", &["-o", "show", "job", id]);
-    if scontrol
-        .as_ref()
-        .is_some_and(|o| o.status.success() && !o.stdout.is_empty())
-    {
-        return Ok(true);
-    }
-    let sacct = slurmdb::run(
-        Command::new("sacct").args(["-n", "-X", "-o", "JobID", "-j", id]),
-        slurmdb::COMMAND_DEADLINE,
-    )?;
-    Ok(!sacct.trim().is_empty())
-}
-
-/// Why a job Slurm still holds has not started: `Some("PENDING, Resources")` while it is
-/// pending or its nodes are being configured, `None` otherwise or when `squeue` cannot say.
-/// `squeue` prints only the state and the reason, so nothing the job's owner wrote (its name,
-/// comment or paths) can pass for them.
-fn not_started(id: &str) -> Option<String> {
-    let out = ask("squeue", &["-h", "-j", id, "-o", "%T %r"])?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut words = text.lines().next()?.split_whitespace();
-    let state = words.next()?;
-    if !matches!(state, "PENDING" | "CONFIGURING") {
-        return None;
-    }
-    Some(match words.next() {
-        Some(reason) if reason != "None" => format!("{state}, {reason}"),
-        _ => state.to_string(),
-    })
-}
-
 /// The failure for a job with no records in the spool and no summary in Slurm's database:
 /// where it was looked for (the spool and how its settings were found), what the database
 /// said (`db`), and what the user can do. A job that has records elsewhere (another spool, a
 /// user Slurm hides jobs from) must not be told it was not tracked.
 fn not_found(spec: &str, spool: &Path, spool_origin: &str, db: &str) -> Failure {
     let looked = format!("{} ({spool_origin})", spool.display());
-    match slurm_knows(spec) {
-        Ok(true) => match not_started(spec) {
+    match slurmctl::knows(spec) {
+        Ok(true) => match slurmctl::not_started(spec) {
             Some(why) => (
                 NOT_STARTED,
                 format!(
@@ -223,51 +174,38 @@ fn not_found(spec: &str, spool: &Path, spool_origin: &str, db: &str) -> Failure 
     }
 }
 
-/// How long `--store-admin-comment` waits for records still being finished: EpilogSlurmctld
-/// may start before the last node's slurmstepd has written its final record.
-const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// `--store-admin-comment`: the job's summary into Slurm's database.
+/// `--store-admin-comment`: the job's summary into Slurm's database, if the spool has records
+/// of the job Slurm names ([`epilog`]).
 fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
-    let root = &cfg.spool_dir;
-    let deadline = std::time::Instant::now() + STORE_WAIT;
-    let records = loop {
-        let r = match report::load_job(root, job_id) {
-            Ok(r) => r,
-            Err(LoadError::NoRecords(..)) => {
-                sayln!("gpu-tracker-report: job {job_id} has no records here: nothing stored");
-                return Ok(NOT_TRACKED);
-            }
-            Err(e) => return Err((FAILED, e.to_string())),
-        };
-        let pending = r
-            .problems
-            .iter()
-            .any(|p| matches!(p, Problem::Incomplete { .. }));
-        if !pending || std::time::Instant::now() >= deadline {
-            break r;
+    let whose = || epilog::whose(job_id);
+    let stored = epilog::store_job(cfg, &cfg.spool_dir, job_id, whose);
+    match stored.map_err(|e| (FAILED, format!("{e}: nothing stored")))? {
+        Outcome::Nothing(why) => {
+            sayln!("gpu-tracker-report: {why}: nothing stored");
+            Ok(NOT_TRACKED)
         }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    };
-    if records.records.is_empty() {
-        sayln!("gpu-tracker-report: job {job_id} has no readable record: nothing stored");
-        return Ok(NOT_TRACKED);
+        Outcome::Stored {
+            job,
+            bytes,
+            complete,
+            left_out,
+        } => {
+            sayln!(
+                "gpu-tracker-report: stored the summary of job {job} in Slurm's database ({bytes} bytes{}{})",
+                if complete {
+                    ""
+                } else {
+                    "; some records were not final"
+                },
+                if left_out > 0 {
+                    format!("; {left_out} record(s) of another job with this id left out")
+                } else {
+                    String::new()
+                }
+            );
+            Ok(OK)
+        }
     }
-    let mut summary = Summary::from_records(&records.records);
-    summary.set_classes(&ClassRules::from_config(cfg));
-    let text = Stored::of(&summary).encode();
-    let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
-    slurmdb::store(&job, &text).map_err(|e| (FAILED, format!("job {job}: {e}")))?;
-    sayln!(
-        "gpu-tracker-report: stored the summary of job {job} in Slurm's database ({} bytes{})",
-        text.len(),
-        if summary.complete {
-            ""
-        } else {
-            "; some records were not final"
-        }
-    );
-    Ok(OK)
 }
 
 /// A job whose records are not in the spool, from the summary stored in Slurm's database.
@@ -286,14 +224,29 @@ fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
         .ok()
         .and_then(|id| array::db::from_rows(id, &rows))
     {
+        let mut a = a;
+        if let Some(t) = a.tasks.first() {
+            // Asked apart: a name may hold newlines and the delimiter.
+            let name = slurmdb::fetch_name(&format!("{}_{}", a.array_job_id, t.task_id));
+            a.name = name
+                .filter(|n| !n.is_empty())
+                .map(|n| record::clean_text(&n, 100));
+        }
         show_array_summary(args, &a, &notes);
         return Ok(Ok(if a.incomplete > 0 { INCOMPLETE } else { OK }));
     }
-    let Some(db) = rows.into_iter().next() else {
+    let Some(db) = slurmdb::the_job(job, rows) else {
         return Ok(Err(format!("sacct shows no job {job} to you")));
     };
     let stored = match Stored::decode(&db.admin_comment) {
-        Ok(s) => s,
+        Ok(s) if s.job == db.job && s.array == db.array => s,
+        Ok(s) => {
+            let other = slurmdb::job_ref(s.job, s.array);
+            return Err((
+                CORRUPT,
+                format!("job {job}: Slurm's database holds job {other}'s summary under it"),
+            ));
+        }
         Err(StoredError::Absent) => {
             return Ok(Err(
                 "Slurm's database has no gpu-tracker summary of it".to_string()
@@ -301,7 +254,8 @@ fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
         }
         Err(e) => return Err((CORRUPT, format!("job {job}: Slurm's database holds {e}"))),
     };
-    let summary = stored.to_summary(&db.user, db.uid, Some(&db.name));
+    let name = slurmdb::fetch_name(&slurmdb::job_ref(db.job, db.array));
+    let summary = stored.to_summary(&db.user, db.uid, name.as_deref());
     if args.format == "json" {
         let doc = serde_json::json!({
             "schema": report::JOB_SCHEMA,

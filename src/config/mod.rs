@@ -263,43 +263,34 @@ impl Config {
     /// Parses and checks settings text; `path` only names the source in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let c: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Syntax(path.to_path_buf(), one_line(&e.to_string())))?;
-        let bad = |key: &'static str, why: String| Err(ConfigError::Value(path.into(), key, why));
+            .map_err(|e| ConfigError::Syntax(path.to_path_buf(), syntax_error(text, &e)))?;
+        let bad = |key: &'static str, why: String| {
+            let at = key_line(text, key).map_or_else(String::new, |l| format!(" (line {l})"));
+            Err(ConfigError::Value(path.into(), key, format!("{why}{at}")))
+        };
         if !c.spool_dir.is_absolute() {
-            return bad(
-                "spool_dir",
-                format!("must be an absolute path, not {:?}", c.spool_dir),
-            );
+            return bad("spool_dir", "must be an absolute path".into());
         }
         if !c.gres_conf.is_empty() && !Path::new(&c.gres_conf).is_absolute() {
-            return bad(
-                "gres_conf",
-                format!("must be \"\" or an absolute path, not {:?}", c.gres_conf),
-            );
+            return bad("gres_conf", "must be \"\" or an absolute path".into());
         }
         if !Path::new(&c.mig_minors_file).is_absolute() {
-            return bad(
-                "mig_minors_file",
-                format!("must be an absolute path, not {:?}", c.mig_minors_file),
-            );
+            return bad("mig_minors_file", "must be an absolute path".into());
         }
-        // Values are shown with `{:?}`: `1e300`, not three hundred digits.
+        // No value is shown: the file may be one the caller cannot read (the report runs as
+        // root for EpilogSlurmctld). The line number says where it is.
         if !within(c.min_interval, MIN_INTERVAL_SECONDS, MAX_INTERVAL_SECONDS) {
             return bad(
                 "min_interval",
                 format!(
-                    "must be from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
-                    c.min_interval
+                    "must be from {MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS} seconds (1 day)"
                 ),
             );
         }
         if !within(c.interval, c.min_interval, MAX_INTERVAL_SECONDS) {
             return bad(
                 "interval",
-                format!(
-                    "must be from min_interval ({} s) to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
-                    c.min_interval, c.interval
-                ),
+                format!("must be from min_interval to {MAX_INTERVAL_SECONDS} seconds (1 day)"),
             );
         }
         if !(c.checkpoint_interval == 0.0
@@ -312,31 +303,21 @@ impl Config {
             return bad(
                 "checkpoint_interval",
                 format!(
-                    "must be 0 (only at the end) or from {MIN_CHECKPOINT_SECONDS} to {MAX_CHECKPOINT_SECONDS} seconds (1 day), not {:?}",
-                    c.checkpoint_interval
+                    "must be 0 (only at the end) or from {MIN_CHECKPOINT_SECONDS} to {MAX_CHECKPOINT_SECONDS} seconds (1 day)"
                 ),
             );
         }
         if !within(c.retention_days, 0.0, f64::from(MAX_AGE_DAYS)) {
             return bad(
                 "retention_days",
-                format!(
-                    "must be from 0 (keep for ever) to {MAX_AGE_DAYS} days (100 years), not {:?}",
-                    c.retention_days
-                ),
+                format!("must be from 0 (keep for ever) to {MAX_AGE_DAYS} days (100 years)"),
             );
         }
         if !c.mark_dir.is_empty() && !Path::new(&c.mark_dir).is_absolute() {
-            return bad(
-                "mark_dir",
-                format!("must be \"\" or an absolute path, not {:?}", c.mark_dir),
-            );
+            return bad("mark_dir", "must be \"\" or an absolute path".into());
         }
         if !c.live_dir.is_empty() && !Path::new(&c.live_dir).is_absolute() {
-            return bad(
-                "live_dir",
-                format!("must be \"\" or an absolute path, not {:?}", c.live_dir),
-            );
+            return bad("live_dir", "must be \"\" or an absolute path".into());
         }
         if !c.live_dir.is_empty() && Path::new(&c.live_dir) == Path::new(&c.mark_dir) {
             return bad(
@@ -349,56 +330,35 @@ impl Config {
         if !c.live_group.is_empty() && !is_group_name(&c.live_group) {
             return bad(
                 "live_group",
-                format!(
-                    "must be \"\" (root only), a group name or a group id, not {:?}",
-                    crate::text::clean_text(&c.live_group, 64)
-                ),
+                "must be \"\" (root only), a group name or a group id".into(),
             );
         }
         if !within(c.live_interval_seconds, MIN_LIVE_SECONDS, MAX_LIVE_SECONDS) {
             return bad(
                 "live_interval_seconds",
-                format!(
-                    "must be from {MIN_LIVE_SECONDS} to {MAX_LIVE_SECONDS} seconds (1 hour), not {:?}",
-                    c.live_interval_seconds
-                ),
+                format!("must be from {MIN_LIVE_SECONDS} to {MAX_LIVE_SECONDS} seconds (1 hour)"),
             );
         }
         if !within(c.co2_grams_per_kwh, 0.0, MAX_CO2_GRAMS_PER_KWH) {
             return bad(
                 "co2_grams_per_kwh",
-                format!(
-                    "must be from 0 (off) to {MAX_CO2_GRAMS_PER_KWH} grams per kWh, not {:?}",
-                    c.co2_grams_per_kwh
-                ),
+                format!("must be from 0 (off) to {MAX_CO2_GRAMS_PER_KWH} grams per kWh"),
             );
         }
         if !within(c.alert_memory_percent, 0.0, 100.0) {
             return bad(
                 "alert_memory_percent",
-                format!(
-                    "must be from 0 (off) to 100 percent, not {:?}",
-                    c.alert_memory_percent
-                ),
+                "must be from 0 (off) to 100 percent".into(),
             );
         }
         if !within(c.alert_gpu_idle_seconds, 0.0, MAX_INTERVAL_SECONDS) {
             return bad(
                 "alert_gpu_idle_seconds",
-                format!(
-                    "must be from 0 (off) to {MAX_INTERVAL_SECONDS} seconds (1 day), not {:?}",
-                    c.alert_gpu_idle_seconds
-                ),
+                format!("must be from 0 (off) to {MAX_INTERVAL_SECONDS} seconds (1 day)"),
             );
         }
         if !within(c.gpu_idle_percent, 0.0, 100.0) {
-            return bad(
-                "gpu_idle_percent",
-                format!(
-                    "must be from 0 to 100 percent, not {:?}",
-                    c.gpu_idle_percent
-                ),
-            );
+            return bad("gpu_idle_percent", "must be from 0 to 100 percent".into());
         }
         // The classes' thresholds: 0 turns each off.
         for (key, v, max, unit) in [
@@ -430,10 +390,7 @@ impl Config {
             ),
         ] {
             if !within(v, 0.0, max) {
-                return bad(
-                    key,
-                    format!("must be from 0 (off) to {max}{unit}, not {v:?}"),
-                );
+                return bad(key, format!("must be from 0 (off) to {max}{unit}"));
             }
         }
         if c.steps.is_empty() {
@@ -544,6 +501,61 @@ pub const SHOWN_OPTION_CHARS: usize = 64;
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What `toml` found wrong in settings `text`, in words that hold none of the file's text (it
+/// may be a file the caller cannot read, given to the report running as root): the line, and
+/// the kind of fault. Keys, values and the line itself stay out: an unknown key, a value of
+/// the wrong kind (with what was expected, which is ours), or the TOML rule broken (`toml`'s
+/// syntax messages are fixed words and the tokens it expected).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let m = one_line(e.message());
+    let wrong_value = [
+        "invalid type",
+        "invalid value",
+        "invalid length",
+        "unknown variant",
+    ];
+    let what = if m.starts_with("unknown field") {
+        "an unknown key".to_string()
+    } else if wrong_value.iter().any(|p| m.starts_with(p)) {
+        match m.rsplit_once(", expected ") {
+            Some((_, x)) => format!("a value of the wrong kind (expected {x})"),
+            None => "a value of the wrong kind".into(),
+        }
+    } else if m.starts_with("missing field") || m.starts_with("duplicate field") {
+        // These name one of our keys.
+        m
+    } else {
+        format!("not valid TOML: {m}")
+    };
+    match e.span() {
+        Some(s) => format!("line {}: {what}", line_at(text, s.start)),
+        None => what,
+    }
+}
+
+/// The line (from 1) that byte `at` of `text` is on.
+fn line_at(text: &str, at: usize) -> usize {
+    let at = at.min(text.len());
+    1 + text.as_bytes()[..at]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+}
+
+/// The line (from 1) of `text` that sets `key` (`key = ...` or `"key" = ...`), if any.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    let quoted = format!("\"{key}\"");
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            [key, quoted.as_str()].iter().any(|k| {
+                l.strip_prefix(k)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]

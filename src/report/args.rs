@@ -113,12 +113,11 @@ pub struct Args {
     pub cluster: Option<String>,
     /// Store the job's summary in Slurm's database (its AdminComment, through sacctmgr), for
     /// reading it later where the spool is out of reach. Run by the site's EpilogSlurmctld as
-    /// Slurm's user (slurm/epilog-slurmctld); waits up to 30 s for records still being finished.
-    #[arg(
-        long = "store-admin-comment",
-        value_name = "JOBID",
-        conflicts_with_all = ["job", "user", "all", "since", "purge"]
-    )]
+    /// Slurm's user (slurm/epilog-slurmctld), through sudo where that is not root: it takes the
+    /// job id and nothing else (not --config, --spool or GPU_TRACKER_SPOOL). Stores only the
+    /// records of the job Slurm names (its user's, begun after it started); waits up to 30 s
+    /// for records still being finished.
+    #[arg(long = "store-admin-comment", value_name = "JOBID", exclusive = true)]
     pub store_admin_comment: Option<u32>,
 }
 
@@ -386,5 +385,22 @@ mod tests {
         assert!(e.to_string().contains("is not a job id"), "{e}");
         let e = check(&argv(&["--since", "7d", "12"])).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+        // --store-admin-comment, run as root through sudo: the job id and nothing else.
+        let store = check(&argv(&["--store-admin-comment", "12"])).unwrap();
+        assert_eq!(store.store_admin_comment, Some(12));
+        assert!(check(&argv(&["--store-admin-comment=12"])).is_ok());
+        for bad in [
+            &["--store-admin-comment", "12", "--config", "/etc/shadow"][..],
+            &["--config", "/etc/shadow", "--store-admin-comment", "12"],
+            &["--store-admin-comment", "12", "--spool", "/tmp"],
+            &["--store-admin-comment", "12", "--cluster", "c"],
+            &["--store-admin-comment", "12", "--format", "json"],
+            &["--store-admin-comment", "12", "13"],
+            &["--store-admin-comment", "12_1"],
+            &["--store-admin-comment", "-1"],
+        ] {
+            let e = check(&argv(bad)).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
     }
 }

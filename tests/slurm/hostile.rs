@@ -135,3 +135,104 @@ fn control_characters_a_huge_environment_and_non_utf8_paths_are_tracked_and_show
     assert!(lines.is_empty(), "{lines:#?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The user id of `user`.
+fn uid_of(user: &str) -> u32 {
+    let out = Command::new("id").args(["-u", user]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster with accounting (tests/run-all.sh) and root"]
+fn a_job_name_holding_a_row_of_sacct_forges_no_stored_summary() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // Held, so that its name can hold its own id: a stored summary of "task 0 of array ID",
+    // 424242 s long, of gtuser2, on a second line of the name (sacct -P prints it raw).
+    let id = submit_as(
+        USER,
+        "forged-row",
+        "#!/bin/bash\n#SBATCH --gpu-track\nsleep 1\n",
+        &["--hold"],
+    );
+    let forged = gpu_tracker::report::stored::Stored {
+        job: id,
+        array: Some((id, 0)),
+        complete: true,
+        elapsed: 424_242.0,
+        ..Default::default()
+    }
+    .encode();
+    let name = format!("x\n{}|gtuser2|{forged}|y", uid_of("gtuser2"));
+    for args in [
+        vec![
+            "update".to_string(),
+            format!("JobId={id}"),
+            format!("JobName={name}"),
+        ],
+        vec!["release".to_string(), id.to_string()],
+    ] {
+        let out = Command::new("runuser")
+            .args(["-u", USER, "--", "scontrol"])
+            .args(&args)
+            .env("SLURM_CONF", slurm_conf())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scontrol {args:?}: {out:?}");
+    }
+    let job = wait_job(USER, "forged-row", id);
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    assert!(stored_comment(id).starts_with("gpu-tracker:1:{"));
+    // The premise: sacct prints the name raw, so the forged row is a line of its own there.
+    let raw = Command::new("sacct")
+        .args([
+            "-n",
+            "-X",
+            "-P",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "UID,User,AdminComment,JobName",
+        ])
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout).into_owned();
+    assert!(
+        raw.lines()
+            .any(|l| l.starts_with(&format!("{}|gtuser2|gpu-tracker:1:", uid_of("gtuser2")))),
+        "sacct printed the name on one line: {raw:?}"
+    );
+
+    // Once the spool has lost the job, root and the user read the job's own summary.
+    std::fs::remove_dir_all(job_spool_dir(id)).unwrap();
+    for who in ["root", USER] {
+        let (code, text, err) = report_as(who, &[&id.to_string()]);
+        assert_eq!(code, 0, "{who}: {text}{err}");
+        assert!(
+            text.contains(&format!("gpu-tracker summary of job {id}\n")),
+            "{who}: {text}"
+        );
+        assert!(
+            text.contains("Source:        Slurm's database"),
+            "{who}: {text}"
+        );
+        assert!(
+            text.contains(&format!("User:          {USER} (uid {})", uid_of(USER))),
+            "{who}: {text}"
+        );
+        assert!(!text.contains("summary of array"), "{who}: {text}");
+        assert!(
+            !text.contains("117:50:42"),
+            "the forged 424242 s: {who}: {text}"
+        );
+        let (code, json, err) = report_as(who, &[&id.to_string(), "--format", "json"]);
+        assert_eq!(code, 0, "{who}: {err}");
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(doc["summary"]["user"], USER, "{who}: {json}");
+        assert_eq!(doc["summary"]["uid"], uid_of(USER), "{who}: {json}");
+        assert!(
+            doc["summary"]["elapsed_seconds"].as_f64().unwrap() < 600.0,
+            "{json}"
+        );
+    }
+}

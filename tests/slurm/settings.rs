@@ -37,12 +37,18 @@ fn a_broken_settings_file_leaves_jobs_running_untracked_and_says_why() {
     let text = std::fs::read(&log).unwrap();
     let new = String::from_utf8_lossy(&text[before as usize..]);
     let lines: Vec<&str> = new.lines().filter(|l| l.contains("gpu-tracker:")).collect();
+    // By its line: a settings error shows no text of the file.
+    let at = format!(
+        "line {}: an unknown key",
+        format!("{good}\n").lines().count() + 1
+    );
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("settings not usable") && l.contains("spool_dri")),
-        "slurmd's log says why: {lines:?}"
+            .any(|l| l.contains("settings not usable") && l.contains(&at)),
+        "slurmd's log says why ({at}): {lines:?}"
     );
+    assert!(!lines.iter().any(|l| l.contains("spool_dri")), "{lines:?}");
 }
 
 /// Runs a tracked job while `change` holds (undone by the returned guard's drop) and returns

@@ -17,7 +17,12 @@ pub fn from_rows(array: u32, rows: &[DbJob]) -> Option<(ArraySummary, Vec<String
     let mut first: Option<&DbJob> = None;
     for row in rows {
         match Stored::decode(&row.admin_comment) {
-            Ok(st) if st.array.map(|a| a.0) == Some(array) => {
+            // The summary's own ids must be the row's: a summary is stored under its own job.
+            Ok(st)
+                if st.array.map(|a| a.0) == Some(array)
+                    && st.array == row.array
+                    && st.job == row.job =>
+            {
                 let s = st.to_summary(&row.user, row.uid, Some(&row.name));
                 let mut t = TaskFigures::of(&s);
                 // A stored summary has no steps: its counts say what failed.
@@ -26,6 +31,11 @@ pub fn from_rows(array: u32, rows: &[DbJob]) -> Option<(ArraySummary, Vec<String
                 tasks.push(t);
                 first.get_or_insert(row);
             }
+            Ok(st) if st.job != row.job || st.array != row.array => notes.push(format!(
+                "Slurm's database holds a summary of job {} under job {}: not used",
+                st.job,
+                super::super::slurmdb::job_ref(row.job, row.array)
+            )),
             Ok(st) => notes.push(format!(
                 "Slurm's database gave job {} of no array {array}",
                 st.job
@@ -69,6 +79,8 @@ mod tests {
         let mut st = Stored::of(&s);
         st.oom_kills = oom;
         DbJob {
+            job,
+            array: task.map(|t| (100, t)),
             uid: 1001,
             user: "alice".into(),
             name: "sweep".into(),
@@ -95,6 +107,12 @@ mod tests {
             notes,
             vec!["1 task(s) have no gpu-tracker summary in Slurm's database"]
         );
+        // A summary under another job's row is not used.
+        let mut moved = row(104, Some(4), 1.0, 0);
+        moved.job = 105;
+        let (a, notes) = from_rows(100, &[row(101, Some(1), 60.0, 0), moved]).unwrap();
+        assert_eq!(a.tasks_found, 1);
+        assert!(notes[0].contains("job 104 under job 100_4"), "{notes:?}");
         // A plain job, or another array's task, is not this array.
         assert!(from_rows(100, &[row(100, None, 60.0, 0)]).is_none());
         assert!(from_rows(7, &rows).is_none());

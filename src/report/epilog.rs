@@ -1,0 +1,201 @@
+//! `gpu-tracker-report --store-admin-comment JOBID`, run by the site's EpilogSlurmctld as
+//! SlurmUser (through sudo where that is not root): the summary of the job that just ended
+//! into Slurm's database ([`super::slurmdb::store`]).
+//!
+//! A job directory holds whatever records were written under its id, and ids come round (after
+//! `MaxJobId`, or when the controller's state is reset): only records of the job Slurm names
+//! are stored, those of its user that began after it started ([`this_jobs`]). Who the job's
+//! user is and when it started come from Slurm ([`whose`]): the variables slurmctld gives
+//! EpilogSlurmctld, else the controller (`squeue`).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::classes::ClassRules;
+use super::slurmctl::{self, JobStart};
+use super::stored::Stored;
+use super::{LoadError, Summary, slurmdb};
+use crate::config::Config;
+use crate::step::record::StepRecord;
+
+/// How far before the job's start (on the controller's clock) a record's start may be and still
+/// count as the job's: the nodes' clocks and the controller's differ a little.
+pub const CLOCK_SLACK_SECONDS: i64 = 30;
+
+/// How long [`store_job`] waits for records still being finished: EpilogSlurmctld may start
+/// before the last node's slurmstepd has written its final record.
+pub const STORE_WAIT: Duration = Duration::from_secs(30);
+
+/// When a record's step began, Unix seconds; `None` when it does not say.
+fn began(r: &StepRecord) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(&r.step.start)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// The records of job `job_id` that are the job `job` (its user's, begun at most
+/// [`CLOCK_SLACK_SECONDS`] before it started), and how many others were left out: a record of
+/// another user, or one that began before the job did, is another job that had this id.
+pub fn this_jobs(
+    records: Vec<StepRecord>,
+    job_id: u32,
+    job: &JobStart,
+) -> (Vec<StepRecord>, usize) {
+    let n = records.len();
+    let kept: Vec<StepRecord> = records
+        .into_iter()
+        .filter(|r| {
+            r.job.id == job_id
+                && r.job.uid == job.uid
+                && began(r).is_some_and(|t| t >= job.start.saturating_sub(CLOCK_SLACK_SECONDS))
+        })
+        .collect();
+    let left_out = n - kept.len();
+    (kept, left_out)
+}
+
+/// Whose job `job_id` is and when it started, as Slurm gives them: the variables slurmctld gives
+/// EpilogSlurmctld ([`slurmctl::start_from_env`]; Slurm 23.02 and later), else the controller
+/// (`squeue`, which still holds the job while its EpilogSlurmctld runs), which must then agree
+/// with the `SLURM_JOB_UID` slurmctld gave. `Err(why)` when neither can say.
+pub fn whose(job_id: u32) -> Result<JobStart, String> {
+    let env = |k: &str| std::env::var(k).ok();
+    if let Some(j) = slurmctl::start_from_env(job_id, env) {
+        return Ok(j);
+    }
+    let given_uid = slurmctl::uid_from_env(job_id, env);
+    match slurmctl::job_start(job_id)? {
+        Some(j) if given_uid.is_none_or(|u| u == j.uid) => Ok(j),
+        Some(j) => Err(format!(
+            "slurmctld gave user id {} and squeue shows {}",
+            given_uid.unwrap_or_default(),
+            j.uid
+        )),
+        None => Err(
+            "neither slurmctld's variables nor squeue give its start time: which records are \
+             its cannot be told"
+                .into(),
+        ),
+    }
+}
+
+/// What [`store_job`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The summary is in Slurm's database.
+    Stored {
+        /// The job as Slurm names it (`A_T` for an array task).
+        job: String,
+        /// The stored text's length.
+        bytes: usize,
+        /// Every record was final.
+        complete: bool,
+        /// Records of another job with this id, left out.
+        left_out: usize,
+    },
+    /// Nothing to store, and why (for people).
+    Nothing(String),
+}
+
+/// Stores the summary of job `job_id` from the spool `root` (settings `cfg`) in Slurm's
+/// database. `whose` says whose the job is and when it started ([`whose`]); it is asked only
+/// when the spool has records under the id (the script runs for every job, tracked or not).
+/// Waits up to [`STORE_WAIT`] for records that are not final yet.
+pub fn store_job(
+    cfg: &Config,
+    root: &Path,
+    job_id: u32,
+    whose: impl FnOnce() -> Result<JobStart, String>,
+) -> Result<Outcome, String> {
+    let deadline = Instant::now() + STORE_WAIT;
+    // The records under the id; `None`: none at all.
+    let load = || match super::load_job(root, job_id) {
+        Ok(r) => Ok(Some(r.records)),
+        Err(LoadError::NoRecords(..)) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    };
+    let no_records = || Outcome::Nothing(format!("job {job_id} has no records here"));
+    let mut records = match load()? {
+        Some(r) if !r.is_empty() => r,
+        Some(_) => {
+            return Ok(Outcome::Nothing(format!(
+                "job {job_id} has no readable record"
+            )));
+        }
+        None => return Ok(no_records()),
+    };
+    let job = whose().map_err(|e| format!("job {job_id}: {e}"))?;
+    let (records, left_out) = loop {
+        let (kept, left_out) = this_jobs(records, job_id, &job);
+        if kept.is_empty() {
+            return Ok(Outcome::Nothing(format!(
+                "the {left_out} record(s) under job {job_id} are of another job with this id \
+                 (not of uid {}, or begun before the job started at {})",
+                job.uid, job.start
+            )));
+        }
+        if !kept.iter().any(|r| !r.complete) || Instant::now() >= deadline {
+            break (kept, left_out);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        records = load()?.ok_or_else(|| format!("job {job_id}: its records were removed"))?;
+    };
+    let mut summary = Summary::from_records(&records);
+    summary.set_classes(&ClassRules::from_config(cfg));
+    let text = Stored::of(&summary).encode();
+    let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
+    slurmdb::store(&job, &text).map_err(|e| format!("job {job}: {e}"))?;
+    Ok(Outcome::Stored {
+        job,
+        bytes: text.len(),
+        complete: summary.complete,
+        left_out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::record::tests_support::record;
+
+    fn at(node: &str, uid: u32, start: &str) -> StepRecord {
+        let mut r = record(node, "batch");
+        r.job.uid = uid;
+        r.step.start = start.into();
+        r
+    }
+
+    #[test]
+    fn only_records_of_the_job_s_user_begun_after_it_started_are_its() {
+        // The job: uid 1001, started 2026-11-23T10:00:00Z.
+        let job = JobStart {
+            uid: 1001,
+            start: 1_795_428_000,
+        };
+        let id = record("n1", "batch").job.id;
+        let records = vec![
+            at("mine", 1001, "2026-11-23T10:00:05+00:00"),
+            // 20 s before, on a node whose clock is behind: within the slack.
+            at("skewed", 1001, "2026-11-23T09:59:40+00:00"),
+            // Another user's job with the same id, and an earlier job of the same user.
+            at("theirs", 1002, "2026-11-23T10:00:05+00:00"),
+            at("earlier", 1001, "2026-11-20T08:00:00+00:00"),
+            at("undated", 1001, "not a time"),
+        ];
+        let (kept, left_out) = this_jobs(records.clone(), id, &job);
+        let nodes: Vec<&str> = kept.iter().map(|r| r.step.node.as_str()).collect();
+        assert_eq!(nodes, vec!["mine", "skewed"]);
+        assert_eq!(left_out, 3);
+        // Another id's record is not this job's either.
+        let (kept, _) = this_jobs(records, id + 1, &job);
+        assert!(kept.is_empty());
+        // A job that started after every record: none is its.
+        let later = JobStart {
+            start: job.start + 3600,
+            ..job
+        };
+        let (kept, left_out) =
+            this_jobs(vec![at("mine", 1001, "2026-11-23T10:00:05Z")], id, &later);
+        assert!(kept.is_empty() && left_out == 1);
+    }
+}

@@ -1,0 +1,257 @@
+//! Whole-program tests of how `gpu-tracker-report` talks to Slurm's commands, with fake
+//! `scontrol`, `squeue`, `sacct` and `sacctmgr` first in PATH: a controller that hangs does not
+//! hang the report; `--store-admin-comment` takes one job id and nothing else, stores only the
+//! records of the job Slurm names (its user, begun after it started), and no settings error
+//! shows a line of the file it could not use.
+
+mod common;
+
+use common::TempDir;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A spool, settings naming it, and a directory of fake Slurm commands.
+struct Fake {
+    dir: TempDir,
+}
+
+impl Fake {
+    fn new(tag: &str) -> Fake {
+        let dir = TempDir::new(tag);
+        std::fs::create_dir_all(dir.join("spool/t")).unwrap();
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::write(
+            dir.join("gpu-tracker.toml"),
+            format!("spool_dir = {:?}\n", dir.join("spool").to_str().unwrap()),
+        )
+        .unwrap();
+        let f = Fake { dir };
+        // By default Slurm knows nothing and stores whatever it is given.
+        f.command("scontrol", "exit 1");
+        f.command("squeue", "exit 0");
+        f.command("sacct", "exit 0");
+        let log = f.log();
+        f.command(
+            "sacctmgr",
+            &format!(
+                "printf '%s\\n' \"$@\" >> '{}'\necho ' Modified job(s)'",
+                log.display()
+            ),
+        );
+        f
+    }
+
+    /// Makes `name` a fake command running `body` (sh).
+    fn command(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.dir.join(&format!("bin/{name}"));
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Where the fake sacctmgr writes its arguments, one a line.
+    fn log(&self) -> PathBuf {
+        self.dir.join("sacctmgr.log")
+    }
+
+    fn stored(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+
+    /// Runs the report with `args` and the variables `env`, failed if it runs over 30 s.
+    fn report(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let path = format!("{}:/usr/bin:/bin", self.dir.join("bin").display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"))
+            .args(args)
+            .env_clear()
+            .env("PATH", path)
+            .env("GPU_TRACKER_CONFIG", self.dir.join("gpu-tracker.toml"))
+            .env("SLURM_CONF", self.dir.join("no-slurm.conf"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("gpu-tracker-report {args:?} still ran after 30 s: it hangs");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Job `job` of uid 1001 in the spool (cluster `default`: no slurm.conf), its batch step
+    /// begun at `start` (RFC 3339).
+    fn job(&self, job: u32, start: &str) {
+        use gpu_tracker::step::record::*;
+        let dir = self.dir.join(&format!("spool/default/{job}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = StepRecord {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            complete: true,
+            written_at: start.into(),
+            tracker_version: "0.1.0".into(),
+            job: JobInfo {
+                id: job,
+                user: "alice".into(),
+                uid: 1001,
+                ..Default::default()
+            },
+            step: StepInfo {
+                id: "batch".into(),
+                kind: "batch".into(),
+                node: "n1".into(),
+                start: start.into(),
+                end: Some(start.into()),
+                elapsed_seconds: 60.0,
+                ..Default::default()
+            },
+            tasks: vec![],
+            memory: StepMemory::default(),
+            cpu: StepCpu::default(),
+            gpus: vec![],
+            sampler: SamplerStats::default(),
+            timeline: None,
+            events: Vec::new(),
+            events_dropped: 0,
+        };
+        std::fs::write(dir.join("n1.batch.json"), r.to_json()).unwrap();
+    }
+}
+
+#[test]
+fn a_controller_that_does_not_answer_does_not_hang_the_report() {
+    let f = Fake::new("hung-controller");
+    f.command("scontrol", "exec sleep 60");
+    f.command("squeue", "exec sleep 60");
+    let t = Instant::now();
+    let out = f.report(&["999"], &[]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("unknown job 999"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
+    // scontrol knows the job; squeue, asked whether it started, hangs.
+    f.command("scontrol", "echo JobId=999");
+    let t = Instant::now();
+    let out = f.report(&["999"], &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", common::stderr(&out));
+    assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
+}
+
+#[test]
+fn store_admin_comment_takes_one_job_id_and_nothing_else() {
+    let f = Fake::new("store-alone");
+    // A file root can read and the caller cannot: its first line must never come out.
+    let secret = f.dir.join("secret");
+    std::fs::write(&secret, "root:$y$j9T$SECRETHASH:19000:0:99999:7:::\n").unwrap();
+    let s = secret.to_str().unwrap();
+    for args in [
+        &["--store-admin-comment", "5", "--config", s][..],
+        &["--config", s, "--store-admin-comment", "5"],
+        &["--store-admin-comment", "5", "--spool", "/tmp"],
+        &["--store-admin-comment", "5", "--cluster", "x"],
+        &["--store-admin-comment", "5", "-f", "json"],
+        &["--store-admin-comment", "5", "6"],
+        &["--store-admin-comment", "5_1"],
+        &["--store-admin-comment", "../5"],
+    ] {
+        let out = f.report(args, &[]);
+        let all = format!("{}{}", common::stdout(&out), common::stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {all}");
+        assert!(!all.contains("SECRETHASH"), "{args:?}: {all}");
+    }
+    assert!(f.stored().is_empty(), "{}", f.stored());
+    // Alone, it runs.
+    let out = f.report(&["--store-admin-comment=5"], &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", common::stderr(&out));
+    assert!(common::stdout(&out).contains("no records"));
+}
+
+#[test]
+fn a_settings_error_never_shows_the_file_s_text() {
+    let f = Fake::new("settings-secret");
+    let secret = f.dir.join("secret");
+    for text in [
+        "root:$y$j9T$SECRETHASH:19000:0:99999:7:::\n",
+        "SECRETHASH = 1\n",
+        "interval = \"SECRETHASH\"\n",
+        "steps = [\"SECRETHASH\"]\n",
+        "spool_dir = \"SECRETHASH\"\n",
+        "\n\nlive_group = \"SECRETHASH x\"\n",
+    ] {
+        std::fs::write(&secret, text).unwrap();
+        let out = f.report(&["--config", secret.to_str().unwrap(), "5"], &[]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
+        assert!(!err.contains("SECRETHASH"), "{text}: {err}");
+        assert!(err.contains(secret.to_str().unwrap()), "{text}: {err}");
+        assert!(err.contains("line "), "{text}: {err}");
+    }
+}
+
+#[test]
+fn only_records_of_the_job_slurm_names_are_stored() {
+    let f = Fake::new("store-which");
+    // Records of job 5, uid 1001, begun 2026-11-23T09:59:00Z (1795427940).
+    f.job(5, "2026-11-23T09:59:00+00:00");
+    let epilog = |uid: &'static str, start: &'static str| {
+        vec![
+            ("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld"),
+            ("SLURM_JOB_ID", "5"),
+            ("SLURM_JOB_UID", uid),
+            ("SLURM_JOB_START_TIME", start),
+        ]
+    };
+    // Another user's job 5, or a job 5 that started after the records began: nothing stored.
+    for env in [epilog("1002", "1795427900"), epilog("1001", "1795430000")] {
+        let out = f.report(&["--store-admin-comment", "5"], &env);
+        let said = common::stdout(&out);
+        assert_eq!(out.status.code(), Some(4), "{env:?}: {said}");
+        assert!(said.contains("nothing stored"), "{said}");
+        assert!(f.stored().is_empty(), "{env:?}: {}", f.stored());
+    }
+    // The job's own records, begun 10 s after its start (or 20 s before, within the slack).
+    for start in ["1795427930", "1795427960"] {
+        let out = f.report(&["--store-admin-comment", "5"], &epilog("1001", start));
+        assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+        assert!(
+            f.stored().contains("AdminComment=gpu-tracker:1:"),
+            "{}",
+            f.stored()
+        );
+        std::fs::remove_file(f.log()).unwrap();
+    }
+    // Slurm 22.05 gives no start time: squeue's answer for the job, and no other.
+    let env = &epilog("1001", "")[..3];
+    for (rows, code) in [
+        // Another job's row only; a row of another user than slurmctld gave; a start after
+        // the records began.
+        ("echo '6|1001|1795427900'", 1),
+        ("echo '6|1001|1795427900'\necho '5|1002|1795427900'", 1),
+        ("echo '5|1001|1795430000'", 4),
+    ] {
+        f.command("squeue", rows);
+        let out = f.report(&["--store-admin-comment", "5"], env);
+        let said = format!("{}{}", common::stdout(&out), common::stderr(&out));
+        assert_eq!(out.status.code(), Some(code), "{rows}: {said}");
+        assert!(said.contains("nothing stored"), "{rows}: {said}");
+        assert!(f.stored().is_empty(), "{}", f.stored());
+    }
+    f.command("squeue", "echo '5|1001|1795427900'");
+    let out = f.report(&["--store-admin-comment", "5"], env);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(f.stored().contains("AdminComment=gpu-tracker:1:"));
+    std::fs::remove_file(f.log()).unwrap();
+    // Neither says: nothing stored.
+    f.command("squeue", "exit 1");
+    let out = f.report(&["--store-admin-comment", "5"], &[]);
+    assert_ne!(out.status.code(), Some(0), "{}", common::stdout(&out));
+    assert!(f.stored().is_empty(), "{}", f.stored());
+}
