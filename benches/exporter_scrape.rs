@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use gpu_tracker::exporter::Exporter;
+use gpu_tracker::exporter::metrics::Format;
 use gpu_tracker::step::live::{LiveCpu, LiveGpu, LiveMemory, LiveState, SCHEMA, SCHEMA_VERSION};
 
 struct Args {
@@ -110,12 +111,12 @@ fn main() {
     }
     let mut e = Exporter::new(dir.clone());
     // Once untimed: the directory and files in the page cache, as on a node scraped every 15 s.
-    let first = e.scrape().text;
+    let first = e.scrape(Format::OpenMetrics).text;
     let series = first.lines().filter(|l| !l.starts_with('#')).count();
     let mut times: Vec<f64> = (0..a.runs)
         .map(|_| {
             let t = Instant::now();
-            let text = e.scrape().text;
+            let text = e.scrape(Format::OpenMetrics).text;
             let d = t.elapsed().as_secs_f64();
             assert!(text.ends_with("# EOF\n"));
             d

@@ -1,21 +1,31 @@
 //! `gpu-tracker-exporter` as a program: state files in a temporary live directory, the exporter
 //! started on a free port of 127.0.0.1, scraped over HTTP with std.
 //!
-//! What is checked: each running step's series and its GPUs' are served as OpenMetrics text
-//! and end when the step's file is gone; bad files are counted, not served; other paths and
-//! methods get 404 and 405; `--once` prints one scrape; a thousand scrapes leak neither memory
-//! nor descriptors.
+//! What is checked: each running step's series and its GPUs' are served and end when the
+//! step's file is gone; bad files are counted, not served; other paths and methods get 404 and
+//! 405; `--once` prints one scrape; a thousand scrapes leak neither memory nor descriptors
+//! (here); OpenMetrics to Prometheus and the text format `promtool` accepts to other clients,
+//! and targets in absolute form (`exporter/format.rs`); clients that send nothing or drip hold
+//! neither a scrape nor the exporter's threads and memory (`exporter/load.rs`).
 
 mod common;
+#[path = "exporter/format.rs"]
+mod format;
+#[path = "exporter/load.rs"]
+mod load;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::TempDir;
 use gpu_tracker::step::live::{LiveCpu, LiveGpu, LiveMemory, LiveState, SCHEMA, SCHEMA_VERSION};
+
+/// What Debian's Prometheus 2.42 sends in `Accept` when it scrapes.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 fn exporter() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpu-tracker-exporter"))
@@ -105,17 +115,40 @@ impl Server {
 
     /// Sends `request`; returns the status line, the head and the body.
     fn ask(&self, request: &str) -> (String, String, String) {
+        self.ask_within(request, Duration::from_secs(60))
+    }
+
+    /// [`Server::ask`], answered within `limit` or a panic.
+    fn ask_within(&self, request: &str, limit: Duration) -> (String, String, String) {
+        let t0 = Instant::now();
         let mut s = TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(limit)).unwrap();
         s.write_all(request.as_bytes()).unwrap();
         let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
+        s.read_to_string(&mut text).unwrap_or_else(|e| {
+            panic!(
+                "no answer within {limit:?} ({e}): {:?} after {:?}",
+                text,
+                t0.elapsed()
+            )
+        });
+        assert!(t0.elapsed() < limit, "answered after {:?}", t0.elapsed());
         let (head, body) = text.split_once("\r\n\r\n").expect("a whole answer");
         let status = head.lines().next().unwrap().to_string();
         (status, head.to_string(), body.to_string())
     }
 
+    /// A scrape as Prometheus makes it (it asks for OpenMetrics first).
     fn metrics(&self) -> String {
-        let (status, head, body) = self.ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        self.metrics_within(Duration::from_secs(60))
+    }
+
+    /// [`Server::metrics`], answered within `limit` or a panic.
+    fn metrics_within(&self, limit: Duration) -> String {
+        let (status, head, body) = self.ask_within(
+            &format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: {PROMETHEUS_ACCEPT}\r\n\r\n"),
+            limit,
+        );
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert!(
             head.contains(
@@ -167,7 +200,7 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
     let seven_0 = put(&dir, &state(7, "0", 2));
     let s = Server::start(&dir);
     let m = s.metrics();
-    let l = r#"jobid="7",step="0",user="alice",node="n1""#;
+    let l = r#"jobid="7",step="0",user="alice",node="n1",cluster="c1""#;
     assert_eq!(
         value(&m, &format!("gpu_tracker_memory_bytes{{{l}}}")).as_deref(),
         Some("1073741824")
@@ -192,7 +225,7 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
     // No SM activity was measured: no series, not a 0.
     assert!(!m.contains("gpu_tracker_gpu_sm_active_ratio{"), "{m}");
     assert!(m.contains(
-        r#"gpu_tracker_cpus_allocated{jobid="7",step="batch",user="alice",node="n1"} 8"#
+        r#"gpu_tracker_cpus_allocated{jobid="7",step="batch",user="alice",node="n1",cluster="c1"} 8"#
     ));
     assert_eq!(
         value(&m, "gpu_tracker_exporter_steps").as_deref(),
@@ -263,7 +296,8 @@ fn once_prints_one_scrape_and_bad_arguments_say_so() {
         text.contains(r#"gpu_tracker_gpu_memory_total_bytes{jobid="11""#),
         "{text}"
     );
-    assert!(text.ends_with("# EOF\n"));
+    // The classic text format, as node_exporter's textfile collector reads it.
+    assert!(!text.contains("# EOF"), "{text}");
     let out = Command::new(exporter())
         .args(["--listen", "not-an-address", "--live-dir"])
         .arg(&dir)

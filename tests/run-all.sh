@@ -34,7 +34,8 @@ mkdir -p "$logs"
 # plugin's build dependencies; the guests have all of it in their images):
 #   fuse3, python3-pyfuse3, python3: tests/hangfs.py, a FUSE file that stops answering;
 #   procps: kill(1) and pgrep(1) in the signal tests;
-#   prometheus: Debian's own, which the exporter's test starts and scrapes through.
+#   prometheus: Debian's own, which the exporter's test starts and scrapes through, and whose
+#   promtool lints the exporter's text (tests/exporter/format.rs fails without it).
 TEST_PACKAGES=(fuse3 python3-pyfuse3 python3 procps prometheus)
 test_packages() {
     local p missing=()

@@ -1,5 +1,6 @@
 //! `gpu-tracker-exporter`: serves the node's running Slurm steps' figures (the plugin's live
-//! state files) to Prometheus in the OpenMetrics text format. One per node; no privileges:
+//! state files) to Prometheus, in the OpenMetrics text format or the classic text format as the
+//! client asks. One per node; no privileges:
 //! read access to the live directory (the plugin's `live_group`) is all it needs
 //! (docs/EXPORTER.md).
 
@@ -9,13 +10,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use clap::Parser;
-use gpu_tracker::exporter::read::DirState;
+use clap::{Parser, ValueEnum};
+use gpu_tracker::exporter::metrics::Format;
 use gpu_tracker::exporter::{Exporter, serve};
 use gpu_tracker::report::settings::{self, Places};
 
 /// Serves the running Slurm steps' memory, CPU and GPU figures on this node, as the
-/// gpu-tracker plugin keeps them, to Prometheus (OpenMetrics text at /metrics).
+/// gpu-tracker plugin keeps them, to Prometheus (at /metrics: OpenMetrics when the client asks
+/// for it, as Prometheus does, the classic text format otherwise).
 #[derive(Debug, Parser)]
 #[command(name = "gpu-tracker-exporter", version)]
 struct Args {
@@ -37,6 +39,19 @@ struct Args {
     /// Print one scrape to standard output and exit.
     #[arg(long = "once")]
     once: bool,
+    /// The format of `--once`: the classic text format (what node_exporter's textfile
+    /// collector reads) or OpenMetrics.
+    #[arg(long = "format", value_enum, default_value_t = OnceFormat::Text, requires = "once")]
+    format: OnceFormat,
+}
+
+/// `--format`'s values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OnceFormat {
+    /// Prometheus's text format 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.0.
+    Openmetrics,
 }
 
 fn main() -> ExitCode {
@@ -73,10 +88,14 @@ fn live_dir(args: &Args) -> anyhow::Result<PathBuf> {
 fn run(args: Args) -> anyhow::Result<()> {
     let mut exporter = Exporter::new(live_dir(&args)?);
     if args.once {
-        let scrape = exporter.scrape();
-        if let Some(DirState::Refused(why)) = &scrape.dir_problem {
+        let format = match args.format {
+            OnceFormat::Text => Format::Text,
+            OnceFormat::Openmetrics => Format::OpenMetrics,
+        };
+        let scrape = exporter.scrape(format);
+        if let Some(problem) = scrape.dir_problem.as_ref().filter(|p| p.error().is_some()) {
             eprintln!(
-                "gpu-tracker-exporter: {}: not read: {why}",
+                "gpu-tracker-exporter: {}: {problem}",
                 exporter.dir().display()
             );
         }
@@ -96,5 +115,5 @@ fn run(args: Args) -> anyhow::Result<()> {
         "gpu-tracker-exporter: serving {} on http://{addr}/metrics",
         exporter.dir().display()
     );
-    Err(serve::serve(&listener, &mut exporter)).context("accepting connections")
+    Err(serve::serve(&listener, exporter)).context("accepting connections")
 }

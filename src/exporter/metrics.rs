@@ -1,23 +1,29 @@
-//! The running steps' states as OpenMetrics text (pure: states in, text out).
+//! The running steps' states as exposition text (pure: states in, text out), in one of two
+//! formats ([`Format`]): OpenMetrics 1.0.0, which Prometheus asks for, or the classic text
+//! format 0.0.4, which every other reader takes (`promtool check metrics` among them).
 //!
-//! Each metric family is written whole, in one place: `# TYPE`, `# UNIT` where a unit applies,
-//! `# HELP`, then its samples; a counter's samples end in `_total`; the text ends with `# EOF`.
-//! A figure the state does not have (no limit, no SM activity on this GPU) has no sample: never
-//! a made-up 0. Samples carry no timestamp, so that a step's series end (Prometheus marks them
-//! stale) at the first scrape after its file is gone.
+//! Each metric family is written whole, in one place, its metadata before its samples. In
+//! OpenMetrics: `# TYPE`, `# UNIT` where a unit applies, `# HELP`, the family named without
+//! `_total` and a counter's samples with it; the text ends with `# EOF`. In the text format:
+//! `# HELP` and `# TYPE` naming the family as its samples are named (a counter's with
+//! `_total`), no unit line, no end line. A figure the state does not have (no limit, no SM
+//! activity on this GPU) has no sample: never a made-up 0. Samples carry no timestamp, so that
+//! a step's series end (Prometheus marks them stale) at the first scrape after its file is gone.
 //!
-//! Labels: `jobid`, `step`, `user`, `node`, and `gpu` (Slurm's index) and `uuid` on GPU series.
-//! Their values are cleaned (control characters replaced, at most [`MAX_LABEL_CHARS`]) and
-//! escaped (`\\`, `"`, newline). Per step: [`SERIES_PER_STEP`] series, plus
-//! [`SERIES_PER_GPU`] per GPU.
+//! Labels: `jobid`, `step`, `user`, `node`, `cluster`, and `gpu` (Slurm's index) and `uuid` on
+//! GPU series. Their values are cleaned (control characters replaced, at most
+//! [`MAX_LABEL_CHARS`]) and escaped (`\\`, `"`, newline). Per step: [`SERIES_PER_STEP`]
+//! series, plus [`SERIES_PER_GPU`] per GPU.
 
 use std::fmt::Write;
 
-use super::read::Skip;
-use crate::step::live::{LiveGpu, LiveState};
+use super::families::{
+    DIR_ERRORS, DIR_READABLE, DURATION, Family, GPU_FAMILIES, Kind, SKIPPED, STEP_FAMILIES, STEPS,
+    Value,
+};
+use super::read::{DirError, Skip};
+use crate::step::live::LiveState;
 
-/// The `Content-Type` of the text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Most characters of a label value.
 pub const MAX_LABEL_CHARS: usize = 128;
 /// Series of a step, without its GPUs.
@@ -25,207 +31,38 @@ pub const SERIES_PER_STEP: usize = 7;
 /// Series of each GPU of a step.
 pub const SERIES_PER_GPU: usize = 5;
 
+/// An exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0.0 text.
+    OpenMetrics,
+    /// Prometheus's classic text format, version 0.0.4.
+    Text,
+}
+
+impl Format {
+    /// Its `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
 /// The exporter's own figures.
 #[derive(Debug, Clone, Default)]
 pub struct Health {
     /// Files skipped since the exporter started, by [`Skip::index`].
     pub skipped: [u64; Skip::ALL.len()],
-    /// Whether the live directory was read at this scrape.
+    /// Scrapes that did not read the directory whole since the exporter started, by
+    /// [`DirError::index`].
+    pub dir_errors: [u64; DirError::ALL.len()],
+    /// Whether the live directory was read whole at this scrape.
     pub dir_readable: bool,
     /// Seconds this scrape took to read and render the steps.
     pub scrape_seconds: f64,
 }
-
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Gauge,
-    Counter,
-}
-
-/// One metric family: its name (without `_total`), type, unit and help.
-struct Family {
-    name: &'static str,
-    kind: Kind,
-    unit: Option<&'static str>,
-    help: &'static str,
-}
-
-const fn gauge(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
-    Family {
-        name,
-        kind: Kind::Gauge,
-        unit,
-        help,
-    }
-}
-
-const fn counter(name: &'static str, unit: Option<&'static str>, help: &'static str) -> Family {
-    Family {
-        name,
-        kind: Kind::Counter,
-        unit,
-        help,
-    }
-}
-
-type StepValue = fn(&LiveState) -> Option<Value>;
-type GpuValue = fn(&LiveGpu) -> Option<Value>;
-
-/// A sample's value: bytes and counts exactly, the rest as floats.
-#[derive(Clone, Copy)]
-enum Value {
-    Int(u64),
-    Float(f64),
-}
-
-impl std::fmt::Display for Value {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match *self {
-            Value::Int(v) => write!(f, "{v}"),
-            Value::Float(v) if v.is_nan() => f.write_str("NaN"),
-            Value::Float(v) if v.is_infinite() => {
-                f.write_str(if v > 0.0 { "+Inf" } else { "-Inf" })
-            }
-            // `{:?}` keeps a float short (`1e-7`, `12.5`) and exact.
-            Value::Float(v) => write!(f, "{v:?}"),
-        }
-    }
-}
-
-fn int(v: Option<u64>) -> Option<Value> {
-    v.map(Value::Int)
-}
-
-fn float(v: Option<f64>) -> Option<Value> {
-    v.map(Value::Float)
-}
-
-fn ratio(percent: Option<f64>) -> Option<Value> {
-    percent.map(|p| Value::Float((p / 100.0).clamp(0.0, 1.0)))
-}
-
-const STEP_FAMILIES: [(Family, StepValue); SERIES_PER_STEP] = [
-    (
-        gauge(
-            "gpu_tracker_memory_bytes",
-            Some("bytes"),
-            "Memory in use by the step on the node: its cgroup's charge, page cache included (else its processes' resident sum).",
-        ),
-        |s| int(s.memory.current_bytes),
-    ),
-    (
-        gauge(
-            "gpu_tracker_memory_peak_bytes",
-            Some("bytes"),
-            "Peak memory of the step on the node so far: its cgroup's counter, page cache included (else the sampled peak).",
-        ),
-        |s| int(s.memory.peak_bytes),
-    ),
-    (
-        gauge(
-            "gpu_tracker_memory_limit_bytes",
-            Some("bytes"),
-            "Memory limit of the step on the node: its cgroup's, else its job's. No sample without a limit.",
-        ),
-        |s| int(s.memory.limit_bytes),
-    ),
-    (
-        counter(
-            "gpu_tracker_cpu_seconds",
-            Some("seconds"),
-            "CPU time used by the step's tasks on the node.",
-        ),
-        |s| float(s.cpu.seconds),
-    ),
-    (
-        gauge(
-            "gpu_tracker_cpu_cores_busy",
-            None,
-            "Cores the step kept busy on the node over the latest sampling interval.",
-        ),
-        |s| float(s.cpu.cores_busy),
-    ),
-    (
-        gauge(
-            "gpu_tracker_cpus_allocated",
-            None,
-            "CPUs Slurm allocated to the job on the node.",
-        ),
-        |s| int(s.alloc_cpus.map(u64::from)),
-    ),
-    (
-        gauge(
-            "gpu_tracker_step_start_time_seconds",
-            Some("seconds"),
-            "When tracking of the step began on the node, Unix time.",
-        ),
-        |s| float(Some(s.started_at)),
-    ),
-];
-
-const GPU_FAMILIES: [(Family, GpuValue); SERIES_PER_GPU] = [
-    (
-        gauge(
-            "gpu_tracker_gpu_memory_bytes",
-            Some("bytes"),
-            "GPU memory used by the step's processes.",
-        ),
-        |g| int(g.memory_used_bytes),
-    ),
-    (
-        gauge(
-            "gpu_tracker_gpu_memory_total_bytes",
-            Some("bytes"),
-            "Memory size of the GPU (or MIG instance).",
-        ),
-        |g| int(Some(g.memory_total_bytes)),
-    ),
-    (
-        gauge(
-            "gpu_tracker_gpu_utilization_ratio",
-            Some("ratio"),
-            "Share of the driver's latest sample period in which a kernel ran on the GPU (NVML utilization), 0 to 1.",
-        ),
-        |g| ratio(g.utilization_percent),
-    ),
-    (
-        gauge(
-            "gpu_tracker_gpu_sm_active_ratio",
-            Some("ratio"),
-            "Share of the GPU's SMs that kernels kept busy (GPM, Hopper and newer), 0 to 1; only where measured.",
-        ),
-        |g| ratio(g.sm_active_percent),
-    ),
-    (
-        counter(
-            "gpu_tracker_gpu_energy_joules",
-            Some("joules"),
-            "Energy the GPU used since the step's first reading of it.",
-        ),
-        |g| float(g.energy_joules),
-    ),
-];
-
-const STEPS: Family = gauge(
-    "gpu_tracker_exporter_steps",
-    None,
-    "Running steps exported at this scrape.",
-);
-const SKIPPED: Family = counter(
-    "gpu_tracker_exporter_state_files_skipped",
-    None,
-    "State files not exported, by reason, since the exporter started.",
-);
-const DIR_READABLE: Family = gauge(
-    "gpu_tracker_exporter_live_dir_readable",
-    None,
-    "1 when the live directory was read at this scrape; 0 when it is missing or refused.",
-);
-const DURATION: Family = gauge(
-    "gpu_tracker_exporter_scrape_duration_seconds",
-    Some("seconds"),
-    "Time this scrape took to read the state files and render them.",
-);
 
 /// A label value as it may appear between quotes: printable, bounded, escaped.
 pub fn label_value(v: &str) -> String {
@@ -242,28 +79,42 @@ pub fn label_value(v: &str) -> String {
     out
 }
 
-fn head(out: &mut String, f: &Family) {
+/// The name a family's samples have: a counter's end in `_total`.
+fn sample_name(f: &Family) -> String {
+    match f.kind {
+        Kind::Counter => format!("{}_total", f.name),
+        Kind::Gauge => f.name.to_string(),
+    }
+}
+
+/// A family's metadata lines, as `format` has them.
+fn head(out: &mut String, f: &Family, format: Format) {
     let kind = match f.kind {
         Kind::Gauge => "gauge",
         Kind::Counter => "counter",
     };
-    let _ = writeln!(out, "# TYPE {} {kind}", f.name);
-    if let Some(u) = f.unit {
-        let _ = writeln!(out, "# UNIT {} {u}", f.name);
+    match format {
+        Format::OpenMetrics => {
+            let _ = writeln!(out, "# TYPE {} {kind}", f.name);
+            if let Some(u) = f.unit {
+                let _ = writeln!(out, "# UNIT {} {u}", f.name);
+            }
+            let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        }
+        Format::Text => {
+            let name = sample_name(f);
+            let _ = writeln!(out, "# HELP {name} {}", f.help);
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        }
     }
-    let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
 }
 
 fn sample(out: &mut String, f: &Family, labels: &str, v: Value) {
-    let suffix = if f.kind == Kind::Counter {
-        "_total"
-    } else {
-        ""
-    };
+    let name = sample_name(f);
     if labels.is_empty() {
-        let _ = writeln!(out, "{}{suffix} {v}", f.name);
+        let _ = writeln!(out, "{name} {v}");
     } else {
-        let _ = writeln!(out, "{}{suffix}{{{labels}}} {v}", f.name);
+        let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
 }
 
@@ -275,19 +126,20 @@ fn step_labels(s: &LiveState) -> String {
         label_value(&s.user)
     };
     format!(
-        "jobid=\"{}\",step=\"{}\",user=\"{user}\",node=\"{}\"",
+        "jobid=\"{}\",step=\"{}\",user=\"{user}\",node=\"{}\",cluster=\"{}\"",
         s.job_id,
         label_value(&s.step),
-        label_value(&s.node)
+        label_value(&s.node),
+        label_value(&s.cluster)
     )
 }
 
-/// The running steps' metrics, without the exporter's own (see [`render_health`]).
-pub fn render_steps(states: &[LiveState]) -> String {
+/// The running steps' metrics in `format`, without the exporter's own (see [`render_health`]).
+pub fn render_steps(states: &[LiveState], format: Format) -> String {
     let mut out = String::with_capacity(1024 + states.len() * 2048);
     let labels: Vec<String> = states.iter().map(step_labels).collect();
     for (f, value) in &STEP_FAMILIES {
-        head(&mut out, f);
+        head(&mut out, f, format);
         for (s, l) in states.iter().zip(&labels) {
             if let Some(v) = value(s) {
                 sample(&mut out, f, l, v);
@@ -305,7 +157,7 @@ pub fn render_steps(states: &[LiveState]) -> String {
         })
         .collect();
     for (f, value) in &GPU_FAMILIES {
-        head(&mut out, f);
+        head(&mut out, f, format);
         for (s, ls) in states.iter().zip(&gpu_labels) {
             for (g, l) in s.gpus.iter().zip(ls) {
                 if let Some(v) = value(g) {
@@ -318,33 +170,41 @@ pub fn render_steps(states: &[LiveState]) -> String {
 }
 
 /// The exporter's own metrics for `steps` exported, and the end of the text.
-pub fn render_health(out: &mut String, steps: usize, h: &Health) {
-    head(out, &STEPS);
+pub fn render_health(out: &mut String, steps: usize, h: &Health, format: Format) {
+    head(out, &STEPS, format);
     sample(out, &STEPS, "", Value::Int(steps as u64));
-    head(out, &SKIPPED);
+    head(out, &SKIPPED, format);
     for k in Skip::ALL {
         let l = format!("reason=\"{}\"", k.label());
         sample(out, &SKIPPED, &l, Value::Int(h.skipped[k.index()]));
     }
-    head(out, &DIR_READABLE);
+    head(out, &DIR_READABLE, format);
     sample(
         out,
         &DIR_READABLE,
         "",
         Value::Int(u64::from(h.dir_readable)),
     );
-    head(out, &DURATION);
+    head(out, &DIR_ERRORS, format);
+    for k in DirError::ALL {
+        let l = format!("reason=\"{}\"", k.label());
+        sample(out, &DIR_ERRORS, &l, Value::Int(h.dir_errors[k.index()]));
+    }
+    head(out, &DURATION, format);
     sample(out, &DURATION, "", Value::Float(h.scrape_seconds));
-    out.push_str("# EOF\n");
+    if format == Format::OpenMetrics {
+        out.push_str("# EOF\n");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::exporter::testing::state;
+    use crate::step::live::LiveGpu;
 
-    fn render(states: &[LiveState]) -> String {
-        let mut out = render_steps(states);
+    fn render_as(states: &[LiveState], format: Format) -> String {
+        let mut out = render_steps(states, format);
         render_health(
             &mut out,
             states.len(),
@@ -353,8 +213,13 @@ mod tests {
                 scrape_seconds: 0.00125,
                 ..Health::default()
             },
+            format,
         );
         out
+    }
+
+    fn render(states: &[LiveState]) -> String {
+        render_as(states, Format::OpenMetrics)
     }
 
     fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
@@ -389,7 +254,7 @@ mod tests {
             },
         ];
         let t = render(&[s]);
-        let l = "jobid=\"42\",step=\"batch\",user=\"alice\",node=\"n1\"";
+        let l = "jobid=\"42\",step=\"batch\",user=\"alice\",node=\"n1\",cluster=\"c1\"";
         assert!(t.ends_with("# EOF\n"), "{t}");
         assert_eq!(t.matches("# EOF").count(), 1);
         assert!(t.contains("# TYPE gpu_tracker_memory_bytes gauge\n# UNIT gpu_tracker_memory_bytes bytes\n# HELP gpu_tracker_memory_bytes "));
@@ -464,7 +329,68 @@ mod tests {
                 );
             }
         }
-        assert_eq!(typed.len(), SERIES_PER_STEP + SERIES_PER_GPU + 4);
+        assert_eq!(typed.len(), SERIES_PER_STEP + SERIES_PER_GPU + 5);
+    }
+
+    #[test]
+    fn the_text_format_names_counters_with_total_and_has_no_units_nor_end() {
+        let mut s = state(42, "batch", 100.0);
+        s.cpu.seconds = Some(12.5);
+        s.gpus = vec![LiveGpu {
+            index: 0,
+            uuid: "GPU-a".into(),
+            energy_joules: Some(7.0),
+            ..LiveGpu::default()
+        }];
+        let t = render_as(&[s.clone()], Format::Text);
+        assert!(!t.contains("# EOF") && !t.contains("# UNIT"), "{t}");
+        assert!(t.contains(
+            "# HELP gpu_tracker_cpu_seconds_total CPU time used by the step's tasks on the node.\n\
+             # TYPE gpu_tracker_cpu_seconds_total counter\n\
+             gpu_tracker_cpu_seconds_total{"
+        ), "{t}");
+        assert!(t.contains("# TYPE gpu_tracker_gpu_energy_joules_total counter\n"));
+        assert!(t.contains("# TYPE gpu_tracker_exporter_state_files_skipped_total counter\n"));
+        assert!(t.contains("# HELP gpu_tracker_memory_bytes Memory in use"));
+        assert!(t.contains("# TYPE gpu_tracker_memory_bytes gauge\n"));
+        // Every sample's name is declared by its HELP and TYPE lines just before.
+        let mut declared = ("", "");
+        for line in t.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                declared.0 = rest.split(' ').next().unwrap();
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.1 = rest.split(' ').next().unwrap();
+            } else {
+                let name = line.split(['{', ' ']).next().unwrap();
+                assert_eq!((name, name), declared, "{line}");
+            }
+        }
+        // The same samples as OpenMetrics.
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(samples(&t), samples(&render(&[s])));
+        assert_eq!(
+            Format::Text.content_type(),
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        assert_eq!(
+            Format::OpenMetrics.content_type(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+    }
+
+    #[test]
+    fn one_job_id_of_two_clusters_is_two_series() {
+        let mut other = state(5, "0", 0.0);
+        other.cluster = "c2".into();
+        let t = render(&[state(5, "0", 0.0), other]);
+        let mem = samples(&t, "gpu_tracker_cpus_allocated");
+        assert_eq!(mem.len(), 2, "{t}");
+        assert!(mem[0].contains("cluster=\"c1\"") && mem[1].contains("cluster=\"c2\""));
     }
 
     #[test]
@@ -492,6 +418,10 @@ mod tests {
             t.matches("gpu_tracker_exporter_state_files_skipped_total{")
                 .count(),
             Skip::ALL.len()
+        );
+        assert!(t.contains("gpu_tracker_exporter_live_dir_errors_total{reason=\"refused\"} 0\n"));
+        assert!(
+            t.contains("gpu_tracker_exporter_live_dir_errors_total{reason=\"list_failed\"} 0\n")
         );
     }
 }

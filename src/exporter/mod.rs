@@ -1,13 +1,19 @@
 //! `gpu-tracker-exporter`'s library: the node's running steps' live state (written by the
-//! plugin: [`crate::step::live`]) as OpenMetrics text for Prometheus (docs/EXPORTER.md).
+//! plugin: [`crate::step::live`]) as OpenMetrics or Prometheus text for Prometheus
+//! (docs/EXPORTER.md).
 //!
 //! It reads the live directory's files and nothing else: never `/proc` of the jobs, never NVML,
 //! and it writes nowhere but its socket and its standard output and error.
 //!
 //! - [`read`]: the directory read without trusting it (what is skipped, and why);
-//! - [`metrics`]: states to text (pure);
-//! - [`serve`]: the HTTP server.
+//! - [`metrics`]: states to text in either format (pure), the families in `families.rs`;
+//! - [`http`]: requests and answers (pure): routes, the format a client asks for;
+//! - [`serve`]: the server: connections, their deadlines and their bound; one connection in
+//!   [`conn`].
 
+pub mod conn;
+mod families;
+pub mod http;
 pub mod metrics;
 pub mod read;
 pub mod serve;
@@ -15,15 +21,17 @@ pub mod serve;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use read::{DirState, Skip};
+use metrics::Format;
+use read::{DirError, DirState, Skip};
 
 /// The exporter across scrapes: where it reads, whose files it trusts, and the files it has
-/// skipped since it started.
+/// skipped and the scrapes that did not read its directory whole since it started.
 #[derive(Debug)]
 pub struct Exporter {
     dir: PathBuf,
     trusted: Vec<u32>,
     skipped: [u64; Skip::ALL.len()],
+    dir_errors: [u64; DirError::ALL.len()],
 }
 
 /// One scrape.
@@ -48,6 +56,7 @@ impl Exporter {
             dir,
             trusted,
             skipped: [0; Skip::ALL.len()],
+            dir_errors: [0; DirError::ALL.len()],
         }
     }
 
@@ -56,24 +65,71 @@ impl Exporter {
         &self.dir
     }
 
-    /// Reads the directory and renders what it holds, with the exporter's own figures.
-    pub fn scrape(&mut self) -> Scrape {
+    /// Reads the directory and renders what it holds in `format`, with the exporter's own
+    /// figures.
+    pub fn scrape(&mut self, format: Format) -> Scrape {
         let t0 = Instant::now();
         let scan = read::scan(&self.dir, &self.trusted, crate::clock::unix_now());
         for (total, n) in self.skipped.iter_mut().zip(scan.skipped) {
             *total += n;
         }
-        let mut text = metrics::render_steps(&scan.states);
+        if let Some(e) = scan.dir_problem.as_ref().and_then(DirState::error) {
+            self.dir_errors[e.index()] += 1;
+        }
+        let mut text = metrics::render_steps(&scan.states, format);
         let health = metrics::Health {
             skipped: self.skipped,
+            dir_errors: self.dir_errors,
             dir_readable: scan.dir_problem.is_none(),
             scrape_seconds: t0.elapsed().as_secs_f64(),
         };
-        metrics::render_health(&mut text, scan.states.len(), &health);
+        metrics::render_health(&mut text, scan.states.len(), &health, format);
         Scrape {
             text,
             dir_problem: scan.dir_problem,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrapes_that_did_not_read_the_directory_are_counted_by_why() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = crate::cgroup::fixture::TempTree::new("exporter-dir-errors");
+        let d = t.path().join("live");
+        let mut e = Exporter::new(d.clone());
+        let count = |text: &str, why: &str| {
+            let series = format!("gpu_tracker_exporter_live_dir_errors_total{{reason=\"{why}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .map(str::to_string)
+        };
+        // Missing: no step since boot, not a fault.
+        let s = e.scrape(Format::Text);
+        assert_eq!(s.dir_problem, Some(DirState::Missing));
+        assert_eq!(count(&s.text, "refused").as_deref(), Some("0"));
+        assert!(
+            s.text
+                .contains("\ngpu_tracker_exporter_live_dir_readable 0\n")
+        );
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        e.scrape(Format::Text);
+        let s = e.scrape(Format::OpenMetrics);
+        assert!(matches!(s.dir_problem, Some(DirState::Refused(_))));
+        assert_eq!(count(&s.text, "refused").as_deref(), Some("2"));
+        assert_eq!(count(&s.text, "list_failed").as_deref(), Some("0"));
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let s = e.scrape(Format::Text);
+        assert_eq!(s.dir_problem, None);
+        assert!(
+            s.text
+                .contains("\ngpu_tracker_exporter_live_dir_readable 1\n")
+        );
+        assert_eq!(count(&s.text, "refused").as_deref(), Some("2"));
     }
 }
 

@@ -8,17 +8,19 @@
 //! judged on its descriptor: a regular file of a trusted owner with one link and at most
 //! [`MAX_FILE_BYTES`], of which no more is read. A state that is cut short, of another schema or
 //! of a later version, or stale (not rewritten within 3 of its intervals and 30 s) is skipped.
-//! Every skipped file is counted by [`Skip`] reason; nothing is ever written.
+//! Every skipped file is counted by [`Skip`] reason; nothing is ever written. The directory is
+//! listed through the descriptor it was judged on, never again by its path; a listing that
+//! fails is said ([`DirState::ListFailed`], counted by [`DirError`]).
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::step::live::{self, LiveState, MAX_FILE_BYTES, Parsed};
+use crate::sys::EntryType;
 
 /// Most state files read in one scrape; the rest are counted ([`Skip::OverLimit`]).
 pub const MAX_FILES: usize = 4096;
@@ -42,7 +44,7 @@ pub enum Skip {
     Stale,
     /// Beyond the first [`MAX_FILES`] of the scrape.
     OverLimit,
-    /// Another file holds the same step (job, step, node); the newest is exported.
+    /// Another file holds the same step (cluster, job, step, node); the newest is exported.
     Duplicate,
 }
 
@@ -91,6 +93,58 @@ pub enum DirState {
     /// Not read, and why: a link, not a directory, another owner, writable by others, no
     /// permission.
     Refused(String),
+    /// Opened and judged, but its listing failed (at once or part-way: what was listed before
+    /// is read), and why: an I/O error, or the directory removed since it was opened.
+    ListFailed(String),
+}
+
+impl DirState {
+    /// The fault it counts as, if any (a missing directory is none: no step ran yet).
+    pub fn error(&self) -> Option<DirError> {
+        match self {
+            DirState::Read | DirState::Missing => None,
+            DirState::Refused(_) => Some(DirError::Refused),
+            DirState::ListFailed(_) => Some(DirError::ListFailed),
+        }
+    }
+}
+
+impl std::fmt::Display for DirState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirState::Read => f.write_str("read"),
+            DirState::Missing => f.write_str("missing"),
+            DirState::Refused(why) => write!(f, "not read: {why}"),
+            DirState::ListFailed(why) => write!(f, "listing failed: {why}"),
+        }
+    }
+}
+
+/// Why the directory was not read whole at a scrape, as the metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirError {
+    /// Not opened, or refused once opened ([`DirState::Refused`]).
+    Refused,
+    /// Its listing failed ([`DirState::ListFailed`]).
+    ListFailed,
+}
+
+impl DirError {
+    /// Every reason, in the order the metrics list them.
+    pub const ALL: [DirError; 2] = [DirError::Refused, DirError::ListFailed];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            DirError::Refused => "refused",
+            DirError::ListFailed => "list_failed",
+        }
+    }
+
+    /// Its position in [`DirError::ALL`].
+    pub fn index(self) -> usize {
+        DirError::ALL.iter().position(|s| *s == self).unwrap_or(0)
+    }
 }
 
 /// What one scrape found.
@@ -182,28 +236,39 @@ fn read_one(dir: &File, name: &[u8], trusted: &[u32]) -> Result<Option<Vec<u8>>,
 /// Reads the running steps' states from `dir` at Unix time `now`. Files must be owned by one of
 /// `trusted` (root, and the exporter's own user: see docs/EXPORTER.md).
 pub fn scan(dir: &Path, trusted: &[u32], now: f64) -> Scan {
+    match open_dir(dir, trusted) {
+        Ok(d) => scan_open(&d, trusted, now),
+        Err(why) => Scan {
+            dir_problem: Some(why),
+            ..Scan::default()
+        },
+    }
+}
+
+/// [`scan`] of a directory opened and judged by [`open_dir`]: listed through that descriptor,
+/// so that the directory judged is the one read, whatever its path names by now.
+fn scan_open(d: &File, trusted: &[u32], now: f64) -> Scan {
     let mut scan = Scan::default();
-    let d = match open_dir(dir, trusted) {
-        Ok(d) => d,
-        Err(why) => {
-            scan.dir_problem = Some(why);
-            return scan;
-        }
-    };
-    let entries = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
+    let entries = match crate::sys::list_dir(d) {
+        Ok(e) => e,
         Err(e) => {
-            scan.dir_problem = Some(DirState::Refused(e.to_string()));
+            scan.dir_problem = Some(DirState::ListFailed(e.to_string()));
             return scan;
         }
     };
     let mut taken = 0;
-    // The newest state of each step (job, step, node), by its position in `states`.
-    let mut seen: HashMap<(u32, String, String), usize> = HashMap::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.as_bytes();
-        if !is_state_name(name) {
+    // The newest state of each step (cluster, job, step, node), by its position in `states`.
+    let mut seen: HashMap<(String, u32, String, String), usize> = HashMap::new();
+    for e in entries {
+        let e = match e {
+            Ok(e) => e,
+            // The listing stopped: what was listed before is exported, the fault counted.
+            Err(why) => {
+                scan.dir_problem = Some(DirState::ListFailed(why.to_string()));
+                break;
+            }
+        };
+        if !is_state_name(&e.name) {
             continue;
         }
         taken += 1;
@@ -211,12 +276,13 @@ pub fn scan(dir: &Path, trusted: &[u32], now: f64) -> Scan {
             scan.skip(Skip::OverLimit);
             continue;
         }
-        // The type the directory gives (a link not followed): no FIFO or device is opened.
-        if e.file_type().is_ok_and(|t| !t.is_file()) {
+        // The type the directory gives (a link not followed): no FIFO or device is opened. An
+        // unknown type is judged on the descriptor, opened without blocking.
+        if !matches!(e.kind, EntryType::File | EntryType::Unknown) {
             scan.skip(Skip::NotRegular);
             continue;
         }
-        let bytes = match read_one(&d, name, trusted) {
+        let bytes = match read_one(d, &e.name, trusted) {
             Ok(Some(b)) => b,
             Ok(None) => continue,
             Err(why) => {
@@ -239,7 +305,12 @@ pub fn scan(dir: &Path, trusted: &[u32], now: f64) -> Scan {
             scan.skip(Skip::Stale);
             continue;
         }
-        let key = (state.job_id, state.step.clone(), state.node.clone());
+        let key = (
+            state.cluster.clone(),
+            state.job_id,
+            state.step.clone(),
+            state.node.clone(),
+        );
         match seen.get(&key) {
             Some(&i) => {
                 scan.skip(Skip::Duplicate);
@@ -253,136 +324,11 @@ pub fn scan(dir: &Path, trusted: &[u32], now: f64) -> Scan {
             }
         }
     }
-    scan.states
-        .sort_by(|a, b| (a.job_id, &a.step, &a.node).cmp(&(b.job_id, &b.step, &b.node)));
+    scan.states.sort_by(|a, b| {
+        (a.job_id, &a.step, &a.node, &a.cluster).cmp(&(b.job_id, &b.step, &b.node, &b.cluster))
+    });
     scan
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cgroup::fixture::TempTree;
-    use crate::exporter::testing::state;
-
-    fn me() -> Vec<u32> {
-        vec![0, crate::sys::euid()]
-    }
-
-    #[test]
-    fn states_are_read_and_every_bad_file_is_counted_by_why() {
-        let t = TempTree::new("exporter-read");
-        let d = t.path().join("live");
-        std::fs::create_dir(&d).unwrap();
-        let now = 1_000_000.0;
-        let put = |name: &str, s: &LiveState| {
-            std::fs::write(d.join(name), serde_json::to_vec(s).unwrap()).unwrap();
-        };
-        put("c1.2.0.n1.json", &state(2, "0", now - 1.0));
-        put("c1.1.batch.n1.json", &state(1, "batch", now - 2.0));
-        // Half written (a writer that skipped the rename): bad_json.
-        let whole = serde_json::to_vec(&state(3, "0", now)).unwrap();
-        std::fs::write(d.join("c1.3.0.n1.json"), &whole[..whole.len() / 2]).unwrap();
-        // Stale: 3 intervals of 5 s and 30 s ago, and a bit.
-        put("c1.4.0.n1.json", &state(4, "0", now - 46.0));
-        // A later version.
-        let mut v = serde_json::to_value(state(5, "0", now)).unwrap();
-        v["schema_version"] = 9.into();
-        std::fs::write(d.join("c1.5.0.n1.json"), v.to_string()).unwrap();
-        // Too large (sparse: nothing is read).
-        let big = File::create(d.join("c1.6.0.n1.json")).unwrap();
-        big.set_len(MAX_FILE_BYTES + 1).unwrap();
-        // A link to a good state, a FIFO, a directory.
-        std::os::unix::fs::symlink(d.join("c1.2.0.n1.json"), d.join("c1.7.0.n1.json")).unwrap();
-        let fifo = d.join("c1.8.0.n1.json");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
-        std::fs::create_dir(d.join("c1.9.0.n1.json")).unwrap();
-        // The same step twice (a cluster renamed): the newest is exported.
-        put("c2.1.batch.n1.json", &state(1, "batch", now - 0.5));
-        // Not state files: ignored, not counted.
-        put(".c1.10.0.n1.json.1.2.tmp", &state(10, "0", now));
-        std::fs::write(d.join("README"), "x").unwrap();
-        let started = std::time::Instant::now();
-        let s = scan(&d, &me(), now);
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(2),
-            "waited"
-        );
-        assert_eq!(s.dir_problem, None);
-        let got: Vec<(u32, &str, f64)> = s
-            .states
-            .iter()
-            .map(|s| (s.job_id, s.step.as_str(), s.written_at))
-            .collect();
-        assert_eq!(got, [(1, "batch", now - 0.5), (2, "0", now - 1.0)]);
-        let count = |k: Skip| s.skipped[k.index()];
-        assert_eq!(count(Skip::BadJson), 1);
-        assert_eq!(count(Skip::Stale), 1);
-        assert_eq!(count(Skip::NewerSchema), 1);
-        assert_eq!(count(Skip::TooLarge), 1);
-        assert_eq!(count(Skip::NotRegular), 3);
-        assert_eq!(count(Skip::Duplicate), 1);
-        assert_eq!(count(Skip::NotRoot) + count(Skip::Unreadable), 0);
-        // Another user's file: only root can make one to test.
-        if crate::sys::euid() == 0 {
-            let p = d.join("c1.2.0.n1.json");
-            std::os::unix::fs::chown(&p, Some(4242), None).unwrap();
-            let s = scan(&d, &[0], now);
-            assert_eq!(s.skipped[Skip::NotRoot.index()], 1);
-            assert!(s.states.iter().all(|s| s.job_id != 2));
-        }
-    }
-
-    #[test]
-    fn at_most_max_files_are_read() {
-        let t = TempTree::new("exporter-many");
-        let d = t.path().join("live");
-        std::fs::create_dir(&d).unwrap();
-        for i in 0..MAX_FILES + 3 {
-            std::fs::write(d.join(format!("c.{i}.0.n1.json")), "{").unwrap();
-        }
-        let s = scan(&d, &me(), 0.0);
-        assert_eq!(s.skipped[Skip::OverLimit.index()], 3);
-        assert_eq!(s.skipped[Skip::BadJson.index()], MAX_FILES as u64);
-    }
-
-    #[test]
-    fn a_directory_others_could_fill_is_not_read() {
-        use std::os::unix::fs::PermissionsExt;
-        let t = TempTree::new("exporter-dir");
-        let d = t.path().join("live");
-        std::fs::create_dir(&d).unwrap();
-        std::fs::write(
-            d.join("c.1.0.n1.json"),
-            serde_json::to_vec(&state(1, "0", 0.0)).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(scan(&d, &me(), 1.0).states.len(), 1);
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let s = scan(&d, &me(), 1.0);
-        assert!(s.states.is_empty());
-        assert!(
-            matches!(&s.dir_problem, Some(DirState::Refused(w)) if w.contains("writable")),
-            "{:?}",
-            s.dir_problem
-        );
-        let link = t.path().join("link");
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
-        std::os::unix::fs::symlink(&d, &link).unwrap();
-        assert!(matches!(
-            scan(&link, &me(), 1.0).dir_problem,
-            Some(DirState::Refused(_))
-        ));
-        assert_eq!(
-            scan(&t.path().join("none"), &me(), 1.0).dir_problem,
-            Some(DirState::Missing)
-        );
-        assert!(is_state_name(b"a.json") && !is_state_name(b".a.json"));
-        assert!(!is_state_name(b".json") && !is_state_name(b"a.json.tmp"));
-    }
-}
+mod tests;

@@ -1,194 +1,198 @@
-//! A small HTTP/1.1 server for Prometheus's scrapes, on std's `TcpListener`: one connection at a
-//! time (a scrape takes milliseconds), each closed after its answer.
+//! The exporter's HTTP/1.1 server for Prometheus's scrapes, on std's `TcpListener`.
 //!
-//! `GET /metrics` (or `HEAD`) answers the exposition; `GET /` a one-line pointer to it; another
-//! path 404, another method 405. A request head is read for at most [`HEAD_DEADLINE`] in all
-//! and [`MAX_HEAD_BYTES`]: a client that sends less, slower or more is answered 408 or 431 (or
-//! dropped) and cannot hold the next scrape for longer. Nothing a client sends is echoed,
-//! logged or kept.
+//! Every job on a node can reach the exporter's port, so no client may hold another back:
+//! connections are served at once, each on a thread of its own, at most [`MAX_CONNECTIONS`]
+//! at a time, each within one deadline from its accept to its close (`conn.rs`: 1.5 s for its
+//! request head, 10 s in all). `GET /metrics` (or `HEAD`) answers the exposition in the format
+//! the client asks for; `GET /` a one-line pointer to it; another path 404, another method 405.
+//! Each connection is closed after its answer.
+//!
+//! When [`MAX_CONNECTIONS`] are open, a new connection makes room: the server ends the one
+//! that is of least use ([`victim`]): one already answered and lingering, else the oldest that
+//! has sent nothing at all, else the oldest still sending its head, else the oldest whose
+//! client has left its answer unread for [`WRITE_STALL`]. A connection whose answer is being
+//! made or read is never ended; when every one is, the new one waits (in the kernel's queue)
+//! until one ends, by its deadline at the latest. Prometheus sends its request the moment it connects, so its
+//! scrape is answered even while the slots are full of connections that send nothing or drip.
+//! Threads, descriptors and memory stay bounded: one thread (with a small stack), two
+//! descriptors, one request head and a 256 KiB send buffer in the kernel per connection, and
+//! its answer while it is written.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::Exporter;
-use super::metrics::CONTENT_TYPE;
+use super::conn::{self, Phase, Progress};
 
-/// Longest a client may take to send its request head.
-pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
-/// Longest an answer may take to be sent.
-pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
-/// Longest the server waits, after its answer, for the client to close.
-pub const LINGER: Duration = Duration::from_millis(200);
-/// Largest request head read.
-pub const MAX_HEAD_BYTES: usize = 8 << 10;
+/// Most connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// How long a client may leave its answer unread before its connection may be ended to make
+/// room: Prometheus reads its answer as it comes.
+pub const WRITE_STALL: Duration = Duration::from_secs(1);
+/// The kernel's send buffer of a connection (it doubles it): what a client that does not read
+/// can make the exporter hold in the kernel, and plenty for Prometheus's scrape on a LAN.
+const SEND_BUFFER_BYTES: usize = 128 << 10;
+/// A connection thread's stack: a scrape parses and renders, with no deep recursion.
+const STACK_BYTES: usize = 512 << 10;
 
-/// What a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// `/metrics`.
-    Metrics,
-    /// `/`.
-    Index,
-    /// Another path.
-    NotFound,
-    /// A method other than GET and HEAD.
-    MethodNotAllowed,
-    /// Not an HTTP request line.
-    BadRequest,
+/// What the server knows of an open connection when it must end one.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// Where it is.
+    pub phase: Phase,
+    /// When it was accepted.
+    pub accepted: Instant,
+    /// Whether its client has sent anything (read or waiting to be read).
+    pub heard: bool,
+    /// How long its answer has not moved ([`Phase::Write`] only).
+    pub still_for: Duration,
+    /// Whether it is being ended already.
+    pub ending: bool,
 }
 
-/// The route of a request head (pure), and whether it asks for the head only (`HEAD`).
-pub fn route(head: &[u8]) -> (Route, bool) {
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let Ok(line) = std::str::from_utf8(line) else {
-        return (Route::BadRequest, false);
-    };
-    let parts: Vec<&str> = line.split(' ').collect();
-    let [method, target, version] = parts[..] else {
-        return (Route::BadRequest, false);
-    };
-    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
-        return (Route::BadRequest, false);
+/// The connection to end to make room for a new one (pure), by its index in `open`: the oldest
+/// lingering one (answered already), else the oldest that has sent nothing, else the oldest
+/// still sending its head, else the oldest whose client has not read its answer for
+/// [`WRITE_STALL`]. Never one whose answer is being made or read, nor one being ended already.
+pub fn victim(open: &[Candidate]) -> Option<usize> {
+    open.iter()
+        .enumerate()
+        .filter(|(_, c)| !c.ending)
+        .filter_map(|(i, c)| {
+            let rank = match (c.phase, c.heard) {
+                (Phase::Linger, _) => 0,
+                (Phase::Head, false) => 1,
+                (Phase::Head, true) => 2,
+                (Phase::Write, _) if c.still_for >= WRITE_STALL => 3,
+                (Phase::Write | Phase::Answer, _) => return None,
+            };
+            Some((rank, c.accepted, i))
+        })
+        .min()
+        .map(|(_, _, i)| i)
+}
+
+/// An open connection, as the server keeps it.
+struct Slot {
+    id: u64,
+    accepted: Instant,
+    /// The same socket as the thread's: shut down to end the connection.
+    stream: TcpStream,
+    progress: Arc<Progress>,
+    ending: bool,
+}
+
+/// What the server's threads share.
+struct Shared {
+    exporter: Mutex<Exporter>,
+    slots: Mutex<Vec<Slot>>,
+    /// Signalled when a connection ends.
+    freed: Condvar,
+}
+
+impl Shared {
+    fn slots(&self) -> MutexGuard<'_, Vec<Slot>> {
+        // No code panics while holding it; were one to, the list is still whole.
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
-    let head_only = method == "HEAD";
-    if method != "GET" && !head_only {
-        return (Route::MethodNotAllowed, false);
-    }
-    let path = target.split('?').next().unwrap_or(target);
-    let r = match path {
-        "/metrics" => Route::Metrics,
-        "/" => Route::Index,
-        _ => Route::NotFound,
-    };
-    (r, head_only)
-}
 
-const INDEX: &str = "<html><head><title>gpu-tracker-exporter</title></head><body>\
-<a href=\"/metrics\">gpu-tracker-exporter: the running Slurm steps' figures</a></body></html>\n";
-
-/// The whole answer to `r`; a scrape of `exporter` for [`Route::Metrics`].
-pub fn answer(r: Route, head_only: bool, exporter: &mut Exporter) -> Vec<u8> {
-    let (status, kind, body, extra) = match r {
-        Route::Metrics => ("200 OK", CONTENT_TYPE, exporter.scrape().text, ""),
-        Route::Index => ("200 OK", "text/html; charset=utf-8", INDEX.to_string(), ""),
-        Route::NotFound => ("404 Not Found", "text/plain", "not found\n".into(), ""),
-        Route::MethodNotAllowed => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "only GET and HEAD\n".into(),
-            "Allow: GET, HEAD\r\n",
-        ),
-        Route::BadRequest => ("400 Bad Request", "text/plain", "bad request\n".into(), ""),
-    };
-    response(status, kind, extra, &body, head_only)
-}
-
-fn response(status: &str, kind: &str, extra: &str, body: &str, head_only: bool) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{extra}\
-         Connection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body.as_bytes());
-    }
-    out
-}
-
-/// Why no request head was read.
-enum HeadError {
-    TooLarge,
-    TimedOut,
-    Io,
-}
-
-/// Reads a request head (up to the empty line) within [`HEAD_DEADLINE`] and [`MAX_HEAD_BYTES`].
-fn read_head(s: &mut TcpStream) -> Result<Vec<u8>, HeadError> {
-    let until = Instant::now() + HEAD_DEADLINE;
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 1024];
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(HeadError::TimedOut);
-        }
-        s.set_read_timeout(Some(left)).map_err(|_| HeadError::Io)?;
-        let n = match s.read(&mut buf) {
-            Ok(0) => return Err(HeadError::Io),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(HeadError::TimedOut);
+    /// Waits until fewer than [`MAX_CONNECTIONS`] are open, ending one where one may be ended.
+    fn make_room(&self) {
+        let mut slots = self.slots();
+        while slots.len() >= MAX_CONNECTIONS {
+            let open: Vec<Candidate> = slots
+                .iter()
+                .map(|s| Candidate {
+                    phase: s.progress.phase(),
+                    accepted: s.accepted,
+                    // Bytes in the kernel's queue count: a request that arrived with its
+                    // connection is heard even before its thread reads it.
+                    heard: s.progress.heard() > 0
+                        || crate::sys::bytes_waiting(s.stream.as_fd()).map_or(true, |n| n > 0),
+                    still_for: s.progress.still_for(),
+                    ending: s.ending,
+                })
+                .collect();
+            if let Some(i) = victim(&open) {
+                slots[i].ending = true;
+                // Its thread's read or write returns at once; the thread then frees the slot.
+                let _ = slots[i].stream.shutdown(Shutdown::Both);
             }
-            Err(_) => return Err(HeadError::Io),
-        };
-        head.extend_from_slice(&buf[..n]);
-        let ended =
-            |h: &[u8]| h.windows(4).any(|w| w == b"\r\n\r\n") || h.windows(2).any(|w| w == b"\n\n");
-        if ended(&head) {
-            return Ok(head);
-        }
-        if head.len() >= MAX_HEAD_BYTES {
-            return Err(HeadError::TooLarge);
+            slots = self
+                .freed
+                .wait_timeout(slots, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }
 
-/// Answers one connection, then closes it.
-pub fn handle(mut s: TcpStream, exporter: &mut Exporter) -> io::Result<()> {
-    s.set_write_timeout(Some(WRITE_DEADLINE))?;
-    let bytes = match read_head(&mut s) {
-        Ok(head) => {
-            let (r, head_only) = route(&head);
-            answer(r, head_only, exporter)
-        }
-        Err(HeadError::TooLarge) => response(
-            "431 Request Header Fields Too Large",
-            "text/plain",
-            "",
-            "request head too large\n",
-            false,
-        ),
-        Err(HeadError::TimedOut) => response(
-            "408 Request Timeout",
-            "text/plain",
-            "",
-            "request timeout\n",
-            false,
-        ),
-        Err(HeadError::Io) => return Ok(()),
+/// Frees a connection's slot when its thread ends, even by a panic.
+struct SlotGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.shared.slots().retain(|s| s.id != self.id);
+        self.shared.freed.notify_all();
+    }
+}
+
+/// Serves connection `s`, accepted at `accepted`, on a thread of its own.
+fn start(shared: &Arc<Shared>, s: TcpStream, accepted: Instant, id: u64) {
+    // Else the kernel grows it up to its own bound (4 MiB by default) for each client that
+    // leaves its answer unread, and charges it to the exporter's memory.
+    let _ = crate::sys::set_send_buffer(s.as_fd(), SEND_BUFFER_BYTES);
+    let Ok(stream) = s.try_clone() else {
+        // Out of descriptors: this connection is closed unanswered.
+        return;
     };
-    s.write_all(&bytes)?;
-    s.shutdown(Shutdown::Write)?;
-    // Closing with unread bytes (the rest of a head too large) would reset the connection and
-    // could lose the answer on its way: take what the client still sends, briefly.
-    s.set_read_timeout(Some(LINGER))?;
-    let mut rest = [0u8; 4096];
-    let mut taken = 0;
-    while taken < MAX_HEAD_BYTES * 8 {
-        match s.read(&mut rest) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => taken += n,
-        }
+    let progress = Arc::new(Progress::new(accepted));
+    shared.slots().push(Slot {
+        id,
+        accepted,
+        stream,
+        progress: progress.clone(),
+        ending: false,
+    });
+    let guard = SlotGuard {
+        shared: shared.clone(),
+        id,
+    };
+    let spawned = std::thread::Builder::new()
+        .name("gpu-tracker-exporter-conn".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || {
+            let _ = conn::handle(s, accepted, &guard.shared.exporter, &progress);
+            drop(guard);
+        });
+    if spawned.is_err() {
+        // No thread to be had now (the guard, dropped with the closure, freed the slot).
+        std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(())
 }
 
-/// Answers connections on `listener` one after another, for ever. Returns only on an error of
-/// the listener itself; a client's error ends that client's connection only.
-pub fn serve(listener: &TcpListener, exporter: &mut Exporter) -> io::Error {
+/// Answers connections on `listener` for ever, at most [`MAX_CONNECTIONS`] at once. Returns
+/// only on an error of the listener itself; a client's error ends that client's connection only.
+pub fn serve(listener: &TcpListener, exporter: Exporter) -> io::Error {
+    let shared = Arc::new(Shared {
+        exporter: Mutex::new(exporter),
+        slots: Mutex::new(Vec::with_capacity(MAX_CONNECTIONS)),
+        freed: Condvar::new(),
+    });
+    let mut id = 0;
     loop {
         match listener.accept() {
             Ok((s, _)) => {
-                let _ = handle(s, exporter);
+                let accepted = Instant::now();
+                shared.make_room();
+                id += 1;
+                start(&shared, s, accepted, id);
             }
             // Gone before it was taken, or a signal.
             Err(e)
@@ -215,77 +219,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_routed_by_method_and_path() {
-        let r = |h: &str| route(h.as_bytes());
-        assert_eq!(
-            r("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            (Route::Metrics, false)
-        );
-        assert_eq!(r("GET /metrics?x=1 HTTP/1.0\n\n"), (Route::Metrics, false));
-        assert_eq!(r("HEAD /metrics HTTP/1.1\r\n\r\n"), (Route::Metrics, true));
-        assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), (Route::Index, false));
-        assert_eq!(r("GET /metricsx HTTP/1.1\r\n\r\n").0, Route::NotFound);
-        assert_eq!(r("GET /../etc/passwd HTTP/1.1\r\n\r\n").0, Route::NotFound);
-        assert_eq!(
-            r("POST /metrics HTTP/1.1\r\n\r\n").0,
-            Route::MethodNotAllowed
-        );
-        for bad in [
-            "",
-            "GET\r\n\r\n",
-            "GET /metrics\r\n\r\n",
-            "GET  /metrics HTTP/1.1\r\n\r\n",
-            "GET metrics HTTP/1.1\r\n\r\n",
-            "GET /metrics SPDY/3\r\n\r\n",
-        ] {
-            assert_eq!(r(bad).0, Route::BadRequest, "{bad:?}");
-        }
-        assert_eq!(route(b"GET /\xff HTTP/1.1\r\n\r\n").0, Route::BadRequest);
-    }
-
-    #[test]
-    fn answers_carry_their_length_type_and_close() {
-        let t = crate::cgroup::fixture::TempTree::new("exporter-serve");
-        let mut e = Exporter::new(t.path().join("none"));
-        let text = String::from_utf8(answer(Route::Metrics, false, &mut e)).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(head.contains(&format!("Content-Type: {CONTENT_TYPE}\r\n")));
-        assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())));
-        assert!(head.ends_with("Connection: close"), "{head}");
-        assert!(body.ends_with("# EOF\n"));
-        let only = String::from_utf8(answer(Route::Metrics, true, &mut e)).unwrap();
-        assert!(only.ends_with("\r\n\r\n"));
-        let nf = String::from_utf8(answer(Route::NotFound, false, &mut e)).unwrap();
-        assert!(nf.starts_with("HTTP/1.1 404 Not Found\r\n"));
-        let na = String::from_utf8(answer(Route::MethodNotAllowed, false, &mut e)).unwrap();
-        assert!(na.contains("Allow: GET, HEAD\r\n"));
-    }
-
-    /// What the server answers `sent` (a client that then stops sending), on a real socket.
-    fn exchange(sent: &[u8]) -> String {
-        let t = crate::cgroup::fixture::TempTree::new("exporter-sock");
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut client = TcpStream::connect(addr).unwrap();
-        client.write_all(sent).unwrap();
-        let (conn, _) = listener.accept().unwrap();
-        let mut e = Exporter::new(t.path().join("none"));
-        let _ = handle(conn, &mut e);
-        let mut got = String::new();
-        let _ = client.read_to_string(&mut got);
-        got
-    }
-
-    #[test]
-    fn oversized_and_garbage_requests_get_an_error_not_a_panic() {
-        let huge = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(9000));
-        assert!(exchange(huge.as_bytes()).starts_with("HTTP/1.1 431 "));
-        assert!(exchange(b"\x00\xff\xfe garbage\r\n\r\n").starts_with("HTTP/1.1 400 "));
-        let ok = exchange(b"GET /metrics HTTP/1.1\r\n\r\n");
-        assert!(
-            ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.ends_with("# EOF\n"),
-            "{ok}"
-        );
+    fn room_is_made_by_ending_the_connection_of_least_use() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let c = |phase, ms, heard, ending| Candidate {
+            phase,
+            accepted: at(ms),
+            heard,
+            still_for: Duration::ZERO,
+            ending,
+        };
+        // Lingering first, oldest first.
+        let open = [
+            c(Phase::Head, 0, false, false),
+            c(Phase::Linger, 30, true, false),
+            c(Phase::Linger, 20, true, false),
+        ];
+        assert_eq!(victim(&open), Some(2));
+        // Then the oldest silent one, before any that has sent something, however old.
+        let open = [
+            c(Phase::Head, 0, true, false),
+            c(Phase::Head, 20, false, false),
+            c(Phase::Head, 10, false, false),
+            c(Phase::Answer, 5, true, false),
+        ];
+        assert_eq!(victim(&open), Some(2));
+        // Then the oldest still sending its head.
+        let open = [
+            c(Phase::Head, 10, true, false),
+            c(Phase::Head, 5, true, false),
+            c(Phase::Head, 1, false, true),
+        ];
+        assert_eq!(victim(&open), Some(1));
+        // Never one being answered, nor one being ended.
+        let open = [
+            c(Phase::Answer, 0, true, false),
+            c(Phase::Linger, 0, true, true),
+        ];
+        assert_eq!(victim(&open), None);
+        assert_eq!(victim(&[]), None);
+        // Then the oldest whose client has left its answer unread for a while.
+        let stuck = |ms, still| Candidate {
+            still_for: Duration::from_millis(still),
+            ..c(Phase::Write, ms, true, false)
+        };
+        let open = [
+            c(Phase::Answer, 0, true, false),
+            stuck(1, 999),
+            stuck(30, 1000),
+            stuck(20, 5000),
+        ];
+        assert_eq!(victim(&open), Some(3));
+        let open = [stuck(20, 5000), c(Phase::Head, 40, true, false)];
+        assert_eq!(victim(&open), Some(1));
     }
 }

@@ -4,10 +4,12 @@
 //! One file per job; everything is re-exported here, so callers say `crate::sys::name`.
 
 mod children;
+mod dir;
 mod fd;
 mod job_output;
 mod process;
 mod socket;
+mod stream;
 mod users;
 mod wait;
 
@@ -15,6 +17,7 @@ pub use children::{
     CgroupJoin, ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper,
     set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
 };
+pub use dir::{DirEntries, DirEntry, EntryType, list_dir, parse_dirent};
 pub use fd::{
     fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_noreplace,
     set_cloexec, unlinkat,
@@ -25,5 +28,6 @@ pub use process::{
     pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
 };
 pub use socket::{pass_credentials, recv_with_sender};
+pub use stream::{bytes_waiting, set_send_buffer};
 pub use users::{grant_user_read, group_id, user_name};
 pub use wait::{Wake, wait_readable};

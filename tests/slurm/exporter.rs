@@ -1,6 +1,8 @@
 //! Live figures in Prometheus: `gpu-tracker-exporter` run as an unprivileged user of the live
 //! group (`gtexport` in `gtlive`), Debian's own `prometheus` scraping it every 2 s, a tracked
 //! GPU job's series asked for over Prometheus's HTTP API while it runs, and gone once it ended.
+//! Prometheus gets OpenMetrics (it asks for it: the units it keeps say so), any other client the
+//! classic text format, which Debian's `promtool check metrics` accepts with the job's series in.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -71,11 +73,20 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// What Debian's Prometheus sends in `Accept` when it scrapes.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
 /// `GET path` on 127.0.0.1:`port`: (status, body); `None` when nothing answers.
 fn http_get(port: u16, path: &str) -> Option<(u32, String)> {
+    http_get_accepting(port, path, None)
+}
+
+/// [`http_get`] with an `Accept` header.
+fn http_get_accepting(port: u16, path: &str, accept: Option<&str>) -> Option<(u32, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}\r\n").ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -146,6 +157,35 @@ fn as_exporter_user(program: &std::path::Path) -> Command {
     c
 }
 
+/// Debian's `promtool check metrics` accepts `text` (it lints the classic text format).
+fn promtool_accepts(text: &str) {
+    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists())
+        .expect("promtool is missing (Debian's prometheus package: tests/run-all.sh installs it)");
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up), Debian's prometheus and root: tests/run-all.sh"]
 fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
@@ -188,7 +228,8 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     let mut exporter = Daemon::start(cmd, "gpu-tracker-exporter", dir.join("exporter.log"));
     wait_until("the exporter to answer", Duration::from_secs(30), || {
         exporter.alive();
-        http_get(exp_port, "/metrics").is_some_and(|(s, b)| s == 200 && b.ends_with("# EOF\n"))
+        http_get_accepting(exp_port, "/metrics", Some(PROMETHEUS_ACCEPT))
+            .is_some_and(|(s, b)| s == 200 && b.ends_with("# EOF\n"))
     });
 
     // Prometheus, from Debian's package, as the same user, scraping every 2 s.
@@ -241,6 +282,9 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     let labels = &mem[0]["metric"];
     assert_eq!(labels["user"], USER, "{labels}");
     assert_eq!(labels["node"], node().as_str(), "{labels}");
+    // The cluster's name (slurm/cluster/setup.sh: ClusterName=gputrack): one job id of two
+    // clusters sharing a node is two steps, not one.
+    assert_eq!(labels["cluster"], "gputrack", "{labels}");
     let limit = query(
         prom_port,
         &format!("gpu_tracker_memory_limit_bytes{{{job},step=\"batch\"}}"),
@@ -285,6 +329,25 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
             );
         }
     }
+    // Prometheus asked for OpenMetrics and got it: it keeps the families' units, which only
+    // OpenMetrics says.
+    let (status, meta) = http_get(
+        prom_port,
+        "/api/v1/metadata?metric=gpu_tracker_memory_bytes",
+    )
+    .expect("Prometheus's metadata");
+    assert_eq!(status, 200, "{meta}");
+    let meta: Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(
+        meta["data"]["gpu_tracker_memory_bytes"][0]["unit"], "bytes",
+        "{meta}"
+    );
+    // Any other client gets the classic text format, with the job's series, and Debian's
+    // promtool takes it.
+    let (status, text) = http_get(exp_port, "/metrics").expect("the exporter answers");
+    assert_eq!(status, 200, "{text}");
+    assert!(!text.contains("# EOF") && text.contains(&job), "{text}");
+    promtool_accepts(&text);
     // The README's query, GPUs allocated but idle right now: of this job, GPU 1 alone.
     let idle = query(prom_port, IDLE_NOW);
     eprintln!("{IDLE_NOW}: {idle:?}");
