@@ -56,12 +56,9 @@ pub(super) fn run(
     let mut tasks_seen = 0;
     let mut tasks_scheduled = 0;
     // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
-    // never to a FUSE filesystem (a daemon that stops answering would hold the thread), and at
-    // most WARN_LINES of them.
-    let mut warn_left = if s.warn_user
-        && s.step.id == "batch"
-        && !sys::fd_filesystem_type(2).is_some_and(|fs| sys::is_fuse(&fs))
-    {
+    // and at most WARN_LINES of them. What descriptor 2 is, is checked at each write: when the
+    // thread starts it is still the /dev/null slurmd gave slurmstepd.
+    let mut warn_left = if s.warn_user && s.step.id == "batch" {
         WARN_LINES
     } else {
         0
@@ -152,8 +149,11 @@ pub(super) fn run(
             for a in alerts.into_iter().take(warn_left) {
                 warn_left -= 1;
                 let line = format!("gpu-tracker: warning: job {}: {a}\n", s.job.id);
-                if sys::write_to_job_output(2, line.as_bytes(), s.job.uid).is_err() {
+                // The checks of the summary's write, on the descriptor as it is now: the
+                // user's own plain file, not on FUSE, within a deadline.
+                if let Err(e) = sys::write_to_job_output(2, line.as_bytes(), s.job.uid) {
                     warn_left = 0;
+                    acc.note(format!("no more warning lines in the job's output: {e}"));
                 }
             }
             inner.publish(&acc);
