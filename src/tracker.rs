@@ -413,16 +413,22 @@ fn run(
                 break;
             }
             let mut waited = false;
+            // While the inbox rests after a batch, not on the socket (see Inbox::resting).
+            let rest = inbox
+                .as_ref()
+                .and_then(|m| m.lock().unwrap_or_else(|p| p.into_inner()).resting());
+            let wait = rest.map_or(schedule.due() - now, |r| r.min(schedule.due() - now));
             if let (Some(fd), Some(w)) = (&mark_fd, &stop.wake) {
                 // A stop signalled before this wait leaves the wake readable: no stop is lost.
                 drop(st);
-                waited = w.wait_with(&[fd.as_fd()], schedule.due() - now).is_ok();
+                let fds: Vec<_> = rest.is_none().then(|| fd.as_fd()).into_iter().collect();
+                waited = w.wait_with(&fds, wait).is_ok();
                 st = stop.state.lock().unwrap_or_else(|p| p.into_inner());
             }
             if !waited {
                 st = stop
                     .cv
-                    .wait_timeout_while(st, schedule.due() - now, |s| s.end.is_none())
+                    .wait_timeout_while(st, wait, |s| s.end.is_none())
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
@@ -439,7 +445,12 @@ fn run(
             break end;
         }
     };
-    for (t, name) in receive(&inbox) {
+    let last = inbox.as_ref().map_or_else(Vec::new, |m| {
+        m.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .receive_now(unix_now())
+    });
+    for (t, name) in last {
         story.mark(t, &name);
     }
     if let Some(n) = pace.note() {

@@ -611,22 +611,22 @@ fn mark_outside_a_tracker_says_so_and_never_fails_the_script() {
 }
 
 #[test]
-fn a_mark_from_another_user_is_refused() {
+fn only_the_jobs_user_reaches_its_mark_socket() {
     use gpu_tracker::history::mark::Inbox;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::os::unix::process::CommandExt;
-    let me = gpu_tracker::sys::euid();
-    if me != 0 {
-        // Covered without root by the unit test of src/history/mark.rs (an inbox for uid + 1).
-        eprintln!("needs root to send as another user; see history::mark's unit tests");
+    if gpu_tracker::sys::euid() != 0 {
+        eprintln!("needs root to bind for another user and send as one");
         return;
     }
     let dir = TempDir::new("mark-uid");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let bin = dir.join("gpu-tracker");
     std::fs::copy(tracker(), &bin).unwrap();
-    // The job's user here is root; "nobody" (65534) sends too.
-    let mut inbox = Inbox::bind(&dir.join("7.n1.batch.sock"), 0).unwrap();
+    // The job's user is 65532; "nobody" (65534) tries too, and root.
+    let mut inbox = Inbox::bind(&dir.join("7.n1.batch.sock"), 65532).unwrap();
+    let m = std::fs::symlink_metadata(inbox.path()).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (65532, 0o600));
     let prefix = dir.join("7.n1.");
     let send = |name: &str, uid: u32| {
         let mut c = Command::new(&bin);
@@ -638,10 +638,21 @@ fn a_mark_from_another_user_is_refused() {
     };
     let out = send("theirs", 65534);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = send("ours", 0);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    for (name, uid) in [("ours", 65532), ("root's", 0)] {
+        let out = send(name, uid);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{name}");
+    }
     let now = gpu_tracker::step::unix_now() + 1.0;
     let got: Vec<String> = inbox.receive(now).into_iter().map(|m| m.1).collect();
-    assert_eq!(got, ["ours"]);
-    assert_eq!(inbox.refused, 1, "nobody's mark is dropped and counted");
+    assert_eq!(got, ["ours", "root's"]);
+    assert_eq!(
+        inbox.refused, 0,
+        "nobody's datagram never reached the socket"
+    );
 }

@@ -7,17 +7,24 @@
 //! every `srun` step running there). A mark costs the job one `sendto` per socket: no file is
 //! written, nothing waits for an answer.
 //!
-//! The datagram is text: `gpu-tracker-mark 1\n<unix seconds>\n<name>`. The kernel tells the
-//! tracker who sent it (`SO_PASSCRED`): marks of users other than the job's (and root) are
-//! dropped, so the socket may be writable by all while the plugin, as root, never writes
-//! through a path a user controls. A time more than an hour old or in the future is replaced
-//! by the time of receipt. Names are cut to [`MAX_NAME`] characters, control characters
-//! removed.
+//! The datagram is text: `gpu-tracker-mark 1\n<unix seconds>\n<name>`. Only the job's user
+//! (and root) can send one: the socket file is theirs, mode 0600, and sending to a Unix socket
+//! needs write permission on it. The kernel also tells the tracker who sent each datagram
+//! (`SO_PASSCRED`): should the user open their socket to others, marks of any other user are
+//! still dropped. A time more than an hour old or in the future is replaced by the time of
+//! receipt. Names are cut to [`MAX_NAME`] characters, control characters removed.
+//!
+//! A flood costs the receiving thread little: [`Inbox::receive`] reads at most
+//! [`MAX_PER_RECEIVE`] datagrams, then nothing for [`RECEIVE_FLOOR`] ([`Inbox::resting`] says
+//! how long the thread should not wait on the socket). A queue kept full (only the job's own
+//! user can fill it) costs the sender: `gpu-tracker mark` waits at most [`SEND_TIMEOUT`] for
+//! room, then gives up.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The environment variable naming the prefix of the trackers' sockets.
 pub const ENV: &str = "GPU_TRACKER_MARK";
@@ -25,8 +32,13 @@ pub const ENV: &str = "GPU_TRACKER_MARK";
 pub const MAGIC: &str = "gpu-tracker-mark 1";
 /// Longest phase name kept, in characters.
 pub const MAX_NAME: usize = 64;
-/// Most marks taken from the socket per call of [`Inbox::receive`] (the rest wait).
-const MAX_PER_RECEIVE: usize = 64;
+/// Most datagrams taken from the socket per call of [`Inbox::receive`] (the rest wait).
+pub const MAX_PER_RECEIVE: usize = 64;
+/// Least time between two receives that found datagrams: a flood costs the receiving thread
+/// one batch of at most [`MAX_PER_RECEIVE`] non-blocking reads per this time.
+pub const RECEIVE_FLOOR: Duration = Duration::from_millis(100);
+/// Longest a mark waits for room in a tracker's queue (full when its own job floods it).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The datagram for a mark named `name` at `unix` seconds.
 pub fn encode(unix: f64, name: &str) -> Vec<u8> {
@@ -59,12 +71,15 @@ pub struct Inbox {
     sock: UnixDatagram,
     path: PathBuf,
     uid: u32,
+    /// Until when [`Inbox::receive`] reads nothing (see [`RECEIVE_FLOOR`]).
+    rest_until: Option<Instant>,
     /// Datagrams dropped: from another user, or not a mark.
     pub refused: u64,
 }
 
 impl Inbox {
-    /// Binds a socket at `path` that takes marks from `uid` (and root). A stale socket left at
+    /// Binds a socket at `path` that takes marks from `uid` (and root): the socket file is
+    /// made `uid`'s, mode 0600, so that no other user can send to it. A stale socket left at
     /// `path` by a tracker that died is replaced; any other file there is an error. The
     /// directory must be one that only the caller can write to.
     pub fn bind(path: &Path, uid: u32) -> io::Result<Inbox> {
@@ -84,11 +99,17 @@ impl Inbox {
             sock,
             path: path.to_path_buf(),
             uid,
+            rest_until: None,
             refused: 0,
         };
-        // Sending needs write permission on the socket file; who may send is checked on
-        // receipt from the kernel's credentials.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+        // Sending needs write permission on the socket file: the job's user has it, no other
+        // user (root needs none). The directory is the caller's alone, so the path is the
+        // socket just bound. Until these two calls a sender of the process's umask may reach
+        // it; the credentials checked on receipt still refuse its marks.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        if uid != crate::sys::euid() {
+            std::os::unix::fs::lchown(path, Some(uid), None)?;
+        }
         crate::sys::pass_credentials(&inbox.sock)?;
         inbox.sock.set_nonblocking(true)?;
         Ok(inbox)
@@ -105,13 +126,32 @@ impl Inbox {
         self.sock.try_clone().map(OwnedFd::from)
     }
 
-    /// The marks waiting, oldest first, without waiting for more. `now` is the Unix time.
+    /// The marks waiting, oldest first, without waiting for more: at most
+    /// [`MAX_PER_RECEIVE`] datagrams read, and none for [`RECEIVE_FLOOR`] after a call that
+    /// read any. `now` is the Unix time.
     pub fn receive(&mut self, now: f64) -> Vec<(f64, String)> {
+        if self.resting().is_some() {
+            return Vec::new();
+        }
+        self.receive_now(now)
+    }
+
+    /// How long [`Inbox::receive`] still reads nothing: meanwhile a waiting datagram is no
+    /// reason to wake (`None`: wait on the socket).
+    pub fn resting(&self) -> Option<Duration> {
+        let left = self.rest_until?.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// [`Inbox::receive`] without the floor: the last batch when the tracker stops.
+    pub fn receive_now(&mut self, now: f64) -> Vec<(f64, String)> {
         let mut out = Vec::new();
         let mut buf = [0u8; 512];
+        let mut read = 0;
         for _ in 0..MAX_PER_RECEIVE {
             match crate::sys::recv_with_sender(&self.sock, &mut buf) {
                 Ok(Some((n, uid))) => {
+                    read += 1;
                     let allowed = uid.is_some_and(|u| u == self.uid || u == 0);
                     match decode(&buf[..n.min(buf.len())], now) {
                         Some(m) if allowed => out.push(m),
@@ -120,6 +160,9 @@ impl Inbox {
                 }
                 Ok(None) | Err(_) => break,
             }
+        }
+        if read > 0 {
+            self.rest_until = Some(Instant::now() + RECEIVE_FLOOR);
         }
         out
     }
@@ -149,6 +192,10 @@ pub enum MarkError {
     /// The variable is set but no tracker listens.
     #[error("no tracker is listening at {0}* (the step has ended, or tracking is off)")]
     NoListener(String),
+    /// A tracker's socket is there but did not take the mark: another user's (permission
+    /// denied), or its queue stayed full for [`SEND_TIMEOUT`].
+    #[error("not delivered to {0}: {1}")]
+    NotDelivered(String, io::Error),
     /// The name is empty once cleaned.
     #[error("a phase name must have at least one printable character")]
     EmptyName,
@@ -189,18 +236,33 @@ pub fn send_to(prefix: &Path, name: &str) -> Result<usize, MarkError> {
         None => (".", lossy.as_str()),
     };
     let mut sent = 0;
+    let mut failed = None;
     if let (Ok(entries), Ok(sock)) = (std::fs::read_dir(dir), UnixDatagram::unbound()) {
+        // A tracker whose queue is full (its job floods it) is not waited for long.
+        let _ = sock.set_write_timeout(Some(SEND_TIMEOUT));
         for e in entries.flatten() {
             let n = e.file_name();
             let n = n.to_string_lossy();
-            if n.starts_with(start) && n.ends_with(".sock") && sock.send_to(&data, e.path()).is_ok()
-            {
-                sent += 1;
+            if !(n.starts_with(start) && n.ends_with(".sock")) {
+                continue;
+            }
+            match sock.send_to(&data, e.path()) {
+                Ok(_) => sent += 1,
+                // A stale socket (its tracker was killed) or one just removed: nobody listens.
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                    ) => {}
+                Err(err) => failed = failed.or(Some((e.path(), err))),
             }
         }
     }
     if sent == 0 {
-        return Err(MarkError::NoListener(lossy));
+        return Err(match failed {
+            Some((path, err)) => MarkError::NotDelivered(path.display().to_string(), err),
+            None => MarkError::NoListener(lossy),
+        });
     }
     Ok(sent)
 }
@@ -235,7 +297,7 @@ mod tests {
         assert!(got[0].0 < now, "the sender's time is kept");
         assert_eq!(b.receive(now).len(), 1);
         assert!(other.receive(now).is_empty());
-        assert!(a.receive(now).is_empty(), "drained");
+        assert!(a.receive_now(now).is_empty(), "drained");
         drop(a);
         assert!(!d.join("7.vm.batch.sock").exists(), "removed on drop");
         assert!(matches!(
@@ -250,18 +312,20 @@ mod tests {
 
     #[test]
     fn marks_of_another_user_and_garbage_are_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let d = tmp("uid");
         let me = crate::sys::euid();
-        let mut inbox = Inbox::bind(&d.join("s.sock"), me.wrapping_add(1)).unwrap();
         let s = UnixDatagram::unbound().unwrap();
-        s.send_to(&encode(1.0, "x"), inbox.path()).unwrap();
-        let got = inbox.receive(10.0);
         if me == 0 {
-            // Root's marks are always taken.
-            assert_eq!(got.len(), 1);
-        } else {
-            assert!(got.is_empty());
-            assert_eq!(inbox.refused, 1);
+            // The socket is its user's alone (tests/cli.rs sends as other users); should they
+            // open it to all, another user's marks are still refused: here uid 1 listens and
+            // root sends, whose marks are always taken.
+            let mut inbox = Inbox::bind(&d.join("s.sock"), 1).unwrap();
+            let m = std::fs::symlink_metadata(inbox.path()).unwrap();
+            assert_eq!((m.uid(), m.mode() & 0o777), (1, 0o600));
+            std::fs::set_permissions(inbox.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+            s.send_to(&encode(1.0, "x"), inbox.path()).unwrap();
+            assert_eq!(inbox.receive(10.0).len(), 1);
         }
         let mut mine = Inbox::bind(&d.join("m.sock"), me).unwrap();
         s.send_to(b"hello", mine.path()).unwrap();
@@ -271,6 +335,48 @@ mod tests {
         std::fs::write(d.join("f.sock"), "x").unwrap();
         assert!(Inbox::bind(&d.join("f.sock"), me).is_err());
         assert_eq!(std::fs::read_to_string(d.join("f.sock")).unwrap(), "x");
+    }
+
+    #[test]
+    fn a_receive_that_read_anything_is_followed_by_a_rest() {
+        let d = tmp("floor");
+        let me = crate::sys::euid();
+        let mut inbox = Inbox::bind(&d.join("s.sock"), me).unwrap();
+        let s = UnixDatagram::unbound().unwrap();
+        assert!(inbox.receive(10.0).is_empty());
+        assert_eq!(inbox.resting(), None, "nothing read: no rest");
+        for _ in 0..5 {
+            s.send_to(b"flood", inbox.path()).unwrap();
+        }
+        assert!(inbox.receive(10.0).is_empty());
+        assert_eq!(inbox.refused, 5);
+        let rest = inbox.resting().expect("a rest after a batch");
+        assert!(
+            rest <= RECEIVE_FLOOR && rest > RECEIVE_FLOOR / 2,
+            "{rest:?}"
+        );
+        // A mark during the rest waits for its end.
+        s.send_to(&encode(9.0, "late"), inbox.path()).unwrap();
+        assert!(inbox.receive(10.0).is_empty());
+        std::thread::sleep(rest);
+        assert_eq!(inbox.resting(), None);
+        assert_eq!(inbox.receive(10.0), [(9.0, "late".to_string())]);
+        // The last batch, when the tracker stops, reads whatever the rest.
+        s.send_to(&encode(9.5, "last"), inbox.path()).unwrap();
+        assert!(inbox.resting().is_some());
+        assert_eq!(inbox.receive_now(10.0), [(9.5, "last".to_string())]);
+        // At most one batch per call.
+        s.set_nonblocking(true).unwrap();
+        let queued = (0..2 * MAX_PER_RECEIVE)
+            .filter(|_| s.send_to(b"flood", inbox.path()).is_ok())
+            .count();
+        let before = inbox.refused;
+        inbox.receive_now(10.0);
+        assert_eq!(
+            inbox.refused - before,
+            queued.min(MAX_PER_RECEIVE) as u64,
+            "{queued} queued"
+        );
     }
 
     #[test]

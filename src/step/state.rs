@@ -201,19 +201,21 @@ impl Inner {
     }
 
     /// The sampler thread's wait: releases `sh` until [`Inner::notify`], `timeout`, or a
-    /// datagram on `marks`, whichever comes first. With no mark socket (or no [`Wake`]: see
-    /// `StepTracker::start`), on the condition variable alone.
+    /// datagram on `marks`, whichever comes first (`marks` is `None` while the inbox rests:
+    /// see [`Inbox::resting`]). Without a [`Wake`] (no mark socket: see `StepTracker::start`),
+    /// on the condition variable alone.
     pub(super) fn wait<'a>(
         &'a self,
         sh: MutexGuard<'a, Shared>,
         timeout: Duration,
         marks: Option<&Inbox>,
     ) -> MutexGuard<'a, Shared> {
-        if let (Some(ib), Some(w)) = (marks, &self.wake_fd) {
+        if let Some(w) = &self.wake_fd {
             // A notify between the caller's look at `sh` and this wait leaves the descriptor
             // readable: the wait returns at once and the caller looks again.
             drop(sh);
-            if w.wait_with(&[ib.as_fd()], timeout).is_ok() {
+            let fds: Vec<_> = marks.iter().map(|ib| ib.as_fd()).collect();
+            if w.wait_with(&fds, timeout).is_ok() {
                 return self.lock();
             }
             return self

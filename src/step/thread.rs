@@ -56,12 +56,9 @@ pub(super) fn run(
     let mut tasks_seen = 0;
     let mut tasks_scheduled = 0;
     // Alert lines go to the job's stderr from the batch step only, where the admin allows it,
-    // never to a FUSE filesystem (a daemon that stops answering would hold the thread), and at
-    // most WARN_LINES of them.
-    let mut warn_left = if s.warn_user
-        && s.step.id == "batch"
-        && !sys::fd_filesystem_type(2).is_some_and(|fs| sys::is_fuse(&fs))
-    {
+    // and at most WARN_LINES of them. What descriptor 2 is, is checked at each write: when the
+    // thread starts it is still the /dev/null slurmd gave slurmstepd.
+    let mut warn_left = if s.warn_user && s.step.id == "batch" {
         WARN_LINES
     } else {
         0
@@ -110,8 +107,14 @@ pub(super) fn run(
                 } else {
                     due - now
                 };
-                // Until then, a new task, a stop, or a mark on the socket.
-                sh = inner.wait(sh, wait, inbox.as_ref());
+                // Until then, a new task, a stop, or a mark on the socket; while the inbox
+                // rests after a batch, not the socket (a flood would keep the thread busy).
+                let (wait, marks) = match inbox.as_ref().map(|ib| (ib, ib.resting())) {
+                    Some((_, Some(rest))) => (wait.min(rest), None),
+                    Some((ib, None)) => (wait, Some(ib)),
+                    None => (wait, None),
+                };
+                sh = inner.wait(sh, wait, marks);
             }
             if sh.stop {
                 break;
@@ -146,8 +149,11 @@ pub(super) fn run(
             for a in alerts.into_iter().take(warn_left) {
                 warn_left -= 1;
                 let line = format!("gpu-tracker: warning: job {}: {a}\n", s.job.id);
-                if sys::write_to_job_output(2, line.as_bytes(), s.job.uid).is_err() {
+                // The checks of the summary's write, on the descriptor as it is now: the
+                // user's own plain file, not on FUSE, within a deadline.
+                if let Err(e) = sys::write_to_job_output(2, line.as_bytes(), s.job.uid) {
                     warn_left = 0;
+                    acc.note(format!("no more warning lines in the job's output: {e}"));
                 }
             }
             inner.publish(&acc);
@@ -167,7 +173,7 @@ pub(super) fn run(
         inner.history().event(t, e);
     }
     if let Some(ib) = inbox.as_mut() {
-        for (t, name) in ib.receive(unix_now()) {
+        for (t, name) in ib.receive_now(unix_now()) {
             inner.history().mark(t, &name);
         }
         if ib.refused > 0 {
@@ -195,4 +201,109 @@ pub(super) fn run(
     }
     acc.thread_cpu = sys::thread_cpu_seconds();
     inner.publish(&acc);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixDatagram;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use crate::gres::GpuOrder;
+    use crate::step::record::{JobInfo, StepInfo};
+    use crate::step::spool::Spool;
+    use crate::step::{StepSetup, StepTracker};
+
+    /// A batch step of job 77 on node n1 without GPUs, its mark socket in `dir`.
+    fn setup(dir: &std::path::Path) -> StepSetup {
+        StepSetup {
+            job: JobInfo {
+                id: 77,
+                uid: crate::sys::euid(),
+                user: "tester".into(),
+                ..JobInfo::default()
+            },
+            step: StepInfo {
+                id: "batch".into(),
+                kind: "batch".into(),
+                node: "n1".into(),
+                local_tasks: Some(1),
+                ..StepInfo::default()
+            },
+            interval: Duration::from_secs(5),
+            checkpoint_interval: None,
+            spool: Spool::open(&dir.join("spool")).unwrap(),
+            nvml_library: None,
+            cgroup_root: dir.join("no-cgroups"),
+            proc_root: PathBuf::from("/proc"),
+            gpu_order: GpuOrder::Unknown("a test".into()),
+            gres_conf: None,
+            alerts: crate::history::AlertRules::default(),
+            mark_socket: Some(dir.join("77.n1.batch.sock")),
+            warn_user: false,
+            live: None,
+        }
+    }
+
+    #[test]
+    fn a_flood_on_the_mark_socket_costs_the_sampler_little_and_marks_still_arrive() {
+        let dir = std::env::temp_dir().join(format!("gt-flood-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let t = StepTracker::start(setup(&dir)).unwrap();
+        let mut task = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        t.task_started(Some(0), Some(0), task.id());
+        std::thread::sleep(Duration::from_millis(300));
+        // Datagrams that are no mark, as fast as the socket takes them, for 3 s (the job's
+        // own user may do this; no other user can reach the socket).
+        let stop = AtomicBool::new(false);
+        let sent = AtomicU64::new(0);
+        let flood = 3.0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let sock = UnixDatagram::unbound().unwrap();
+                sock.set_write_timeout(Some(Duration::from_millis(50)))
+                    .unwrap();
+                let path = dir.join("77.n1.batch.sock");
+                while !stop.load(Ordering::Relaxed) {
+                    if sock.send_to(b"garbage", &path).is_ok() {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            let t0 = Instant::now();
+            for name in ["load", "train", "save"] {
+                std::thread::sleep(Duration::from_millis(500));
+                crate::history::mark::send_to(&dir.join("77.n1."), name).unwrap();
+            }
+            std::thread::sleep(Duration::from_secs_f64(flood) - t0.elapsed());
+            stop.store(true, Ordering::Relaxed);
+        });
+        // The marks had time to come out of the queue behind the flood.
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = task.kill();
+        let _ = task.wait();
+        t.task_ended(task.id(), Some(9));
+        let (rec, _) = t.finish();
+        let cpu = rec.sampler.cpu_seconds;
+        let sent = sent.load(Ordering::Relaxed);
+        eprintln!("{sent} datagrams in {flood} s; the sampler thread used {cpu:.3} s of CPU");
+        // At most one batch of 64 datagrams per 100 ms: some milliseconds in 3 s.
+        assert!(
+            cpu < 0.15,
+            "the sampler thread used {cpu:.3} s of CPU in a {flood} s flood of {sent} datagrams"
+        );
+        let marks: Vec<&str> = rec
+            .events
+            .iter()
+            .filter(|e| e.kind == "mark")
+            .filter_map(|e| e.name.as_deref())
+            .collect();
+        assert_eq!(marks, ["load", "train", "save"], "{:?}", rec.events);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

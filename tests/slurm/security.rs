@@ -459,3 +459,81 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
         std::fs::remove_file(fs.control.join(mode)).unwrap();
     }
 }
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn warning_lines_to_an_output_that_stops_answering_do_not_hold_the_job() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    // An alert the job below sets off, and its warning line meant for the job's output.
+    std::fs::write(
+        &conf,
+        format!("{good}\nalert_memory_percent = 50\nwarn_user = true\n"),
+    )
+    .unwrap();
+    let fs = HangFs::mount();
+    let out = fs.mnt.join("warn-%j.out");
+    let h = hog();
+    let id = submit_as(
+        USER,
+        "stuck-warn",
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=200M\necho started\nsleep 3\n\
+             {h} --mb 130 --hold-ms 3000 >/dev/null 2>&1\n"
+        ),
+        &["-o", &out.display().to_string()],
+    );
+    let file = fs.mnt.join(format!("warn-{id}.out"));
+    wait_started(id);
+    let started = Instant::now();
+    while !std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .contains("started")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "job {id} never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The job's output stops answering before the alert: the plugin, which checked the
+    // output when the step started (slurmd's /dev/null then), must not write the line to it.
+    std::fs::write(fs.control.join("hang"), "").unwrap();
+    let ended = Instant::now();
+    let state = loop {
+        let st = job_field(id, "JobState").unwrap_or_default();
+        if !matches!(st.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "") {
+            break st;
+        }
+        assert!(
+            ended.elapsed() < Duration::from_secs(60),
+            "job {id} still {st} a minute after its output stopped answering"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(state, "COMPLETED");
+    let recs = final_records(id, &["batch"]);
+    let batch = &recs["batch"];
+    assert!(
+        batch.events.iter().any(|e| e.kind == "alert_memory"),
+        "the alert fired: {:?}",
+        batch.events
+    );
+    let notes = &batch.sampler.notes;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("no more warning lines") && n.contains("fuse")),
+        "the record says why no warning line was written: {notes:?}"
+    );
+    std::fs::remove_file(fs.control.join("hang")).unwrap();
+    assert!(
+        !std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .contains("gpu-tracker: warning"),
+        "no warning line went to the FUSE file"
+    );
+}
