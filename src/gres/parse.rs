@@ -70,8 +70,8 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
     let (mut global_auto, mut local_auto) = (None, None);
     for line in logical_lines(text) {
         let trimmed = line.trim();
-        if trimmed.len() >= 7 && trimmed[..7].eq_ignore_ascii_case("include") {
-            out.includes.push(trimmed[7..].trim().to_string());
+        if let Some(file) = include_file(trimmed) {
+            out.includes.push(file.to_string());
             continue;
         }
         let pairs = key_values(trimmed);
@@ -122,6 +122,19 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
     out.gpus = name_lines.into_iter().chain(node_lines).collect();
     out.autodetect = local_auto.or(global_auto);
     out
+}
+
+/// The file of an `include FILE` line, as slurmd reads one (`_parse_include_directive`): the
+/// word `include` in any case, a blank, then the file's name up to the next blank. The line is
+/// the site's text, any bytes: looked at by `get`, never sliced where a character may not end.
+fn include_file(line: &str) -> Option<&str> {
+    let word = line.get(..7)?;
+    let rest = line.get(7..)?;
+    if !word.eq_ignore_ascii_case("include") || !rest.starts_with(|c: char| c.is_ascii_whitespace())
+    {
+        return None;
+    }
+    Some(rest.split_ascii_whitespace().next().unwrap_or(""))
 }
 
 /// Lines with comments removed and continuations joined.
@@ -520,6 +533,27 @@ Name=mps Count=200 File=/dev/nvidia[0-1]
         let g = parse_gres_conf(conf, "n1");
         assert_eq!(g.files(), ["/dev/nvidia0", "/dev/nvidia1", "/dev/a#b"]);
         assert_eq!(g.includes, ["/etc/slurm/more.conf"]);
+    }
+
+    #[test]
+    fn a_multi_byte_character_where_include_would_end_is_no_panic() {
+        // Byte 7 falls inside `é` (bytes 6 and 7): slicing the line there panicked, and the
+        // plugin then tracked no step on the node.
+        let g = parse_gres_conf("Count=é1\nName=gpu File=/dev/nvidia0\n", "n1");
+        assert_eq!(g.files(), ["/dev/nvidia0"]);
+        assert!(g.includes.is_empty());
+        for line in [
+            "Includé x",
+            "INCLUDE\u{e9}",
+            "incl\u{1F600}",
+            "é",
+            "Include",
+        ] {
+            parse_gres_conf(line, "n1");
+        }
+        // As slurmd: `include` then a blank, then the file; anything else is no include.
+        let g = parse_gres_conf("includé /a\nINCLUDE\t/b/ç.conf\nIncludeX /c\n", "n1");
+        assert_eq!(g.includes, ["/b/ç.conf"]);
     }
 
     #[test]
