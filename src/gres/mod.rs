@@ -167,6 +167,12 @@ impl GpuOrder {
                 })
             })
             .collect();
+        if conf.too_many_files {
+            return GpuOrder::Unknown(format!(
+                "gres.conf names more than {} device files for this node",
+                parse::MAX_NODE_DEVICES
+            ));
+        }
         match conf.autodetect.as_deref() {
             None | Some("off") if files.is_empty() => {
                 GpuOrder::Unknown("gres.conf names no GPU device file for this node".into())
@@ -472,6 +478,11 @@ mod tests {
             order("Name=mps Count=100\n"),
             GpuOrder::Unknown(_)
         ));
+        let o = order(&"Name=gpu File=/dev/nvidia[0-999]\n".repeat(2));
+        assert!(
+            o.describe("x").contains("more than 1024 device files"),
+            "{o:?}"
+        );
     }
 
     #[test]
