@@ -15,7 +15,7 @@ use crate::step::record::{self, RecordError, SCHEMA_VERSION, StepRecord};
 use crate::units::{MAX_INTERVAL_SECONDS, MemUnit, TimeUnit};
 
 /// The targets, by the names of their files in `fuzz/fuzz_targets/` and `fuzz/seeds/`.
-pub const TARGETS: [&str; 3] = ["record", "config", "report_args"];
+pub const TARGETS: [&str; 4] = ["record", "config", "report_args", "gres"];
 
 /// Runs target `name` on `data`; `false` when there is no such target.
 pub fn run(name: &str, data: &[u8]) -> bool {
@@ -23,6 +23,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "record" => record(data),
         "config" => config(data),
         "report_args" => report_args(data),
+        "gres" => gres(data),
         _ => return false,
     }
     true
@@ -216,6 +217,59 @@ pub fn report_args(data: &[u8]) {
                 DisplayHelp | DisplayVersion => assert_eq!(code, 0, "{shown}"),
                 _ => assert_eq!(code, 2, "{shown}"),
             }
+        }
+    }
+}
+
+/// A gres.conf as the plugin reads it in slurmstepd, and the driver's MIG table: the bytes up
+/// to the first NUL are the file (UTF-8, as it is read), the rest the table (read lossily).
+/// The file is parsed for two nodes; each node's lines must give at most
+/// [`crate::gres::parse::MAX_NODE_DEVICES`] device files. Each is turned into the GPU order
+/// (a device file's minor is its trailing number here), described, and mapped onto two whole
+/// GPUs and a MIG instance of each.
+pub fn gres(data: &[u8]) {
+    use crate::gpu::{GpuInfo, MigInfo};
+    use crate::gres::{GpuOrder, MigMinors, parse};
+    let mut parts = data.splitn(2, |b| *b == 0);
+    let Ok(text) = std::str::from_utf8(parts.next().unwrap_or_default()) else {
+        return;
+    };
+    let table = parts
+        .next()
+        .map(|t| MigMinors::parse(&String::from_utf8_lossy(t)));
+    let minor = |p: &str| p.rsplit(|c: char| !c.is_ascii_digit()).next()?.parse().ok();
+    let mut nvml = Vec::new();
+    for index in 0..2u32 {
+        let gpu = GpuInfo {
+            index,
+            minor: Some(index),
+            uuid: format!("GPU-{index}"),
+            name: "G".into(),
+            memory_total: 1,
+            mig: None,
+        };
+        let instance = GpuInfo {
+            uuid: format!("MIG-{index}"),
+            mig: Some(MigInfo {
+                parent_uuid: gpu.uuid.clone(),
+                parent_index: index,
+                profile: "1g.10gb".into(),
+                gpu_instance_id: 1,
+                compute_instance_id: 0,
+                mig_index: 0,
+            }),
+            ..gpu.clone()
+        };
+        nvml.extend([gpu, instance]);
+    }
+    for node in ["n1", "gpu01"] {
+        let conf = parse::parse_gres_conf(text, node);
+        let files = conf.files().len();
+        assert!(files <= parse::MAX_NODE_DEVICES, "{files} device files");
+        let order = GpuOrder::from_conf(&conf, minor, table.as_ref());
+        let _ = (order.method(), order.describe("gres.conf"));
+        for target in order.targets(&nvml).into_iter().flatten().flatten() {
+            let _ = nvml.iter().filter(|d| target.is(d)).count();
         }
     }
 }

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// Where slurm.conf is when `SLURM_CONF` is not set.
 pub const DEFAULT_PATH: &str = "/etc/slurm/slurm.conf";
 
+/// The largest slurm.conf read (as `gpu-tracker-report`'s settings reader): the largest
+/// sites' files are some hundred kilobytes. A larger file is refused, not read.
+pub const MAX_BYTES: u64 = 4 << 20;
+
 /// What the plugin needs from slurm.conf.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlurmConf {
@@ -52,9 +56,12 @@ impl SlurmConf {
         out
     }
 
-    /// Reads and parses the file at `path`.
+    /// Reads and parses the file at `path`: only a regular file (or a link to one) of at most
+    /// [`MAX_BYTES`]; anything else is an error, never waited on
+    /// ([`crate::config::read_small_file`]).
     pub fn read(path: &Path) -> std::io::Result<SlurmConf> {
-        std::fs::read_to_string(path).map(|t| SlurmConf::parse(&t))
+        crate::config::read_small_file(path, MAX_BYTES, "a slurm.conf")
+            .map(|t| SlurmConf::parse(&t))
     }
 
     /// The plugstack.conf Slurm reads with this slurm.conf (at `slurm_conf`): `PlugStackConfig`,
@@ -147,6 +154,31 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn slurm_conf_is_read_bounded_and_never_from_a_fifo() {
+        use crate::cgroup::fixture::{TempTree, within};
+        use std::time::Duration;
+        let t = TempTree::new("slurmconf-read");
+        t.write("slurm.conf", "ClusterName=Alpha\n");
+        let read = |p: PathBuf| {
+            within(Duration::from_secs(2), move || {
+                SlurmConf::read(&p).map_err(|e| e.to_string())
+            })
+            .expect("SlurmConf::read did not return within 2 s")
+        };
+        let c = read(t.path().join("slurm.conf")).unwrap();
+        assert_eq!(c.cluster_name.as_deref(), Some("alpha"));
+        let e = read(t.fifo("fifo.conf")).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let huge = t.path().join("huge.conf");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_BYTES + 1)
+            .unwrap();
+        let e = read(huge).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
     }
 
     #[test]

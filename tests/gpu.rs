@@ -1,7 +1,8 @@
 //! GPU figures through the real NVML path (`nvml-wrapper` → `dlopen`) into the project's fake
 //! `libnvidia-ml.so.1`, driven by scenario files: per-process memory of the tracked processes,
 //! device memory and capacity, utilization of the selected GPUs, energy, a GPU that falls off
-//! the bus mid-run, an NVML that fails to start, and no NVML at all.
+//! the bus mid-run, a MIG instance whose slot comes to hold another one, an NVML that fails to
+//! start, and no NVML at all.
 
 mod common;
 
@@ -282,4 +283,73 @@ fn sm_activity_health_and_no_data_through_the_command() {
         let t = g["throttle_seconds"]["hw_thermal_slowdown"].as_f64();
         assert!(t.is_some_and(|t| (0.1..=1.5).contains(&t)), "{g:#}");
     }
+}
+
+/// A step's MIG instance is read at its MIG slot of the parent GPU. When the GPU's MIG layout
+/// changes mid-run (the instance destroyed, another job's made), the slot names another
+/// instance, or none: from then on the step's instance is a lost device, never the other's
+/// figures. An instance the change left in place is still read.
+#[test]
+fn a_mig_slot_that_comes_to_name_another_instance_is_a_lost_device() {
+    use gpu_tracker::gpu::GpuSource;
+    use gpu_tracker::gpu::nvml::NvmlSource;
+    use std::time::{Duration, Instant};
+    const MIG_A: &str = "MIG-aaaaaaaa-1111-2222-3333-444444444444";
+    const MIG_B: &str = "MIG-bbbbbbbb-1111-2222-3333-444444444444";
+    const MIG_C: &str = "MIG-cccccccc-1111-2222-3333-444444444444";
+    const MIG_E: &str = "MIG-eeeeeeee-1111-2222-3333-444444444444";
+    const GB: u64 = 1_000_000_000;
+    let instance = |uuid: &str, gi: u32, used: u64| {
+        json!({"uuid": uuid, "profile": "1g.10gb", "gpu_instance_id": gi,
+               "compute_instance_id": 0, "memory_total": 10 * GB, "memory_used_base": used})
+    };
+    // Slots 0, 1, 2 hold A (1 GB in use), B (2 GB), E (3 GB); at 1.5 s slot 0 holds C (7 GB),
+    // slot 1 still B, slot 2 nothing.
+    let scn = json!({"devices": [{
+        "uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "memory_total": 80 * GB,
+        "mig": {"instances": [instance(MIG_A, 1, GB), instance(MIG_B, 2, 2 * GB),
+                              instance(MIG_E, 3, 3 * GB)],
+                "reconfigure": {"at_ms": 1500,
+                                "instances": [instance(MIG_C, 5, 7 * GB), instance(MIG_B, 2, 2 * GB)]}}
+    }]});
+    // A copy of the fake with its scenario beside it: this test's alone.
+    let dir = TempDir::new("mig-reconfigure");
+    let lib_dir = dir.join("lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    let lib = lib_dir.join("libnvidia-ml.so.1");
+    std::fs::copy(fake_nvml(), &lib).unwrap();
+    std::fs::write(lib_dir.join("fake-nvml-scenario.json"), scn.to_string()).unwrap();
+    let started = Instant::now();
+    let mut src = NvmlSource::open(Some(&lib), true).expect("open the fake");
+    let uuids: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
+    assert_eq!(uuids, [GPU0, MIG_A, MIG_B, MIG_E]);
+    src.retain(|d| d.mig.is_some());
+    let used = |src: &mut NvmlSource| (0..3).map(|i| src.read(i).map(|r| r.used)).collect();
+    let before: Vec<_> = used(&mut src);
+    assert_eq!(
+        before,
+        [Some(Some(GB)), Some(Some(2 * GB)), Some(Some(3 * GB))]
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1200),
+        "the first reads came too late to be before the change"
+    );
+    std::thread::sleep(Duration::from_millis(1700).saturating_sub(started.elapsed()));
+    let after: Vec<_> = used(&mut src);
+    assert_eq!(
+        after,
+        [None, Some(Some(2 * GB)), None],
+        "C's figures taken for A's?"
+    );
+    assert_eq!(src.read(0), None, "lost stays lost");
+    let notes = src.take_problems().join("\n");
+    assert!(
+        notes.contains(&format!("{MIG_A}: MIG slot 0 now holds {MIG_C}")),
+        "{notes}"
+    );
+    assert!(
+        notes.contains(&format!("{MIG_E}: MIG slot 2 is empty now")),
+        "{notes}"
+    );
+    assert!(!notes.contains(MIG_B), "{notes}");
 }

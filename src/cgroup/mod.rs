@@ -273,6 +273,27 @@ pub(crate) mod fixture {
         pub fn path(&self) -> &Path {
             &self.0
         }
+        /// Makes a FIFO at `rel` (no writer ever opens it) and returns its path.
+        pub fn fifo(&self, rel: &str) -> PathBuf {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let made = std::process::Command::new("mkfifo").arg(&p).status();
+            assert!(made.unwrap().success(), "mkfifo {}", p.display());
+            p
+        }
+    }
+
+    /// Runs `f` on a thread of its own and returns its result, or `None` when it has not
+    /// returned within `limit` (the thread is then left blocked: a test that reads a FIFO).
+    pub fn within<T: Send + 'static>(
+        limit: std::time::Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
     }
 
     impl Drop for TempTree {

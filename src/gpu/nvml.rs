@@ -223,7 +223,10 @@ impl GpuSource for NvmlSource {
             .mig
             .as_ref()
             .map(|m| (m.mig_index, m.gpu_instance_id));
+        let uuid = &self.devices[i].uuid;
         let seen = &mut self.util_seen[i];
+        // Why a MIG instance is no longer at its slot, when it is not.
+        let mut moved: Option<String> = None;
         let mut reading = self
             .session
             .with_dependent_mut(|nvml: &Nvml, live: &mut Live| {
@@ -232,6 +235,25 @@ impl GpuSource for NvmlSource {
                     Some((slot, gi)) => p.mig_device_by_index(slot).map(|d| (d, Some((p, gi)))),
                     None => Ok((p, None)),
                 });
+                // A MIG slot holds whatever instance the GPU's MIG layout puts there now: after
+                // a change (instances destroyed and made, by an administrator or another job's
+                // prolog) it can be another job's. Only the instance with the UUID listed at
+                // the start is this device; anything else at its slot means it is gone.
+                let handles = match (handles, mig) {
+                    (Ok((d, parent)), Some((slot, _))) => match d.uuid() {
+                        Ok(u) if u == *uuid => Ok((d, parent)),
+                        Ok(u) => {
+                            moved = Some(format!("MIG slot {slot} now holds {u}"));
+                            Err(NvmlError::GpuLost)
+                        }
+                        Err(e) => Err(e),
+                    },
+                    (Err(NvmlError::NotFound), Some((slot, _))) => {
+                        moved = Some(format!("MIG slot {slot} is empty now"));
+                        Err(NvmlError::GpuLost)
+                    }
+                    (h, _) => h,
+                };
                 match handles {
                     Ok((d, parent)) => {
                         let mut r = GpuReading {
@@ -327,6 +349,14 @@ impl GpuSource for NvmlSource {
                     d.index, d.uuid
                 ));
             }
+        }
+        if let Some(why) = moved {
+            let d = &self.devices[i];
+            self.problems.push(format!(
+                "GPU {} MIG instance {}: {why}: the GPU's MIG layout changed; the instance is \
+                 taken as lost, its figures stop here",
+                d.index, d.uuid
+            ));
         }
         if q.lost {
             self.lost[i] = true;

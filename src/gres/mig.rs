@@ -50,17 +50,15 @@ impl MigMinors {
     }
 
     /// Reads the table at `path`; `Ok(None)` when there is none (no NVIDIA driver, or one
-    /// without MIG).
+    /// without MIG). Only a regular file is read (procfs files are), at most [`MAX_BYTES`]: a
+    /// FIFO or device in its place is an error at once, never waited on in slurmstepd
+    /// ([`crate::config::read_small_file`]).
     pub fn read(path: &Path) -> Result<Option<MigMinors>, std::io::Error> {
-        use std::io::Read;
-        let file = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut text = String::new();
-        file.take(MAX_BYTES).read_to_string(&mut text)?;
-        Ok(Some(MigMinors::parse(&text)))
+        match crate::config::read_small_file(path, MAX_BYTES, "the driver's mig-minors table") {
+            Ok(text) => Ok(Some(MigMinors::parse(&text))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// What capability minor `minor` stands for.
@@ -149,6 +147,40 @@ mod tests {
         assert_eq!(t.instance(&[13, 22]), None);
         assert_eq!(t.instance(&[7]), None);
         assert_eq!(t.instance(&[]), None);
+    }
+
+    #[test]
+    fn the_table_is_read_bounded_and_never_from_a_fifo() {
+        use crate::cgroup::fixture::{TempTree, within};
+        use std::time::Duration;
+        let t = TempTree::new("mig-read");
+        t.write("mig-minors", H100);
+        let read = |p: std::path::PathBuf| {
+            within(Duration::from_secs(2), move || {
+                MigMinors::read(&p).map_err(|e| e.to_string())
+            })
+            .expect("MigMinors::read did not return within 2 s")
+        };
+        assert_eq!(
+            read(t.path().join("mig-minors")).unwrap(),
+            Some(MigMinors::parse(H100))
+        );
+        assert_eq!(read(t.path().join("missing")).unwrap(), None);
+        // A FIFO (no writer) in its place: an error at once, not a wait for ever.
+        let e = read(t.fifo("fifo")).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let huge = t.path().join("huge");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_BYTES + 1)
+            .unwrap();
+        let e = read(huge).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        // The driver's own file, where there is one: a regular procfs file of size 0.
+        let real = Path::new(DEFAULT_MIG_MINORS);
+        if real.exists() {
+            assert!(read(real.to_path_buf()).unwrap().is_some());
+        }
     }
 
     #[test]

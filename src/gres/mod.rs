@@ -55,18 +55,24 @@ pub fn candidates(setting: Option<&Path>, slurm_conf: Option<&Path>) -> Vec<Path
     out
 }
 
+/// The largest gres.conf read: a node's lines are some hundred bytes each, and a file of a
+/// thousand nodes' lines is far below this. A larger file is refused, not read.
+pub const MAX_GRES_CONF_BYTES: u64 = 1 << 20;
+
 /// A gres.conf that could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}: {1}")]
 pub struct GresError(pub PathBuf, #[source] pub std::io::Error);
 
 /// Reads the first of `paths` that exists and parses it for `node`. `Ok(None)`: none exists.
+/// Only a regular file (or a link to one) of at most [`MAX_GRES_CONF_BYTES`] is read: anything
+/// else is an error that says why, never waited on ([`crate::config::read_small_file`]).
 pub fn read_node_gres(
     paths: &[PathBuf],
     node: &str,
 ) -> Result<Option<(PathBuf, NodeGres)>, GresError> {
     for p in paths {
-        match std::fs::read_to_string(p) {
+        match crate::config::read_small_file(p, MAX_GRES_CONF_BYTES, "a gres.conf") {
             Ok(text) => return Ok(Some((p.clone(), parse_gres_conf(&text, node)))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(GresError(p.clone(), e)),
@@ -161,6 +167,12 @@ impl GpuOrder {
                 })
             })
             .collect();
+        if conf.too_many_files {
+            return GpuOrder::Unknown(format!(
+                "gres.conf names more than {} device files for this node",
+                parse::MAX_NODE_DEVICES
+            ));
+        }
         match conf.autodetect.as_deref() {
             None | Some("off") if files.is_empty() => {
                 GpuOrder::Unknown("gres.conf names no GPU device file for this node".into())
@@ -466,6 +478,11 @@ mod tests {
             order("Name=mps Count=100\n"),
             GpuOrder::Unknown(_)
         ));
+        let o = order(&"Name=gpu File=/dev/nvidia[0-999]\n".repeat(2));
+        assert!(
+            o.describe("x").contains("more than 1024 device files"),
+            "{o:?}"
+        );
     }
 
     #[test]
@@ -486,6 +503,40 @@ mod tests {
             ]
         );
         assert_eq!(candidates(None, None).len(), 2);
+    }
+
+    #[test]
+    fn gres_conf_is_read_bounded_and_never_from_a_fifo() {
+        use crate::cgroup::fixture::{TempTree, within};
+        use std::time::Duration;
+        let t = TempTree::new("gres-read");
+        t.write("ok/gres.conf", "Name=gpu File=/dev/nvidia[0-1]\n");
+        let fifo = t.fifo("fifo/gres.conf");
+        let huge = t.path().join("huge/gres.conf");
+        std::fs::create_dir_all(huge.parent().unwrap()).unwrap();
+        let f = std::fs::File::create(&huge).unwrap();
+        f.set_len(MAX_GRES_CONF_BYTES + 1).unwrap();
+        let read = |p: PathBuf| {
+            within(Duration::from_secs(2), move || {
+                read_node_gres(&[p], "n1").map(|g| g.map(|(_, g)| g.files()))
+            })
+            .expect("read_node_gres did not return within 2 s")
+        };
+        assert_eq!(
+            read(t.path().join("ok/gres.conf")).unwrap(),
+            Some(vec!["/dev/nvidia0".to_string(), "/dev/nvidia1".to_string()])
+        );
+        // A FIFO (no writer) is refused at once, not waited on.
+        let e = read(fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = read(huge).unwrap_err().to_string();
+        assert!(e.contains("larger than 1 MiB"), "{e}");
+        // A missing file is no error: the next place is tried.
+        let both = [
+            t.path().join("none/gres.conf"),
+            t.path().join("ok/gres.conf"),
+        ];
+        assert!(read_node_gres(&both, "n1").unwrap().is_some());
     }
 
     #[test]

@@ -36,7 +36,14 @@ pub struct NodeGres {
     pub autodetect: Option<String>,
     /// `Include` lines seen (not followed).
     pub includes: Vec<String>,
+    /// The node's lines name more than [`MAX_NODE_DEVICES`] device files: those past it are
+    /// left out, so the GPU order is not known.
+    pub too_many_files: bool,
 }
+
+/// Most device files taken for one node from all its lines: far more than a node's GPUs and
+/// their MIG capability files, far fewer than lines of bounded hostlists add up to.
+pub const MAX_NODE_DEVICES: usize = 1024;
 
 impl NodeGres {
     /// Each GPU's device files, in slurmd's order (before any AutoDetect merge): one file a GPU
@@ -68,10 +75,12 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
     let mut out = NodeGres::default();
     let (mut name_lines, mut node_lines) = (Vec::new(), Vec::new());
     let (mut global_auto, mut local_auto) = (None, None);
+    // Device files still to take for the node, over all its lines.
+    let mut budget = MAX_NODE_DEVICES;
     for line in logical_lines(text) {
         let trimmed = line.trim();
-        if trimmed.len() >= 7 && trimmed[..7].eq_ignore_ascii_case("include") {
-            out.includes.push(trimmed[7..].trim().to_string());
+        if let Some(file) = include_file(trimmed) {
+            out.includes.push(file.to_string());
             continue;
         }
         let pairs = key_values(trimmed);
@@ -103,13 +112,19 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
             continue;
         }
         let multiple = get("multiplefiles");
+        let mut files = get("file")
+            .or_else(|| get("files"))
+            .or(multiple)
+            .map(|l| expand_at_most(l, budget + 1))
+            .unwrap_or_default();
+        if files.len() > budget {
+            files.truncate(budget);
+            out.too_many_files = true;
+        }
+        budget -= files.len();
         let gpu = GpuLine {
             type_name: get("type").map(str::to_string),
-            files: get("file")
-                .or_else(|| get("files"))
-                .or(multiple)
-                .map(expand_hostlist)
-                .unwrap_or_default(),
+            files,
             multiple: multiple.is_some(),
             count: get("count").and_then(|c| c.parse().ok()),
         };
@@ -122,6 +137,19 @@ pub fn parse_gres_conf(text: &str, node: &str) -> NodeGres {
     out.gpus = name_lines.into_iter().chain(node_lines).collect();
     out.autodetect = local_auto.or(global_auto);
     out
+}
+
+/// The file of an `include FILE` line, as slurmd reads one (`_parse_include_directive`): the
+/// word `include` in any case, a blank, then the file's name up to the next blank. The line is
+/// the site's text, any bytes: looked at by `get`, never sliced where a character may not end.
+fn include_file(line: &str) -> Option<&str> {
+    let word = line.get(..7)?;
+    let rest = line.get(7..)?;
+    if !word.eq_ignore_ascii_case("include") || !rest.starts_with(|c: char| c.is_ascii_whitespace())
+    {
+        return None;
+    }
+    Some(rest.split_ascii_whitespace().next().unwrap_or(""))
 }
 
 /// Lines with comments removed and continuations joined.
@@ -203,9 +231,15 @@ fn key_values(line: &str) -> Vec<(String, String)> {
 /// [`MAX_BRACKETS`] brackets is not one Slurm makes and expands to nothing. The work is linear
 /// in the list's length plus the names made.
 pub fn expand_hostlist(list: &str) -> Vec<String> {
+    expand_at_most(list, MAX_HOSTLIST_NAMES)
+}
+
+/// [`expand_hostlist`], making at most `max` names (and never more than its bounds).
+fn expand_at_most(list: &str, max: usize) -> Vec<String> {
     let mut out = Out {
         names: Vec::new(),
         bytes: 0,
+        max: max.min(MAX_HOSTLIST_NAMES),
     };
     for p in split_outside_brackets(list) {
         if !p.is_empty() && !expand_one(&p, &mut out) {
@@ -230,12 +264,14 @@ pub const MAX_RANGE: u64 = 65_536;
 struct Out {
     names: Vec<String>,
     bytes: usize,
+    /// Most names to make.
+    max: usize,
 }
 
 impl Out {
     /// Adds `name`; false (and nothing added) once a bound is reached.
     fn push(&mut self, name: String) -> bool {
-        if self.names.len() >= MAX_HOSTLIST_NAMES || self.bytes + name.len() > MAX_HOSTLIST_BYTES {
+        if self.names.len() >= self.max || self.bytes + name.len() > MAX_HOSTLIST_BYTES {
             return false;
         }
         self.bytes += name.len();
@@ -299,13 +335,15 @@ fn expand_one(name: &str, out: &mut Out) -> bool {
     }
     pieces.push(rest);
     // Odometer over the brackets' numbers, the first bracket turning slowest: the order written.
+    // No bracket needs more numbers than names are to be made.
+    let max = out.max;
     let numbers: Vec<Vec<(u64, usize)>> = brackets
         .iter()
         .map(|ranges| {
             ranges
                 .iter()
                 .flat_map(|&(a, b, w)| (a..=b).map(move |n| (n, w)))
-                .take(MAX_HOSTLIST_NAMES)
+                .take(max)
                 .collect()
         })
         .collect();
@@ -520,6 +558,49 @@ Name=mps Count=200 File=/dev/nvidia[0-1]
         let g = parse_gres_conf(conf, "n1");
         assert_eq!(g.files(), ["/dev/nvidia0", "/dev/nvidia1", "/dev/a#b"]);
         assert_eq!(g.includes, ["/etc/slurm/more.conf"]);
+    }
+
+    #[test]
+    fn a_multi_byte_character_where_include_would_end_is_no_panic() {
+        // Byte 7 falls inside `é` (bytes 6 and 7): slicing the line there panicked, and the
+        // plugin then tracked no step on the node.
+        let g = parse_gres_conf("Count=é1\nName=gpu File=/dev/nvidia0\n", "n1");
+        assert_eq!(g.files(), ["/dev/nvidia0"]);
+        assert!(g.includes.is_empty());
+        for line in [
+            "Includé x",
+            "INCLUDE\u{e9}",
+            "incl\u{1F600}",
+            "é",
+            "Include",
+        ] {
+            parse_gres_conf(line, "n1");
+        }
+        // As slurmd: `include` then a blank, then the file; anything else is no include.
+        let g = parse_gres_conf("includé /a\nINCLUDE\t/b/ç.conf\nIncludeX /c\n", "n1");
+        assert_eq!(g.includes, ["/b/ç.conf"]);
+    }
+
+    #[test]
+    fn a_nodes_device_files_are_bounded_across_lines() {
+        // Each line's hostlist is bounded, but lines add up: 1 MiB of such lines made billions
+        // of names in slurmstepd. At most MAX_NODE_DEVICES files, and the file says so.
+        let started = std::time::Instant::now();
+        let conf = "Name=gpu File=/dev/nvidia[0-65535]\n".repeat(100);
+        let g = parse_gres_conf(&conf, "n1");
+        assert_eq!(g.files().len(), MAX_NODE_DEVICES);
+        assert_eq!(g.files()[1000], "/dev/nvidia1000");
+        assert!(g.too_many_files);
+        let full = "Name=gpu File=a[0-65535]\n".repeat((1 << 20) / 25);
+        assert_eq!(parse_gres_conf(&full, "n1").files().len(), MAX_NODE_DEVICES);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let g = parse_gres_conf("Name=gpu File=/dev/nvidia[0-1023]\n", "n1");
+        assert_eq!((g.files().len(), g.too_many_files), (1024, false));
+        let g = parse_gres_conf(
+            "Name=gpu File=/dev/nvidia[0-1023]\nName=gpu File=/x\n",
+            "n1",
+        );
+        assert!(g.too_many_files);
     }
 
     #[test]

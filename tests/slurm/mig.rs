@@ -169,3 +169,74 @@ fn a_sharded_gpu_job_is_labelled_shared() {
         assert!(summary.contains(want), "{want:?} not in:\n{summary}");
     }
 }
+
+/// A file replaced for a test; the original is put back (the replacement removed first, since
+/// it may be a FIFO that writing would wait on).
+struct Replaced(std::path::PathBuf, String);
+
+impl Drop for Replaced {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        std::fs::write(&self.0, &self.1).unwrap();
+    }
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let _ = std::fs::remove_file(p);
+    let made = std::process::Command::new("mkfifo").arg(p).status();
+    assert!(made.unwrap().success(), "mkfifo {}", p.display());
+}
+
+/// A FIFO (with no writer) in place of the driver's MIG table, then in place of gres.conf (named
+/// by the settings): the job runs and ends at once, tracked. The plugin opened the table with a
+/// blocking open, so slurmstepd waited for a writer for ever and the job never started its
+/// script. The record says why its GPU could not be told.
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up --nodes 3) and root: tests/run-all.sh"]
+fn a_fifo_in_place_of_the_mig_table_or_gres_conf_holds_no_job() {
+    use std::time::{Duration, Instant};
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let script = "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\necho ran\n";
+    let run = |name: &str| {
+        let id = submit(name, script);
+        wait_started(id);
+        let started = Instant::now();
+        let job = wait_job(USER, name, id);
+        let took = started.elapsed();
+        assert_eq!(job.state, "COMPLETED", "{name}: {}", job.output);
+        assert!(job.output.contains("ran"), "{name}: {}", job.output);
+        assert!(took < Duration::from_secs(60), "{name}: {took:?}");
+        let r = final_records(id, &["batch"]).remove("batch").unwrap();
+        (r.sampler.gpu_mapping.clone(), r.sampler.notes.join("\n"))
+    };
+    // 1. The MIG table: the instance cannot be told, and is never taken for the parent GPU.
+    {
+        let table = state_dir().join("nvidia-caps/mig-minors");
+        let _back = Replaced(table.clone(), std::fs::read_to_string(&table).unwrap());
+        mkfifo(&table);
+        let (mapping, notes) = run("mig-table-fifo");
+        assert_eq!(mapping.as_deref(), Some("gres_conf_files"), "{notes}");
+        assert!(notes.contains("mig-minors does not name"), "{notes}");
+    }
+    // 2. gres.conf, named by the settings: GPU indices are taken as minors, and the notes say
+    //    why.
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    let fifo = state_dir().join("gres-fifo.conf");
+    mkfifo(&fifo);
+    std::fs::write(
+        &conf,
+        format!("{good}\ngres_conf = \"{}\"\n", fifo.display()),
+    )
+    .unwrap();
+    let (mapping, notes) = run("gres-conf-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    assert_eq!(mapping.as_deref(), Some("index_is_minor"), "{notes}");
+    assert!(
+        notes.contains("gres.conf not readable") && notes.contains("not a regular file"),
+        "{notes}"
+    );
+}

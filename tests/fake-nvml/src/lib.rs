@@ -64,7 +64,11 @@
 //!           "processes": [{"cmdline_contains": "x", "environ_contains": "MARK=1",
 //!                          "used_memory": 1073741824}],
 //!           "errors": {"nvmlDeviceGetMemoryInfo_v2": "UNKNOWN"}  // calls on this MIG device
-//!         }]
+//!         }],
+//!         "reconfigure": {             // absent: the instances never change
+//!           "at_ms": 1500,             // from this many ms since init on, the instances are
+//!           "instances": [...]         // these (as above; may keep uuids of the first list)
+//!         }
 //!       }
 //!     }
 //!   ],
@@ -181,6 +185,12 @@
 //! (a foreign pointer is `INVALID_ARGUMENT`). A lost parent makes its MIG devices
 //! `GPU_IS_LOST` too; a MIG device's `errors` apply to calls on it and to the lookups of it
 //! (`nvmlDeviceGetHandleByUUID`, `nvmlDeviceGetMigDeviceHandleByIndex`).
+//!
+//! A `reconfigure` stands for the GPU's MIG layout changed by an administrator (instances
+//! destroyed and made) while NVML is initialized: from `at_ms` on, every call sees the new
+//! instances at their indices, an old instance's uuid is `NOT_FOUND` unless the new list keeps
+//! it, and an index the new list leaves empty is an empty slot. A MIG handle names the
+//! instance at its index now (assumed); one whose index is empty now is `INVALID_ARGUMENT`.
 //!
 //! Answers (functions without their `nvml`/`nvmlDevice` prefix) on a GPU without `mig`, on a
 //! GPU with `mig` (its "parent"), and on a MIG device:

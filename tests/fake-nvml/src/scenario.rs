@@ -139,6 +139,17 @@ struct RawMig {
     max_instances: u32,
     #[serde(default)]
     instances: Vec<RawInstance>,
+    #[serde(default)]
+    reconfigure: Option<RawReconfigure>,
+}
+
+/// A new MIG layout from `at_ms` since init on: the device's instances are then these.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconfigure {
+    at_ms: u64,
+    #[serde(default)]
+    instances: Vec<RawInstance>,
 }
 
 fn default_max_instances() -> u32 {
@@ -266,6 +277,8 @@ pub(crate) struct MigSpec {
     /// `nvmlDeviceGetMaxMigDeviceCount`.
     pub max_instances: u32,
     pub instances: Vec<InstanceSpec>,
+    /// `Some`: from this many ms since init on, the instances are these instead.
+    pub reconfigure: Option<(u64, Vec<InstanceSpec>)>,
 }
 
 /// A validated MIG device.
@@ -452,19 +465,49 @@ fn parse_errors(at: &str, raw: BTreeMap<String, String>) -> Result<BTreeMap<Stri
 }
 
 /// Validates a device's `mig`: uuids unique among all devices and instances (`uuids`), at most
-/// `max_instances` instances, GPU instance ids unique on the device.
+/// `max_instances` instances, GPU instance ids unique on the device. A `reconfigure` layout
+/// follows the same rules; it may keep uuids of the first layout (an instance that stays).
 fn mig_spec(
     at: &str,
     parent_name: &str,
     raw: RawMig,
     uuids: &mut HashSet<String>,
 ) -> Result<MigSpec, String> {
-    if raw.instances.len() > raw.max_instances as usize {
+    let instances = instance_specs(at, parent_name, raw.max_instances, raw.instances, uuids)?;
+    let reconfigure = match raw.reconfigure {
+        Some(r) => {
+            let mut later = uuids.clone();
+            for i in &instances {
+                later.remove(i.uuid.to_str().unwrap_or_default());
+            }
+            let at = format!("{at}.reconfigure");
+            let new = instance_specs(&at, parent_name, raw.max_instances, r.instances, &mut later)?;
+            uuids.extend(later);
+            Some((r.at_ms, new))
+        }
+        None => None,
+    };
+    Ok(MigSpec {
+        max_instances: raw.max_instances,
+        instances,
+        reconfigure,
+    })
+}
+
+/// Validates one MIG layout of a device (see `mig_spec`).
+fn instance_specs(
+    at: &str,
+    parent_name: &str,
+    max_instances: u32,
+    raw: Vec<RawInstance>,
+    uuids: &mut HashSet<String>,
+) -> Result<Vec<InstanceSpec>, String> {
+    if raw.len() > max_instances as usize {
         return Err(format!("{at}: more instances than max_instances"));
     }
     let mut gis = HashSet::new();
-    let mut instances = Vec::with_capacity(raw.instances.len());
-    for (k, i) in raw.instances.into_iter().enumerate() {
+    let mut instances = Vec::with_capacity(raw.len());
+    for (k, i) in raw.into_iter().enumerate() {
         let at = format!("{at}.instances[{k}]");
         if !uuids.insert(i.uuid.clone()) {
             return Err(format!("{at}: duplicate uuid {:?}", i.uuid));
@@ -494,10 +537,7 @@ fn mig_spec(
             errors: parse_errors(&at, i.errors)?,
         });
     }
-    Ok(MigSpec {
-        max_instances: raw.max_instances,
-        instances,
-    })
+    Ok(instances)
 }
 
 #[cfg(test)]

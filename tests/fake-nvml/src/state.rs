@@ -117,10 +117,14 @@ impl Session {
             .collect();
         let migs = (0..scenario.devices.len() as u32)
             .flat_map(|device| {
+                // A slot for each index of either layout (see `reconfigure`).
                 let count = scenario.devices[device as usize]
                     .mig
                     .as_ref()
-                    .map_or(0, |m| m.instances.len() as u32);
+                    .map_or(0, |m| {
+                        let later = m.reconfigure.as_ref().map_or(0, |(_, i)| i.len());
+                        m.instances.len().max(later) as u32
+                    });
                 (0..count).map(move |instance| MigSlot { device, instance })
             })
             .collect();
@@ -203,9 +207,11 @@ impl Session {
         {
             return Some(Target::Gpu(d.index));
         }
+        // A MIG slot whose index the current layout has no instance at names nothing now.
         self.migs
             .iter()
             .find(|m| std::ptr::eq(*m, handle.cast()))
+            .filter(|m| (m.instance as usize) < self.instances(m.device).len())
             .map(|m| Target::Mig(m.device, m.instance))
     }
 
@@ -213,12 +219,16 @@ impl Session {
         &self.scenario.devices[index as usize]
     }
 
-    /// The MIG instances of device `index` (none when it is not in MIG mode).
+    /// The MIG instances of device `index` now (none when it is not in MIG mode): the
+    /// `reconfigure` layout once its time has come.
     pub fn instances(&self, index: u32) -> &[InstanceSpec] {
-        self.spec(index)
-            .mig
-            .as_ref()
-            .map_or(&[], |m| m.instances.as_slice())
+        let Some(mig) = self.spec(index).mig.as_ref() else {
+            return &[];
+        };
+        match &mig.reconfigure {
+            Some((at_ms, later)) if self.elapsed_ms() >= *at_ms => later,
+            _ => &mig.instances,
+        }
     }
 
     /// The errors injected for `target`: a MIG device has its own.

@@ -40,7 +40,7 @@ pub extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
             return Err(INVALID_ARGUMENT);
         }
         let mig = s.spec(i).mig.as_ref().ok_or(NOT_FOUND)?;
-        if index as usize >= mig.instances.len() {
+        if index as usize >= s.instances(i).len() {
             return Err(if index < mig.max_instances {
                 NOT_FOUND
             } else {

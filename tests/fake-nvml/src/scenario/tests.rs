@@ -230,3 +230,44 @@ fn rejects_bad_mig_documents() {
         "the base is valid"
     );
 }
+
+#[test]
+fn a_mig_reconfiguration_is_a_second_layout_checked_as_the_first() {
+    let instance = |uuid: &str, gi: u64| {
+        format!(
+            r#"{{"uuid": "{uuid}", "profile": "1g.10gb", "gpu_instance_id": {gi},
+                "compute_instance_id": 0, "memory_total": 1}}"#
+        )
+    };
+    let doc = |later: &str, more: &str| {
+        format!(
+            r#"{{"devices": [{{"uuid": "GPU-1", "name": "n", "memory_total": 1, "mig": {{
+                "instances": [{a}], "reconfigure": {{"at_ms": 300, "instances": [{later}]}}}}}}
+                {more}]}}"#,
+            a = instance("MIG-a", 1)
+        )
+    };
+    // The second layout may keep an instance of the first and add new ones.
+    let later = format!("{}, {}", instance("MIG-c", 2), instance("MIG-a", 1));
+    let s = parse(&doc(&later, "")).unwrap();
+    let mig = s.devices[0].mig.as_ref().unwrap();
+    let (at_ms, instances) = mig.reconfigure.as_ref().unwrap();
+    assert_eq!(*at_ms, 300);
+    let uuids: Vec<&str> = instances.iter().map(|i| i.uuid.to_str().unwrap()).collect();
+    assert_eq!(uuids, ["MIG-c", "MIG-a"]);
+    assert_eq!(mig.instances.len(), 1);
+    for bad in [
+        doc(
+            &format!("{}, {}", instance("MIG-c", 2), instance("MIG-d", 2)),
+            "",
+        ),
+        doc(&instance("GPU-1", 2), ""),
+        doc(
+            &instance("MIG-c", 2),
+            r#", {"uuid": "MIG-c", "name": "n", "memory_total": 1}"#,
+        ),
+        doc(&format!("{}, \"x\"", instance("MIG-c", 2)), ""),
+    ] {
+        assert!(parse(&bad).is_err(), "accepted {bad}");
+    }
+}

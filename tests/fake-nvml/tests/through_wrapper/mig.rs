@@ -280,3 +280,54 @@ fn mig_devices_are_lost_with_their_gpu() {
     ));
     assert_eq!(instance_ids(&b), [(15, 99), (15, 99)]);
 }
+
+#[test]
+fn a_mig_reconfiguration_puts_another_instance_in_a_slot() {
+    const MIG_C: &str = "MIG-cccccccc-1111-2222-3333-444444444444";
+    let instance = |uuid: &str, gi: u32| {
+        format!(
+            r#"{{"uuid": "{uuid}", "profile": "1g.10gb", "gpu_instance_id": {gi},
+                "compute_instance_id": 0, "memory_total": {SLICE}}}"#
+        )
+    };
+    // Slots 0 and 1 hold A and B; from 300 ms on, slot 0 holds C and slot 1 nothing.
+    let json = format!(
+        r#"{{"devices": [{{"uuid": "{UUID1}", "name": "NVIDIA H100 80GB HBM3",
+            "memory_total": {total}, "mig": {{"instances": [{a}, {b}],
+            "reconfigure": {{"at_ms": 300, "instances": [{c}]}}}}}}]}}"#,
+        total = 80 * GIB,
+        a = instance(MIG_A, 1),
+        b = instance(MIG_B, 2),
+        c = instance(MIG_C, 3),
+    );
+    let _s = scenario("mig-reconfigure", &json);
+    let nvml = init().expect("init");
+    let parent = nvml.device_by_index(0).unwrap();
+    let slot0 = parent.mig_device_by_index(0).unwrap();
+    let slot1 = parent.mig_device_by_index(1).unwrap();
+    assert_eq!(slot0.uuid().unwrap(), MIG_A);
+    assert_eq!(slot1.uuid().unwrap(), MIG_B);
+    assert!(matches!(
+        nvml.device_by_uuid(MIG_C),
+        Err(NvmlError::NotFound)
+    ));
+    std::thread::sleep(Duration::from_millis(400));
+    let now0 = parent.mig_device_by_index(0).unwrap();
+    assert_eq!(now0.uuid().unwrap(), MIG_C);
+    assert_eq!(instance_ids(&now0), [(0, 3), (0, 0)]);
+    // An index the new layout leaves empty: NOT_FOUND, as an empty slot ever was.
+    assert!(matches!(
+        parent.mig_device_by_index(1),
+        Err(NvmlError::NotFound)
+    ));
+    assert_eq!(parent.mig_device_count().unwrap(), 7);
+    // The old instances are gone by uuid; the handle of the emptied slot names nothing.
+    assert!(matches!(
+        nvml.device_by_uuid(MIG_A),
+        Err(NvmlError::NotFound)
+    ));
+    assert_eq!(nvml.device_by_uuid(MIG_C).unwrap().uuid().unwrap(), MIG_C);
+    assert!(matches!(slot1.uuid(), Err(NvmlError::InvalidArg)));
+    // A handle taken by index names what the slot holds now.
+    assert_eq!(slot0.uuid().unwrap(), MIG_C);
+}
