@@ -58,10 +58,9 @@ impl SlurmConf {
 
     /// Reads and parses the file at `path`: only a regular file (or a link to one) of at most
     /// [`MAX_BYTES`]; anything else is an error, never waited on
-    /// ([`crate::config::read_small_file`]).
+    /// ([`crate::sys::read_small_file`]).
     pub fn read(path: &Path) -> std::io::Result<SlurmConf> {
-        crate::config::read_small_file(path, MAX_BYTES, "a slurm.conf")
-            .map(|t| SlurmConf::parse(&t))
+        crate::sys::read_small_file(path, MAX_BYTES, "a slurm.conf").map(|t| SlurmConf::parse(&t))
     }
 
     /// The plugstack.conf Slurm reads with this slurm.conf (at `slurm_conf`): `PlugStackConfig`,

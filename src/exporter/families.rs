@@ -4,7 +4,10 @@
 
 use crate::step::live::{LiveGpu, LiveState};
 
-use super::metrics::{SERIES_PER_GPU, SERIES_PER_STEP};
+/// Series of a step, without its GPUs.
+pub const SERIES_PER_STEP: usize = 7;
+/// Series of each GPU of a step.
+pub const SERIES_PER_GPU: usize = 5;
 
 /// A family's type.
 #[derive(Clone, Copy, PartialEq)]

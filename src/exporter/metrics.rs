@@ -26,10 +26,7 @@ use crate::step::live::LiveState;
 
 /// Most characters of a label value.
 pub const MAX_LABEL_CHARS: usize = 128;
-/// Series of a step, without its GPUs.
-pub const SERIES_PER_STEP: usize = 7;
-/// Series of each GPU of a step.
-pub const SERIES_PER_GPU: usize = 5;
+pub use super::families::{SERIES_PER_GPU, SERIES_PER_STEP};
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,9 +52,9 @@ impl MigMinors {
     /// Reads the table at `path`; `Ok(None)` when there is none (no NVIDIA driver, or one
     /// without MIG). Only a regular file is read (procfs files are), at most [`MAX_BYTES`]: a
     /// FIFO or device in its place is an error at once, never waited on in slurmstepd
-    /// ([`crate::config::read_small_file`]).
+    /// ([`crate::sys::read_small_file`]).
     pub fn read(path: &Path) -> Result<Option<MigMinors>, std::io::Error> {
-        match crate::config::read_small_file(path, MAX_BYTES, "the driver's mig-minors table") {
+        match crate::sys::read_small_file(path, MAX_BYTES, "the driver's mig-minors table") {
             Ok(text) => Ok(Some(MigMinors::parse(&text))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),

@@ -66,13 +66,13 @@ pub struct GresError(pub PathBuf, #[source] pub std::io::Error);
 
 /// Reads the first of `paths` that exists and parses it for `node`. `Ok(None)`: none exists.
 /// Only a regular file (or a link to one) of at most [`MAX_GRES_CONF_BYTES`] is read: anything
-/// else is an error that says why, never waited on ([`crate::config::read_small_file`]).
+/// else is an error that says why, never waited on ([`crate::sys::read_small_file`]).
 pub fn read_node_gres(
     paths: &[PathBuf],
     node: &str,
 ) -> Result<Option<(PathBuf, NodeGres)>, GresError> {
     for p in paths {
-        match crate::config::read_small_file(p, MAX_GRES_CONF_BYTES, "a gres.conf") {
+        match crate::sys::read_small_file(p, MAX_GRES_CONF_BYTES, "a gres.conf") {
             Ok(text) => return Ok(Some((p.clone(), parse_gres_conf(&text, node)))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(GresError(p.clone(), e)),

@@ -270,7 +270,7 @@ fn remove_stale(dir: &Path, id: &Identity, own: &str, owner: u32, interval: Dura
         }
         // A step sampled less often than the age (a user may ask for a day) still runs.
         let running = !temporary
-            && crate::config::read_small_file(&path, MAX_FILE_BYTES, "a live state file")
+            && crate::sys::read_small_file(&path, MAX_FILE_BYTES, "a live state file")
                 .ok()
                 .map(|t| live::parse(t.as_bytes()))
                 .is_some_and(|p| match p {

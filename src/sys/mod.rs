@@ -8,6 +8,7 @@ mod dir;
 mod fd;
 mod job_output;
 mod process;
+mod small_file;
 mod socket;
 mod stream;
 mod users;
@@ -27,6 +28,7 @@ pub use process::{
     Rusage, Who, clock_ticks, euid, gettid, hostname, nofile_limit, online_cpus, page_size,
     pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
 };
+pub use small_file::read_small_file;
 pub use socket::{pass_credentials, recv_with_sender};
 pub use stream::{bytes_waiting, set_send_buffer};
 pub use users::{grant_user_read, group_id, user_name};
