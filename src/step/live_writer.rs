@@ -9,7 +9,8 @@
 //!   ([`crate::trust`]); its group is set to `live_group` (with read and search for the group);
 //! - a file is written under a temporary name beginning with `.` (no reader takes it), mode
 //!   0600, given to the group (0640), checked to be the writer's, then renamed into place: a
-//!   reader sees the old state or the new one, never half;
+//!   reader sees the old state or the new one, never half; a temporary file left by a write
+//!   cut short (its clean-up failed as the user) is replaced by the next write (`own_dir.rs`);
 //! - no fsync: the directory is a tmpfs, and a state lost in a crash is stale anyway;
 //! - glibc's `seteuid` holds for every thread, and slurmstepd takes the user's id while it runs
 //!   `user_init`: a write due then is put off to the next sample, not made as the user;
@@ -18,14 +19,15 @@
 //! When a step starts, files of this node left by a slurmstepd that was killed (older than an
 //! hour, and stale by their own interval) are removed, once.
 
-use std::fs::{self, DirBuilder, OpenOptions, Permissions};
+use std::fs::{self, DirBuilder, Permissions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::live::{self, Identity, LiveState, MAX_FILE_BYTES, Parsed, stale_after};
+use super::own_dir::{DirError, OwnDir};
 use super::setup::LiveSetup;
 use super::state::Acc;
 use crate::sys;
@@ -195,7 +197,8 @@ fn prepare_dir(dir: &Path, gid: Option<u32>, owner: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `bytes` to `dir/name` through a temporary file and a rename.
+/// Writes `bytes` to `dir/name` through a temporary file and a rename, relative to the open
+/// directory ([`OwnDir`]: a temporary file left by a write cut short is replaced).
 fn write_atomically(
     dir: &Path,
     name: &str,
@@ -203,34 +206,18 @@ fn write_atomically(
     gid: Option<u32>,
     owner: u32,
 ) -> io::Result<()> {
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        sys::gettid()
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+    let d = OwnDir::open(dir, owner).map_err(|e| match e {
+        DirError::Io(e) => e,
+        DirError::Unsafe(why) => io::Error::other(why),
+    })?;
+    d.write_atomically(name, 0o600, |f| {
         f.write_all(bytes)?;
         if let Some(g) = gid {
-            std::os::unix::fs::fchown(&f, None, Some(g))?;
+            std::os::unix::fs::fchown(&*f, None, Some(g))?;
             f.set_permissions(Permissions::from_mode(0o640))?;
         }
-        if f.metadata()?.uid() != owner || sys::euid() != owner {
-            return Err(io::Error::other(
-                "written while the process had another user id; not published",
-            ));
-        }
-        fs::rename(&tmp, dir.join(name))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+        Ok(())
+    })
 }
 
 /// Removes files of this node left behind by a slurmstepd that was killed: the writer's own
@@ -411,6 +398,42 @@ mod tests {
         assert!(f.contains("no such group"), "{f}");
         assert_eq!(w.after_sample(&acc(1.0), now), None);
         assert!(!t.path().join("new").exists());
+    }
+
+    #[test]
+    fn a_temporary_file_left_by_an_interrupted_write_is_replaced_at_the_next_write() {
+        // A write interrupted after its temporary file was made (slurmstepd took the user's id
+        // meanwhile, so the clean-up failed) leaves the file behind; the same thread's next
+        // write uses the same name.
+        let t = TempTree::new("live-left");
+        let dir = t.path().join("live");
+        fs::create_dir(&dir).unwrap();
+        let tmp = dir.join(format!(
+            ".c1.7.0.n1.json.{}.{}.tmp",
+            std::process::id(),
+            sys::gettid()
+        ));
+        fs::write(&tmp, b"{\"half").unwrap();
+        let mut w = LiveWriter::new(
+            setup(dir.clone(), None, Duration::from_secs(5)),
+            id("n1", 7),
+        );
+        let t0 = Instant::now();
+        assert_eq!(w.after_sample(&acc(1.0), t0), None);
+        assert_eq!(read(&dir.join("c1.7.0.n1.json")).cpu.seconds, Some(1.0));
+        assert_eq!(names(&dir), ["c1.7.0.n1.json"]);
+        // Something other than a regular file of the writer's is not removed, nor written
+        // through: the write fails (one fault) and what is there stays.
+        let outside = t.path().join("outside");
+        fs::write(&outside, b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        let f = w
+            .after_sample(&acc(2.0), t0 + Duration::from_secs(5))
+            .expect("a fault");
+        assert!(f.contains("exists"), "{f}");
+        assert_eq!(fs::read(&outside).unwrap(), b"keep");
+        assert!(fs::symlink_metadata(&tmp).unwrap().file_type().is_symlink());
+        assert_eq!(read(&dir.join("c1.7.0.n1.json")).cpu.seconds, Some(1.0));
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod cgroups;
 pub mod live;
 mod live_writer;
 pub mod nvml_gate;
+mod own_dir;
 pub mod procs;
 pub mod record;
 pub mod safe_read;

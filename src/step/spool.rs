@@ -11,15 +11,18 @@
 //!
 //! The plugin writes as root, so every directory on the way is checked before use: a real
 //! directory (not a symlink), owned by the writer, writable by no one else. Files are created
-//! with `O_EXCL|O_NOFOLLOW` and mode 0600, and checked to be owned by the writer before they are
-//! renamed into place (glibc's `seteuid` applies to every thread: a write that happened while
-//! slurmstepd had switched to the user is thrown away, not published).
+//! with `O_EXCL|O_NOFOLLOW` and mode 0600 relative to the open job directory, and checked to be
+//! owned by the writer before they are renamed into place (glibc's `seteuid` applies to every
+//! thread: a write that happened while slurmstepd had switched to the user is thrown away, not
+//! published); a temporary file that such a write left behind is replaced by the next one
+//! (`own_dir.rs`).
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::own_dir::{self, DirError, OwnDir};
 use crate::sys;
 
 /// A spool problem; the message names the path.
@@ -309,44 +312,24 @@ impl Spool {
                 "bad record file name".into(),
             ));
         }
-        let dir = dir.to_path_buf();
         let path = dir.join(name);
-        let tmp = dir.join(format!(
-            ".{name}.{}.{}.tmp",
-            std::process::id(),
-            sys::gettid()
-        ));
         let owner = sys::euid();
-        let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)
-                .map_err(io_err(&tmp))?;
-            f.write_all(contents).map_err(io_err(&tmp))?;
+        let d = OwnDir::open(dir, owner).map_err(|e| match e {
+            DirError::Io(e) => SpoolError::Io(dir.to_path_buf(), e),
+            DirError::Unsafe(why) => SpoolError::Unsafe(dir.to_path_buf(), why),
+        })?;
+        let tmp = dir.join(own_dir::temp_name(name));
+        d.write_atomically(name, 0o600, |f| {
+            f.write_all(contents)?;
             if let Some(uid) = self.reader {
                 // Where ACLs are refused the record stays root-only (share_job_dir said so).
                 let _ = sys::grant_user_read(&tmp, uid, false);
             }
-            f.sync_all().map_err(io_err(&tmp))?;
-            let m = f.metadata().map_err(io_err(&tmp))?;
-            if m.uid() != owner || owner != sys::euid() {
-                return Err(SpoolError::Unsafe(
-                    tmp.clone(),
-                    "written while the process had another user id; not published".into(),
-                ));
-            }
-            fs::rename(&tmp, &path).map_err(io_err(&path))?;
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err(&dir))
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map(|()| path)
+            f.sync_all()
+        })
+        .map_err(io_err(&path))?;
+        d.file().sync_all().map_err(io_err(dir))?;
+        Ok(path)
     }
 }
 
@@ -395,6 +378,32 @@ mod tests {
         assert_eq!(names, ["instance.json", "n1.batch.json"]);
         assert!(s.write(7, "../x.json", b"").is_err());
         assert!(Spool::open(&root).unwrap().for_cluster("../x").is_err());
+    }
+
+    #[test]
+    fn a_temporary_file_left_by_an_interrupted_write_is_replaced_at_the_next_write() {
+        let t = TempTree::new("spool-left");
+        let s = Spool::open(&t.path().join("spool")).unwrap();
+        let dir = s.claim_job_dir(&inst(7, 0, "")).unwrap().dir;
+        // A write cut short after its temporary file was made (the clean-up failed: slurmstepd
+        // had taken the user's id); the same thread's next write uses the same name.
+        let tmp = dir.join(format!(
+            ".n1.batch.json.{}.{}.tmp",
+            std::process::id(),
+            sys::gettid()
+        ));
+        fs::write(&tmp, b"{\"half").unwrap();
+        let p = s.write(7, "n1.batch.json", b"{}\n").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"{}\n");
+        assert!(!tmp.exists());
+        // Anything but a regular file of the writer's is left alone, and not written through.
+        let outside = t.path().join("outside");
+        fs::write(&outside, b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        let e = s.write(7, "n1.batch.json", b"{\"a\":1}\n").unwrap_err();
+        assert!(e.to_string().contains("exists"), "{e}");
+        assert_eq!(fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(fs::read(&p).unwrap(), b"{}\n");
     }
 
     #[test]

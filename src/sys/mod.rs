@@ -16,8 +16,8 @@ pub use children::{
     set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
 };
 pub use fd::{
-    fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_noreplace,
-    set_cloexec, unlinkat,
+    create_at, fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_at,
+    rename_noreplace, set_cloexec, unlinkat,
 };
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
