@@ -338,14 +338,6 @@ impl Config {
                 format!("must be \"\" or an absolute path, not {:?}", c.live_dir),
             );
         }
-        if !c.live_dir.is_empty() && Path::new(&c.live_dir) == Path::new(&c.mark_dir) {
-            return bad(
-                "live_dir",
-                "must not be mark_dir: every user reaches the mark sockets, only live_group the \
-                 live state"
-                    .into(),
-            );
-        }
         if !c.live_group.is_empty() && !is_group_name(&c.live_group) {
             return bad(
                 "live_group",
@@ -443,6 +435,49 @@ impl Config {
             );
         }
         Ok(c)
+    }
+
+    /// Why `live_dir` cannot be used (live state is then off, tracking stays on): it is
+    /// `spool_dir` or `mark_dir`, inside one, or holds one; as written, and with the links of
+    /// the part that exists resolved. The plugin writes and removes files in it as root, and
+    /// gives it to `live_group`: the spool's records are root's and their users', the mark
+    /// sockets every user's.
+    pub fn live_dir_conflict(&self) -> Option<String> {
+        if self.live_dir.is_empty() {
+            return None;
+        }
+        let live = Path::new(&self.live_dir);
+        let others = [
+            ("spool_dir", self.spool_dir.as_path()),
+            ("mark_dir", Path::new(&self.mark_dir)),
+        ];
+        for (key, other) in others {
+            if other.as_os_str().is_empty() {
+                continue;
+            }
+            let (a, b) = (lexical(live), lexical(other));
+            let (a, b) = if a.starts_with(&b) || b.starts_with(&a) {
+                (a, b)
+            } else {
+                (resolved(live), resolved(other))
+            };
+            let how = if a == b {
+                "is"
+            } else if a.starts_with(&b) {
+                "is inside"
+            } else if b.starts_with(&a) {
+                "holds"
+            } else {
+                continue;
+            };
+            return Some(format!(
+                "live_dir {:?} {how} {key} {:?}: it must be a directory of its own, apart from \
+                 spool_dir and mark_dir",
+                self.live_dir,
+                other.display().to_string()
+            ));
+        }
+        None
     }
 
     /// The alert rules these settings give.
@@ -544,6 +579,43 @@ pub const SHOWN_OPTION_CHARS: usize = 64;
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `path` with `.` and `..` taken out as words (a trailing `/` too).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// `path` with the links of its longest part that exists resolved (`realpath`), and the rest
+/// added as words; as words only when no part of it can be resolved.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(mut r) = std::fs::canonicalize(at) {
+            r.extend(rest.iter().rev());
+            return lexical(&r);
+        }
+        match (at.file_name(), at.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                at = parent;
+            }
+            _ => return lexical(path),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -160,7 +160,8 @@ fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
     Ok(Some(dir))
 }
 
-/// Where the step's live state goes (`None`: the settings turn it off). The group is looked up
+/// Where the step's live state goes (`None`: the settings turn it off; a `live_dir` that meets
+/// the spool or the mark sockets is a problem, so nothing is written). The group is looked up
 /// here, in `init_post_opt`, before slurmstepd forks a task: a lookup may take locks (NSS) that
 /// a task forked meanwhile would inherit held. The directory is made and checked by the sampler
 /// thread before each write.
@@ -175,6 +176,12 @@ fn live_setup(cfg: &Config) -> Option<LiveSetup> {
             None => (None, Some(format!("live_group {g:?}: no such group"))),
         },
     };
+    // A settings error that costs the live files only: the step is tracked all the same.
+    let conflict = cfg.live_dir_conflict();
+    if let Some(why) = &conflict {
+        ffi::log_info(&format!("gpu-tracker: live state off: {why}"));
+    }
+    let problem = conflict.or(problem);
     Some(LiveSetup {
         dir: PathBuf::from(&cfg.live_dir),
         gid,

@@ -14,7 +14,7 @@
 //! name is one of its own cut-short writes: it is removed (relative to the open directory) and
 //! made again. Anything else under the name stays, and the write fails.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -121,7 +121,7 @@ impl OwnDir {
     /// Makes temporary file `tmp`, in place of a cut-short write's of the writer's.
     fn create_temp(&self, tmp: &CString, mode: libc::mode_t) -> io::Result<File> {
         match sys::create_at(&self.dir, tmp, mode) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.left_by_writer(tmp) => {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.holds_own_file(tmp) => {
                 sys::unlinkat(&self.dir, tmp)?;
                 sys::create_at(&self.dir, tmp, mode)
             }
@@ -129,13 +129,13 @@ impl OwnDir {
         }
     }
 
-    /// Whether entry `tmp` is a regular file of the writer's with one link. Looked at through
+    /// Whether entry `name` is a regular file of the writer's with one link. Looked at through
     /// an `O_PATH` descriptor: the entry itself (a link is not followed), not opened (a FIFO
     /// does not block, a device is not touched).
-    fn left_by_writer(&self, tmp: &CString) -> bool {
+    pub(super) fn holds_own_file(&self, name: &CStr) -> bool {
         sys::openat(
             &self.dir,
-            tmp,
+            name,
             libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
         .and_then(|f| f.metadata())

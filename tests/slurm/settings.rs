@@ -229,3 +229,65 @@ fn settings_missing_or_unreadable_leave_jobs_running_untracked_and_say_why() {
         drop(back);
     }
 }
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_live_dir_that_holds_the_spool_turns_live_state_off_and_the_job_is_tracked() {
+    use std::os::unix::fs::MetadataExt;
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    // A typo: the directory above spool_dir (as `/run` would be above mark_dir).
+    let above = state_dir().join("spool");
+    let looks = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.mode() & 0o7777, m.gid())
+    };
+    let before = (looks(&above), looks(&above.join("gpu-tracker")));
+    let changed: String = good
+        .lines()
+        .map(|l| {
+            if l.starts_with("live_dir") {
+                format!("live_dir = \"{}\"\n", above.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&conf, changed).unwrap();
+    let mark = log_mark();
+    let job = run_job(
+        "live-dir-typo",
+        "#!/bin/bash\n#SBATCH --gpu-track\nsrun echo step-ran\nsleep 2\necho batch-ran\n",
+    );
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    assert!(job.output.contains("step-ran") && job.output.contains("batch-ran"));
+    // Tracked all the same; each record says live state was off, and why.
+    let recs = final_records(job.id, &["batch", "0"]);
+    for step in ["batch", "0"] {
+        let faults = &recs[step].sampler.faults;
+        assert!(
+            faults
+                .iter()
+                .any(|f| f.contains("live state off") && f.contains("holds spool_dir")),
+            "{step}: {faults:?}"
+        );
+    }
+    // Nothing was written there, and its group and mode are the admin's still.
+    assert_eq!((looks(&above), looks(&above.join("gpu-tracker"))), before);
+    let live_files: Vec<_> = std::fs::read_dir(&above)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .collect();
+    assert!(live_files.is_empty(), "{live_files:?}");
+    let lines = plugin_lines_since(mark);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("live state off") && l.contains("live_dir")),
+        "slurmd's log says why: {lines:#?}"
+    );
+}

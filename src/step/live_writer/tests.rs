@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::cgroup::fixture::TempTree;
+use crate::step::live::Parsed;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 fn setup(dir: PathBuf, gid: Option<u32>, interval: Duration) -> LiveSetup {
     LiveSetup {
@@ -69,20 +71,21 @@ fn writes_atomically_at_most_once_an_interval_and_removes_at_the_end() {
     } else {
         assert_eq!((dm.mode() & 0o7777, fm.mode() & 0o7777), (0o700, 0o600));
     }
-    // Not due yet: unchanged; due: rewritten. No temporary file is left.
+    // Not due yet: unchanged; due: rewritten. No temporary file is left (the mark says the
+    // plugin made the directory).
     assert_eq!(w.after_sample(&acc(2.0), t0 + Duration::from_secs(1)), None);
     assert_eq!(read(&file).cpu.seconds, Some(1.0));
     assert_eq!(w.after_sample(&acc(3.0), t0 + Duration::from_secs(5)), None);
     assert_eq!(read(&file).cpu.seconds, Some(3.0));
-    assert_eq!(names(&dir), ["c1.7.0.n1.json"]);
+    assert_eq!(names(&dir), [MADE_MARK, "c1.7.0.n1.json"]);
     w.close();
-    assert!(names(&dir).is_empty());
+    assert_eq!(names(&dir), [MADE_MARK]);
     // Closed: a sampler that comes back late writes nothing.
     assert_eq!(
         w.after_sample(&acc(4.0), t0 + Duration::from_secs(60)),
         None
     );
-    assert!(names(&dir).is_empty());
+    assert_eq!(names(&dir), [MADE_MARK]);
 }
 
 #[test]
@@ -187,7 +190,6 @@ fn files_of_killed_steps_of_this_node_are_removed_once_old() {
     put("c1.3.0.n1.json", &state(3, now - 7200.0, 5.0), false); // changed lately: kept
     put("c1.4.0.n2.json", &state(4, now - 7200.0, 5.0), true); // another node's: kept
     put("c1.5.0.n1.json", &state(5, now - 100.0, 86400.0), true); // sampled daily: kept
-    put("c1.6.0.n1.json", b"not a state", true); // no state: removed
     put("notes.txt", b"", true); // not a live file: kept
     let mut w = LiveWriter::new(
         setup(dir.clone(), None, Duration::from_secs(5)),
@@ -204,4 +206,111 @@ fn files_of_killed_steps_of_this_node_are_removed_once_old() {
             "notes.txt"
         ]
     );
+}
+
+#[test]
+fn only_files_this_plugin_wrote_are_removed_from_the_directory() {
+    // A `live_dir` set by mistake to a directory that holds other files of root's (`/run`):
+    // only a file named as a live state of this cluster and node, that holds the state its
+    // name says, is removed (or a temporary file named as one of them).
+    let t = TempTree::new("live-strict");
+    let dir = t.path().join("run");
+    fs::create_dir(&dir).unwrap();
+    let long_ago = SystemTime::now() - Duration::from_secs(7200);
+    let old_state = |job: u32| {
+        let s = live::state_of(
+            &id("n1", job),
+            &acc(1.0),
+            5.0,
+            crate::clock::unix_now() - 7200.0,
+        );
+        serde_json::to_vec(&s).unwrap()
+    };
+    let put = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        fs::write(&p, bytes).unwrap();
+        let f = fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(long_ago).unwrap();
+    };
+    put("c1.1.0.n1.json", &old_state(1)); // this plugin's, killed: removed
+    put(".c1.2.0.n1.json.77.78.tmp", b"{"); // this plugin's, half written: removed
+    put("c1.6.0.n1.json", b"not a state"); // not a state: not this plugin's
+    put("notes.n1.json", &old_state(1)); // not named as a live state
+    put("db.backup.n1.json", &old_state(1));
+    put("c1.01.0.n1.json", &old_state(1)); // not a job id as Slurm writes it
+    put("c1.3.x.n1.json", &old_state(3)); // not a step
+    put("c1.4.0.n1.json", &old_state(5)); // holds another step's state
+    put("c2.1.0.n1.json", &old_state(1)); // another cluster's name
+    put(".notes.n1.json.tmp", b"");
+    put(".c1.2.0.n1.json.tmp", b"");
+    put(".c1.2.0.n1.json.77.x.tmp", b"");
+    let mut w = LiveWriter::new(
+        setup(dir.clone(), None, Duration::from_secs(5)),
+        id("n1", 9),
+    );
+    assert_eq!(w.after_sample(&acc(1.0), Instant::now()), None);
+    assert_eq!(
+        names(&dir),
+        [
+            ".c1.2.0.n1.json.77.x.tmp",
+            ".c1.2.0.n1.json.tmp",
+            ".notes.n1.json.tmp",
+            "c1.01.0.n1.json",
+            "c1.3.x.n1.json",
+            "c1.4.0.n1.json",
+            "c1.6.0.n1.json",
+            "c1.9.0.n1.json",
+            "c2.1.0.n1.json",
+            "db.backup.n1.json",
+            "notes.n1.json",
+        ]
+    );
+}
+
+#[test]
+fn only_a_directory_this_plugin_made_is_given_to_the_group() {
+    let t = TempTree::new("live-group");
+    let root = sys::euid() == 0;
+    // As root the directory can go to any group; a user can give it only to its own.
+    let gid = if root {
+        4242
+    } else {
+        fs::metadata(t.path()).unwrap().gid()
+    };
+    let mode_gid = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.mode() & 0o7777, m.gid())
+    };
+    // An existing directory (`/run` by mistake): used as it is, its group and mode are not
+    // the plugin's to change.
+    let theirs = t.path().join("run");
+    fs::create_dir(&theirs).unwrap();
+    fs::set_permissions(&theirs, Permissions::from_mode(0o700)).unwrap();
+    let before = mode_gid(&theirs);
+    let mut w = LiveWriter::new(
+        setup(theirs.clone(), Some(gid), Duration::from_secs(5)),
+        id("n1", 7),
+    );
+    assert_eq!(w.after_sample(&acc(1.0), Instant::now()), None);
+    assert_eq!(mode_gid(&theirs), before);
+    assert_eq!(names(&theirs), ["c1.7.0.n1.json"]);
+    // One the plugin makes is marked as its own, and kept for the group.
+    let made = t.path().join("live");
+    let mut w = LiveWriter::new(
+        setup(made.clone(), Some(gid), Duration::from_secs(5)),
+        id("n1", 7),
+    );
+    assert_eq!(w.after_sample(&acc(1.0), Instant::now()), None);
+    assert_eq!(mode_gid(&made), (0o750, gid));
+    assert_eq!(names(&made), [MADE_MARK, "c1.7.0.n1.json"]);
+    if root {
+        std::os::unix::fs::chown(&made, None, Some(0)).unwrap();
+        fs::set_permissions(&made, Permissions::from_mode(0o700)).unwrap();
+        let mut w = LiveWriter::new(
+            setup(made.clone(), Some(gid), Duration::from_secs(5)),
+            id("n1", 8),
+        );
+        assert_eq!(w.after_sample(&acc(1.0), Instant::now()), None);
+        assert_eq!(mode_gid(&made), (0o750, gid));
+    }
 }
