@@ -231,8 +231,10 @@ const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
     let root = &cfg.spool_dir;
     let deadline = std::time::Instant::now() + STORE_WAIT;
+    let max = cfg.max_summary_records as usize;
     let records = loop {
-        let r = match report::load_job(root, job_id) {
+        // One record at a time, at most `max_summary_records`.
+        let r = match report::job_summary(root, job_id, None, max, |_| true) {
             Ok(r) => r,
             Err(LoadError::NoRecords(..)) => {
                 sayln!("gpu-tracker-report: job {job_id} has no records here: nothing stored");
@@ -249,11 +251,11 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     };
-    if records.records.is_empty() {
+    if records.records == 0 {
         sayln!("gpu-tracker-report: job {job_id} has no readable record: nothing stored");
         return Ok(NOT_TRACKED);
     }
-    let mut summary = Summary::from_records(&records.records);
+    let mut summary = records.summary;
     summary.set_classes(&ClassRules::from_config(cfg));
     let text = Stored::of(&summary).encode();
     let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
@@ -361,7 +363,8 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         }
         (None, None) => return Err((USAGE, "no job given".into())),
     };
-    let mut records: JobRecords = match report::load_job(root, job_id) {
+    let max = site.cfg.max_summary_records as usize;
+    let mut records: JobRecords = match report::load_job_limited(root, job_id, max) {
         Ok(r) => r,
         Err(LoadError::NoRecords(..)) => return elsewhere(&job_id.to_string()),
         Err(e @ LoadError::Denied(..)) => return Err((DENIED, e.to_string())),
@@ -386,10 +389,7 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             ));
         }
     }
-    let mut summary = match &spec.step {
-        Some(st) => Summary::of_step(&records.records, st),
-        None => Summary::from_records(&records.records),
-    };
+    let mut summary = records.summary(spec.step.as_deref());
     summary.set_co2(site.cfg.co2_grams_per_kwh);
     summary.set_classes(&ClassRules::from_config(&site.cfg));
     let recs = &records.records;

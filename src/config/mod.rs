@@ -82,6 +82,14 @@ pub struct Config {
     /// Days `gpu-tracker-report --purge` keeps records, up to [`MAX_AGE_DAYS`] (100 years); 0
     /// keeps them for ever.
     pub retention_days: f64,
+    /// Numbered steps of a job whose records are written: steps numbered this and above are
+    /// not tracked, and the job's directory says so. From 1 to [`MAX_RECORDS_SETTING`].
+    pub max_step_records: u32,
+    /// Step records of a job that its summary reads (at the end of a batch job, in
+    /// `gpu-tracker-report`): the batch, interactive and extern steps first, then the numbered
+    /// steps in order; the summary says how many were left out. From 1 to
+    /// [`MAX_RECORDS_SETTING`].
+    pub max_summary_records: u32,
     /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
     /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
     pub gres_conf: String,
@@ -153,6 +161,8 @@ impl Default for Config {
             memory_detail: MemoryDetailSetting::Status,
             summary: true,
             retention_days: 180.0,
+            max_step_records: DEFAULT_MAX_STEP_RECORDS,
+            max_summary_records: DEFAULT_MAX_SUMMARY_RECORDS as u32,
             gres_conf: String::new(),
             mig_minors_file: crate::gres::mig::DEFAULT_MIG_MINORS.into(),
             mark_dir: "/run/gpu-tracker".into(),
@@ -197,6 +207,14 @@ pub const MAX_CO2_GRAMS_PER_KWH: f64 = 2000.0;
 /// Where the live state files go by default: not `mark_dir`, whose sockets every user must
 /// reach, while the live files are for root and `live_group` only.
 pub const DEFAULT_LIVE_DIR: &str = "/run/gpu-tracker-live";
+
+/// `max_step_records` by default: numbered steps of a job whose records are written. Slurm
+/// allows 40,000 steps a job by default (`MaxStepCount`).
+pub const DEFAULT_MAX_STEP_RECORDS: u32 = 1000;
+/// `max_summary_records` by default: step records of a job that its summary reads.
+pub const DEFAULT_MAX_SUMMARY_RECORDS: usize = 1000;
+/// Largest `max_step_records` and `max_summary_records`.
+pub const MAX_RECORDS_SETTING: u32 = 1_000_000;
 
 /// Shortest `live_interval_seconds`.
 pub const MIN_LIVE_SECONDS: f64 = 1.0;
@@ -326,6 +344,17 @@ impl Config {
                 ),
             );
         }
+        for (key, v) in [
+            ("max_step_records", c.max_step_records),
+            ("max_summary_records", c.max_summary_records),
+        ] {
+            if !(1..=MAX_RECORDS_SETTING).contains(&v) {
+                return bad(
+                    key,
+                    format!("must be from 1 to {MAX_RECORDS_SETTING}, not {v}"),
+                );
+            }
+        }
         if !c.mark_dir.is_empty() && !Path::new(&c.mark_dir).is_absolute() {
             return bad(
                 "mark_dir",
@@ -437,49 +466,6 @@ impl Config {
         Ok(c)
     }
 
-    /// Why `live_dir` cannot be used (live state is then off, tracking stays on): it is
-    /// `spool_dir` or `mark_dir`, inside one, or holds one; as written, and with the links of
-    /// the part that exists resolved. The plugin writes and removes files in it as root, and
-    /// gives it to `live_group`: the spool's records are root's and their users', the mark
-    /// sockets every user's.
-    pub fn live_dir_conflict(&self) -> Option<String> {
-        if self.live_dir.is_empty() {
-            return None;
-        }
-        let live = Path::new(&self.live_dir);
-        let others = [
-            ("spool_dir", self.spool_dir.as_path()),
-            ("mark_dir", Path::new(&self.mark_dir)),
-        ];
-        for (key, other) in others {
-            if other.as_os_str().is_empty() {
-                continue;
-            }
-            let (a, b) = (lexical(live), lexical(other));
-            let (a, b) = if a.starts_with(&b) || b.starts_with(&a) {
-                (a, b)
-            } else {
-                (resolved(live), resolved(other))
-            };
-            let how = if a == b {
-                "is"
-            } else if a.starts_with(&b) {
-                "is inside"
-            } else if b.starts_with(&a) {
-                "holds"
-            } else {
-                continue;
-            };
-            return Some(format!(
-                "live_dir {:?} {how} {key} {:?}: it must be a directory of its own, apart from \
-                 spool_dir and mark_dir",
-                self.live_dir,
-                other.display().to_string()
-            ));
-        }
-        None
-    }
-
     /// The alert rules these settings give.
     pub fn alert_rules(&self) -> crate::history::AlertRules {
         crate::history::AlertRules {
@@ -581,42 +567,6 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// `path` with `.` and `..` taken out as words (a trailing `/` too).
-fn lexical(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::RootDir => out.push("/"),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-/// `path` with the links of its longest part that exists resolved (`realpath`), and the rest
-/// added as words; as words only when no part of it can be resolved.
-fn resolved(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut at = path;
-    loop {
-        if let Ok(mut r) = std::fs::canonicalize(at) {
-            r.extend(rest.iter().rev());
-            return lexical(&r);
-        }
-        match (at.file_name(), at.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                at = parent;
-            }
-            _ => return lexical(path),
-        }
-    }
-}
-
+mod paths;
 #[cfg(test)]
 mod tests;

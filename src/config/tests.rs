@@ -379,3 +379,20 @@ fn a_live_dir_that_meets_the_spool_or_the_mark_sockets_turns_live_state_off_only
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(why.is_some_and(|w| w.contains("spool_dir")));
 }
+
+#[test]
+fn the_records_of_a_job_are_bounded_by_default() {
+    let c = Config::default();
+    assert_eq!((c.max_step_records, c.max_summary_records), (1000, 1000));
+    let c = parse("max_step_records = 40000\nmax_summary_records = 1").unwrap();
+    assert_eq!((c.max_step_records, c.max_summary_records), (40000, 1));
+    for key in ["max_step_records", "max_summary_records"] {
+        for v in ["0", "1000001"] {
+            refused(&format!("{key} = {v}"), key, "from 1 to 1000000");
+        }
+        for v in ["-1", "1.5", "1e9"] {
+            let e = parse(&format!("{key} = {v}")).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+    }
+}

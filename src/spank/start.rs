@@ -67,6 +67,28 @@ pub(super) fn start_step(
         .and_then(|s| s.for_cluster(&cluster))
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
+    if !record::is_recorded(step_id, cfg.max_step_records) {
+        // Past the job's bound on step records: not tracked, and its directory says so once
+        // (the summary and the report show it). A job may have 40,000 steps.
+        let instance = crate::step::spool::Instance {
+            cluster: cluster.clone(),
+            job_id,
+            uid,
+            token: job.submit_token.clone().unwrap_or_default(),
+        };
+        match spool.note_steps_left_out(&instance, cfg.max_step_records) {
+            Ok(_) => ffi::log_debug(&format!(
+                "gpu-tracker: job {job_id} step {step_id} not tracked: past max_step_records \
+                 ({})",
+                cfg.max_step_records
+            )),
+            Err(e) => ffi::log_info(&format!(
+                "gpu-tracker: job {job_id} step {step_id} not tracked (past max_step_records), \
+                 and the job's directory could not say so: {e}"
+            )),
+        }
+        return Ok(());
+    }
     let setup = StepSetup {
         job,
         step,
@@ -129,6 +151,7 @@ pub(super) fn start_step(
     st.summary = cfg.summary;
     st.co2_grams_per_kwh = cfg.co2_grams_per_kwh;
     st.class_rules = Some(crate::report::classes::ClassRules::from_config(&cfg));
+    st.max_summary_records = cfg.max_summary_records as usize;
     Ok(())
 }
 

@@ -76,6 +76,19 @@ pub const INSTANCE_FILE: &str = "instance.json";
 /// Directory (under a cluster's spool) where directories of earlier job instances are moved.
 pub const STALE_DIR: &str = ".stale";
 
+/// Name of the marker in a job directory that says the job had more numbered steps than the
+/// plugin records (`max_step_records`): steps numbered from that setting on have no record.
+/// Not named `*.json`, so no reader takes it for a record.
+pub const STEPS_LEFT_OUT_FILE: &str = "steps-left-out";
+
+/// What [`STEPS_LEFT_OUT_FILE`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepsLeftOut {
+    /// The setting when the first step was left out: steps numbered this and above have no
+    /// record.
+    pub max_step_records: u32,
+}
+
 /// Reads the instance file of job directory `dir`: the directory opened without following a
 /// link and owned by `owner` (when given), the file a regular one (not a link, FIFO or
 /// device) owned by the directory's owner, with one link and at most
@@ -297,6 +310,27 @@ impl Spool {
         let dir = self.root.join(job_id.to_string());
         check_dir(&dir, sys::euid())?;
         Ok(dir)
+    }
+
+    /// Notes in job instance `inst`'s directory (claimed for it, made if need be) that its
+    /// steps numbered `max_step_records` and above are not recorded ([`STEPS_LEFT_OUT_FILE`]).
+    /// Written once: a job's later steps find it there and write nothing.
+    pub fn note_steps_left_out(
+        &self,
+        inst: &Instance,
+        max_step_records: u32,
+    ) -> Result<PathBuf, SpoolError> {
+        let claim = self.claim_job_dir(inst)?;
+        let path = claim.dir.join(STEPS_LEFT_OUT_FILE);
+        if fs::symlink_metadata(&path).is_ok() {
+            return Ok(path);
+        }
+        let text = serde_json::to_string(&StepsLeftOut { max_step_records }).unwrap_or_default();
+        self.write_file(
+            &claim.dir,
+            STEPS_LEFT_OUT_FILE,
+            format!("{text}\n").as_bytes(),
+        )
     }
 
     /// Writes `contents` to `<job dir>/<name>` atomically; returns the path.
