@@ -137,9 +137,15 @@ impl LiveWriter {
         if std::mem::replace(&mut self.closed, true) || sys::euid() != self.owner {
             return;
         }
-        let dir = &self.setup.dir;
-        if fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
-            let _ = fs::remove_file(dir.join(&self.name));
+        // Only what this writer can have written: a regular file of its own under the step's
+        // name, removed relative to the checked directory.
+        let Ok(d) = OwnDir::open(&self.setup.dir, self.owner) else {
+            return;
+        };
+        if let Ok(name) = CString::new(self.name.as_str())
+            && d.holds_own_file(&name)
+        {
+            let _ = sys::unlinkat(d.file(), &name);
         }
     }
 }
