@@ -257,15 +257,18 @@ pub fn visit_job(
             })
         })
         .collect();
+    // Chosen: the steps that see the whole job first (batch, interactive, extern), then the
+    // numbered ones in order; handed over node by node.
     let key = |name: &OsString| {
         let (node, step) = node_and_step(name.to_str().unwrap_or_default());
-        (step_order(step), node.to_string())
+        let order = step_order(step);
+        (order.0 == 2, order, node.to_string())
     };
     named.sort_by_cached_key(|(name, _)| key(name));
     visit.left_out = named.len().saturating_sub(max_records);
     named.truncate(max_records);
     named.sort_by_cached_key(|(name, _)| {
-        let (order, node) = key(name);
+        let (_, order, node) = key(name);
         (node, order)
     });
     for (name, kind) in named {

@@ -130,6 +130,7 @@ fn the_summary_of_a_job_of_thousands_of_steps_reads_a_bounded_number_and_says_so
     };
     t.write("42/instance.json", &serde_json::to_string(&inst).unwrap());
     t.write("42/n1.batch.json", &record("n1", "batch").to_json());
+    t.write("42/n1.extern.json", &record("n1", "extern").to_json());
     for i in 0..5000 {
         t.write(
             &format!("42/n1.{i}.json"),
@@ -149,19 +150,23 @@ fn the_summary_of_a_job_of_thousands_of_steps_reads_a_bounded_number_and_says_so
     let line = text.lines().find(|l| l.starts_with("Records:")).unwrap();
     assert_eq!(
         line,
-        "Records:       1000 of 5001 step records read, all final; the rest left out \
+        "Records:       1000 of 5002 step records read, all final; the rest left out \
          (max_summary_records)"
     );
-    // The batch step, then the first steps by number.
-    assert!(text.contains("\n  batch "), "{text}");
+    // The batch and extern steps (they see the whole job), then the first steps by number.
     assert!(
-        text.contains("\n  998 ") && !text.contains("\n  999 "),
+        text.contains("\n  batch ") && text.contains("\n  extern "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  997 ") && !text.contains("\n  998 "),
         "{text}"
     );
     let j = load_job_limited(t.path(), 42, 1000).unwrap();
-    assert_eq!((j.records.len(), j.left_out), (1000, 4001));
+    assert_eq!((j.records.len(), j.left_out), (1000, 4002));
     assert_eq!(j.records[0].step.id, "batch");
-    assert_eq!(j.records[999].step.id, "998");
+    assert_eq!(j.records[998].step.id, "997");
+    assert_eq!(j.records[999].step.id, "extern");
     // One step's summary (an srun's) reads that step's record, wherever it lies.
     let text = end_of_job_text(
         t.path(),
