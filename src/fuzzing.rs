@@ -88,6 +88,7 @@ fn show_job(records: Vec<StepRecord>) {
         job_id,
         records,
         problems,
+        ..JobRecords::default()
     };
     let whole = Summary::from_records(&job.records);
     let one = job.clone().only_step(&step);

@@ -315,7 +315,8 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         }
         (None, None) => return Err((USAGE, "no job given".into())),
     };
-    let mut records: JobRecords = match report::load_job(root, job_id) {
+    let max = site.cfg.max_summary_records as usize;
+    let mut records: JobRecords = match report::load_job_limited(root, job_id, max) {
         Ok(r) => r,
         Err(LoadError::NoRecords(..)) => return elsewhere(&job_id.to_string()),
         Err(e @ LoadError::Denied(..)) => return Err((DENIED, e.to_string())),
@@ -340,10 +341,7 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
             ));
         }
     }
-    let mut summary = match &spec.step {
-        Some(st) => Summary::of_step(&records.records, st),
-        None => Summary::from_records(&records.records),
-    };
+    let mut summary = records.summary(spec.step.as_deref());
     summary.set_co2(site.cfg.co2_grams_per_kwh);
     summary.set_classes(&ClassRules::from_config(&site.cfg));
     let recs = &records.records;

@@ -82,6 +82,14 @@ pub struct Config {
     /// Days `gpu-tracker-report --purge` keeps records, up to [`MAX_AGE_DAYS`] (100 years); 0
     /// keeps them for ever.
     pub retention_days: f64,
+    /// Numbered steps of a job whose records are written: steps numbered this and above are
+    /// not tracked, and the job's directory says so. From 1 to [`MAX_RECORDS_SETTING`].
+    pub max_step_records: u32,
+    /// Step records of a job that its summary reads (at the end of a batch job, in
+    /// `gpu-tracker-report`): the batch, interactive and extern steps first, then the numbered
+    /// steps in order; the summary says how many were left out. From 1 to
+    /// [`MAX_RECORDS_SETTING`].
+    pub max_summary_records: u32,
     /// Slurm's gres.conf, which gives the order of the node's GPUs; empty: the one beside
     /// slurmstepd's `SLURM_CONF`, else `/etc/slurm/gres.conf`, else `/run/slurm/conf/gres.conf`.
     pub gres_conf: String,
@@ -153,6 +161,8 @@ impl Default for Config {
             memory_detail: MemoryDetailSetting::Status,
             summary: true,
             retention_days: 180.0,
+            max_step_records: DEFAULT_MAX_STEP_RECORDS,
+            max_summary_records: DEFAULT_MAX_SUMMARY_RECORDS as u32,
             gres_conf: String::new(),
             mig_minors_file: crate::gres::mig::DEFAULT_MIG_MINORS.into(),
             mark_dir: "/run/gpu-tracker".into(),
@@ -197,6 +207,14 @@ pub const MAX_CO2_GRAMS_PER_KWH: f64 = 2000.0;
 /// Where the live state files go by default: not `mark_dir`, whose sockets every user must
 /// reach, while the live files are for root and `live_group` only.
 pub const DEFAULT_LIVE_DIR: &str = "/run/gpu-tracker-live";
+
+/// `max_step_records` by default: numbered steps of a job whose records are written. Slurm
+/// allows 40,000 steps a job by default (`MaxStepCount`).
+pub const DEFAULT_MAX_STEP_RECORDS: u32 = 1000;
+/// `max_summary_records` by default: step records of a job that its summary reads.
+pub const DEFAULT_MAX_SUMMARY_RECORDS: usize = 1000;
+/// Largest `max_step_records` and `max_summary_records`.
+pub const MAX_RECORDS_SETTING: u32 = 1_000_000;
 
 /// Shortest `live_interval_seconds`.
 pub const MIN_LIVE_SECONDS: f64 = 1.0;
@@ -279,19 +297,19 @@ impl Config {
                 format!("must be from 0 (keep for ever) to {MAX_AGE_DAYS} days (100 years)"),
             );
         }
+        for (key, v) in [
+            ("max_step_records", c.max_step_records),
+            ("max_summary_records", c.max_summary_records),
+        ] {
+            if !(1..=MAX_RECORDS_SETTING).contains(&v) {
+                return bad(key, format!("must be from 1 to {MAX_RECORDS_SETTING}"));
+            }
+        }
         if !c.mark_dir.is_empty() && !Path::new(&c.mark_dir).is_absolute() {
             return bad("mark_dir", "must be \"\" or an absolute path".into());
         }
         if !c.live_dir.is_empty() && !Path::new(&c.live_dir).is_absolute() {
             return bad("live_dir", "must be \"\" or an absolute path".into());
-        }
-        if !c.live_dir.is_empty() && Path::new(&c.live_dir) == Path::new(&c.mark_dir) {
-            return bad(
-                "live_dir",
-                "must not be mark_dir: every user reaches the mark sockets, only live_group the \
-                 live state"
-                    .into(),
-            );
         }
         if !c.live_group.is_empty() && !is_group_name(&c.live_group) {
             return bad(
@@ -524,5 +542,6 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+mod paths;
 #[cfg(test)]
 mod tests;

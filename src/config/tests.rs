@@ -372,14 +372,75 @@ fn live_state_settings_have_defaults_and_bounds() {
         .unwrap_err()
         .to_string();
     assert!(!e.contains('\u{1b}'), "{e}");
-    // One directory for the mark sockets (every user's) and the live files (live_group's) would
-    // give one of them the wrong mode.
-    refused(
-        "mark_dir = \"/run/gt\"\nlive_dir = \"/run/gt/\"",
-        "live_dir",
-        "must not be mark_dir",
-    );
-    assert!(parse("mark_dir = \"\"\nlive_dir = \"/run/gt\"").is_ok());
     assert!(is_group_name("gpu-tracker-exporter") && is_group_name("0"));
     assert!(!is_group_name(""));
+}
+
+#[test]
+fn a_live_dir_that_meets_the_spool_or_the_mark_sockets_turns_live_state_off_only() {
+    let spool = "spool_dir = \"/var/spool/gt\"\nmark_dir = \"/run/gt\"\n";
+    for live in [
+        "/var/spool/gt",
+        "/var/spool/gt/",
+        "/var/spool/gt/live",
+        "/var/spool",
+        "/",
+        "/run/gt",
+        "/run/gt/./",
+        "/run/gt/live",
+        "/run",
+        "/var/spool/x/../gt/live",
+    ] {
+        // The settings are usable (tracking stays on); live state is what is refused.
+        let c = parse(&format!("{spool}live_dir = \"{live}\"")).unwrap();
+        let why = c
+            .live_dir_conflict()
+            .unwrap_or_else(|| panic!("{live} taken"));
+        assert!(why.starts_with("live_dir "), "{why}");
+        assert!(
+            why.contains("spool_dir") || why.contains("mark_dir"),
+            "{why}"
+        );
+    }
+    for live in ["/run/gt-live", "/var/spool/gtx", "/run/gpu-tracker-live"] {
+        let c = parse(&format!("{spool}live_dir = \"{live}\"")).unwrap();
+        assert_eq!(c.live_dir_conflict(), None, "{live}");
+    }
+    assert_eq!(Config::default().live_dir_conflict(), None);
+    // Marks off: only the spool counts; live state off: nothing to refuse.
+    let c = parse("mark_dir = \"\"\nlive_dir = \"/run/gpu-tracker\"").unwrap();
+    assert_eq!(c.live_dir_conflict(), None);
+    let c = parse("live_dir = \"\"\nspool_dir = \"/run\"").unwrap();
+    assert_eq!(c.live_dir_conflict(), None);
+    // A link on the way is seen through.
+    let dir = std::env::temp_dir().join(format!("gt-live-conflict-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("spool")).unwrap();
+    let link = dir.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(dir.join("spool"), &link).unwrap();
+    let c = Config {
+        spool_dir: dir.join("spool"),
+        live_dir: link.join("live").display().to_string(),
+        ..Config::default()
+    };
+    let why = c.live_dir_conflict();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(why.is_some_and(|w| w.contains("spool_dir")));
+}
+
+#[test]
+fn the_records_of_a_job_are_bounded_by_default() {
+    let c = Config::default();
+    assert_eq!((c.max_step_records, c.max_summary_records), (1000, 1000));
+    let c = parse("max_step_records = 40000\nmax_summary_records = 1").unwrap();
+    assert_eq!((c.max_step_records, c.max_summary_records), (40000, 1));
+    for key in ["max_step_records", "max_summary_records"] {
+        for v in ["0", "1000001"] {
+            refused(&format!("{key} = {v}"), key, "from 1 to 1000000");
+        }
+        for v in ["-1", "1.5", "1e9"] {
+            let e = parse(&format!("{key} = {v}")).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+    }
 }

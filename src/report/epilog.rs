@@ -4,17 +4,19 @@
 //!
 //! A job directory holds whatever records were written under its id, and ids come round (after
 //! `MaxJobId`, or when the controller's state is reset): only records of the job Slurm names
-//! are stored, those of its user that began after it started ([`this_jobs`]). Who the job's
+//! are stored, those of its user that began after it started ([`is_this_jobs`]). Who the job's
 //! user is and when it started come from Slurm ([`whose`]): the variables slurmctld gives
 //! EpilogSlurmctld, else the controller (`squeue`).
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::classes::ClassRules;
 use super::slurmctl::{self, JobStart};
 use super::stored::Stored;
-use super::{LoadError, Summary, slurmdb};
+use super::{LoadError, slurmdb};
 use crate::config::Config;
 use crate::step::record::StepRecord;
 
@@ -33,25 +35,13 @@ fn began(r: &StepRecord) -> Option<i64> {
         .map(|t| t.timestamp())
 }
 
-/// The records of job `job_id` that are the job `job` (its user's, begun at most
-/// [`CLOCK_SLACK_SECONDS`] before it started), and how many others were left out: a record of
-/// another user, or one that began before the job did, is another job that had this id.
-pub fn this_jobs(
-    records: Vec<StepRecord>,
-    job_id: u32,
-    job: &JobStart,
-) -> (Vec<StepRecord>, usize) {
-    let n = records.len();
-    let kept: Vec<StepRecord> = records
-        .into_iter()
-        .filter(|r| {
-            r.job.id == job_id
-                && r.job.uid == job.uid
-                && began(r).is_some_and(|t| t >= job.start.saturating_sub(CLOCK_SLACK_SECONDS))
-        })
-        .collect();
-    let left_out = n - kept.len();
-    (kept, left_out)
+/// Whether record `r`, found under job id `job_id`, is of the job `job`: its user's, begun at
+/// most [`CLOCK_SLACK_SECONDS`] before it started. A record of another user, or one that began
+/// before the job did, is of another job that had this id.
+pub fn is_this_jobs(r: &StepRecord, job_id: u32, job: &JobStart) -> bool {
+    r.job.id == job_id
+        && r.job.uid == job.uid
+        && began(r).is_some_and(|t| t >= job.start.saturating_sub(CLOCK_SLACK_SECONDS))
 }
 
 /// Whose job `job_id` is and when it started, as Slurm gives them: the variables slurmctld gives
@@ -100,7 +90,9 @@ pub enum Outcome {
 /// Stores the summary of job `job_id` from the spool `root` (settings `cfg`) in Slurm's
 /// database. `whose` says whose the job is and when it started ([`whose`]); it is asked only
 /// when the spool has records under the id (the script runs for every job, tracked or not).
-/// Waits up to [`STORE_WAIT`] for records that are not final yet.
+/// Records are read one at a time, at most `max_summary_records` ([`super::job_summary`]), and
+/// only those of this job ([`is_this_jobs`]) count. Waits up to [`STORE_WAIT`] for records that
+/// are not final yet.
 pub fn store_job(
     cfg: &Config,
     root: &Path,
@@ -108,39 +100,57 @@ pub fn store_job(
     whose: impl FnOnce() -> Result<JobStart, String>,
 ) -> Result<Outcome, String> {
     let deadline = Instant::now() + STORE_WAIT;
-    // The records under the id; `None`: none at all.
-    let load = || match super::load_job(root, job_id) {
-        Ok(r) => Ok(Some(r.records)),
-        Err(LoadError::NoRecords(..)) => Ok(None),
-        Err(e) => Err(e.to_string()),
-    };
-    let no_records = || Outcome::Nothing(format!("job {job_id} has no records here"));
-    let mut records = match load()? {
-        Some(r) if !r.is_empty() => r,
-        Some(_) => {
+    let max = cfg.max_summary_records as usize;
+    match super::job_summary(root, job_id, None, max, |_| true) {
+        Ok(r) if r.records == 0 => {
             return Ok(Outcome::Nothing(format!(
                 "job {job_id} has no readable record"
             )));
         }
-        None => return Ok(no_records()),
-    };
+        Ok(_) => {}
+        Err(LoadError::NoRecords(..)) => {
+            return Ok(Outcome::Nothing(format!(
+                "job {job_id} has no records here"
+            )));
+        }
+        Err(e) => return Err(e.to_string()),
+    }
     let job = whose().map_err(|e| format!("job {job_id}: {e}"))?;
-    let (records, left_out) = loop {
-        let (kept, left_out) = this_jobs(records, job_id, &job);
-        if kept.is_empty() {
+    let (summary, left_out) = loop {
+        // Records of another job, each counted once (a job with marks is read twice).
+        let others = RefCell::new(HashSet::new());
+        let keep = |r: &StepRecord| {
+            let mine = is_this_jobs(r, job_id, &job);
+            if !mine {
+                others.borrow_mut().insert((
+                    r.step.node.clone(),
+                    r.step.id.clone(),
+                    r.step.start.clone(),
+                ));
+            }
+            mine
+        };
+        let r = match super::job_summary(root, job_id, None, max, keep) {
+            Ok(r) => r,
+            Err(LoadError::NoRecords(..)) => {
+                return Err(format!("job {job_id}: its records were removed"));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let left_out = others.borrow().len();
+        if r.records == 0 {
             return Ok(Outcome::Nothing(format!(
                 "the {left_out} record(s) under job {job_id} are of another job with this id \
                  (not of uid {}, or begun before the job started at {})",
                 job.uid, job.start
             )));
         }
-        if !kept.iter().any(|r| !r.complete) || Instant::now() >= deadline {
-            break (kept, left_out);
+        if r.summary.complete || Instant::now() >= deadline {
+            break (r.summary, left_out);
         }
         std::thread::sleep(Duration::from_millis(500));
-        records = load()?.ok_or_else(|| format!("job {job_id}: its records were removed"))?;
     };
-    let mut summary = Summary::from_records(&records);
+    let mut summary = summary;
     summary.set_classes(&ClassRules::from_config(cfg));
     let text = Stored::of(&summary).encode();
     let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
@@ -173,7 +183,7 @@ mod tests {
             start: 1_795_428_000,
         };
         let id = record("n1", "batch").job.id;
-        let records = vec![
+        let records = [
             at("mine", 1001, "2026-11-23T10:00:05+00:00"),
             // 20 s before, on a node whose clock is behind: within the slack.
             at("skewed", 1001, "2026-11-23T09:59:40+00:00"),
@@ -182,20 +192,23 @@ mod tests {
             at("earlier", 1001, "2026-11-20T08:00:00+00:00"),
             at("undated", 1001, "not a time"),
         ];
-        let (kept, left_out) = this_jobs(records.clone(), id, &job);
-        let nodes: Vec<&str> = kept.iter().map(|r| r.step.node.as_str()).collect();
+        let nodes: Vec<&str> = records
+            .iter()
+            .filter(|r| is_this_jobs(r, id, &job))
+            .map(|r| r.step.node.as_str())
+            .collect();
         assert_eq!(nodes, vec!["mine", "skewed"]);
-        assert_eq!(left_out, 3);
         // Another id's record is not this job's either.
-        let (kept, _) = this_jobs(records, id + 1, &job);
-        assert!(kept.is_empty());
+        assert!(!records.iter().any(|r| is_this_jobs(r, id + 1, &job)));
         // A job that started after every record: none is its.
         let later = JobStart {
             start: job.start + 3600,
             ..job
         };
-        let (kept, left_out) =
-            this_jobs(vec![at("mine", 1001, "2026-11-23T10:00:05Z")], id, &later);
-        assert!(kept.is_empty() && left_out == 1);
+        assert!(!is_this_jobs(
+            &at("mine", 1001, "2026-11-23T10:00:05Z"),
+            id,
+            &later
+        ));
     }
 }

@@ -91,6 +91,14 @@ pub struct Summary {
     /// in Slurm's database has no steps or tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Step records of the job in the spool that were not read: past `max_summary_records`.
+    /// The figures are those of the records read.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub records_left_out: u64,
+    /// The job had more numbered steps than the plugin records (`max_step_records`): steps
+    /// numbered this and above have no record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_not_recorded_from: Option<u32>,
     /// What went wrong while recording (the records' `sampler.faults`), as
     /// `step STEP on NODE: FAULT`, at most [`MAX_SUMMARY_FAULTS`].
     #[serde(skip_serializing_if = "Vec::is_empty")]

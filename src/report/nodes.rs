@@ -20,10 +20,49 @@ pub const MIN_TASK_CPU_SECONDS: f64 = 1.0;
 /// At most this many imbalance lines of each kind; the rest are counted.
 pub const MAX_FLAGS_PER_KIND: usize = 5;
 
-/// Fills in `s.totals`, `s.missing_nodes` and `s.imbalance` from `records` (those
-/// [`Summary::from_records`] merged into `s`).
-pub fn complete(s: &mut Summary, records: &[StepRecord]) {
-    s.totals = totals(s, records);
+/// A step in sort order: its order ([`super::step_order`]) and its id.
+type StepKey = ((u8, u64), String);
+
+/// The tasks of a job's steps with their CPU seconds, for comparing the tasks of each step:
+/// step id → (task, CPU seconds), in the order the records came; gathered one record at a time
+/// ([`StepTasks::add`]).
+#[derive(Debug, Default)]
+pub struct StepTasks {
+    /// Every task counted.
+    tasks: usize,
+    /// Ids of the steps compared: those of records not of the batch step.
+    compared: std::collections::BTreeSet<String>,
+    by_step: std::collections::BTreeMap<StepKey, Vec<(String, f64)>>,
+}
+
+impl StepTasks {
+    /// Adds record `r`'s tasks.
+    pub fn add(&mut self, r: &StepRecord) {
+        self.tasks += r.tasks.len();
+        let step = r.step.id.as_str();
+        if r.step.kind != "batch" {
+            self.compared.insert(step.to_string());
+        }
+        let items = self
+            .by_step
+            .entry((super::step_order(step), step.to_string()))
+            .or_default();
+        items.extend(r.tasks.iter().map(|t| {
+            let id = t
+                .global_id
+                .map_or_else(|| format!("pid {}", t.pid), |g| g.to_string());
+            (
+                format!("step {step} task {id} on {}", r.step.node),
+                t.cpu_seconds,
+            )
+        }));
+    }
+}
+
+/// Fills in `s.totals`, `s.missing_nodes` and `s.imbalance` from the job's `tasks` (those of
+/// the records [`Summary::from_records`] merged into `s`).
+pub fn complete(s: &mut Summary, tasks: &StepTasks) {
+    s.totals = totals(s, tasks.tasks);
     s.missing_nodes = s
         .job_node_list
         .as_deref()
@@ -33,7 +72,7 @@ pub fn complete(s: &mut Summary, records: &[StepRecord]) {
         .filter(|n| !s.nodes.contains(n))
         .collect();
     let mut flags = node_flags(s);
-    flags.extend(task_flags(records));
+    flags.extend(task_flags(tasks));
     flags.extend(gpu_flags(s));
     s.imbalance = flags;
 }
@@ -41,13 +80,13 @@ pub fn complete(s: &mut Summary, records: &[StepRecord]) {
 /// Like [`complete`] for a summary read back from Slurm's database: no records, so no task
 /// comparison, and the missing nodes are as stored.
 pub fn complete_stored(s: &mut Summary) {
-    s.totals = totals(s, &[]);
+    s.totals = totals(s, 0);
     let mut flags = node_flags(s);
     flags.extend(gpu_flags(s));
     s.imbalance = flags;
 }
 
-fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
+fn totals(s: &Summary, tasks: usize) -> Totals {
     let requested: Option<Vec<u64>> = s.per_node.iter().map(|n| n.requested_bytes).collect();
     let means: Vec<f64> = s
         .gpus
@@ -63,7 +102,7 @@ fn totals(s: &Summary, records: &[StepRecord]) -> Totals {
         gpu_memory_peak_bytes: saturating_sum(s.gpus.iter().map(|g| g.job_peak_bytes)),
         gpu_mean_utilization_percent: (!means.is_empty())
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
-        tasks: records.iter().map(|r| r.tasks.len()).sum(),
+        tasks,
         gpu_energy_joules: s
             .gpus
             .iter()
@@ -148,34 +187,15 @@ fn node_flags(s: &Summary) -> Vec<Imbalance> {
     capped(flags, "node")
 }
 
-fn task_flags(records: &[StepRecord]) -> Vec<Imbalance> {
-    let mut steps: Vec<&str> = records
-        .iter()
-        .filter(|r| r.step.kind != "batch")
-        .map(|r| r.step.id.as_str())
-        .collect();
-    steps.sort_by_key(|id| super::step_order(id));
-    steps.dedup();
+fn task_flags(tasks: &StepTasks) -> Vec<Imbalance> {
     let mut flags = Vec::new();
-    for step in steps {
-        let items: Vec<(String, f64)> = records
-            .iter()
-            .filter(|r| r.step.id == step)
-            .flat_map(|r| {
-                r.tasks.iter().map(|t| {
-                    let id = t
-                        .global_id
-                        .map_or_else(|| format!("pid {}", t.pid), |g| g.to_string());
-                    (
-                        format!("step {step} task {id} on {}", r.step.node),
-                        t.cpu_seconds,
-                    )
-                })
-            })
-            .collect();
+    for ((_, step), items) in &tasks.by_step {
+        if !tasks.compared.contains(step) {
+            continue;
+        }
         flags.extend(below_busiest(
             "task",
-            &items,
+            items,
             MIN_TASK_CPU_SECONDS,
             |n, v, top_n, top| {
                 let top_task = top_n.split(" on ").next().unwrap_or(top_n);

@@ -363,9 +363,32 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
                 let _ = writeln!(w, "{label:<15}{part}");
             }
         }
+        None if s.records_left_out > 0 => {
+            let read = s.steps.len();
+            let all = read as u64 + s.records_left_out;
+            let line = if s.complete {
+                format!(
+                    "{read} of {all} step records read, all final; the rest left out \
+                     (max_summary_records)"
+                )
+            } else {
+                format!(
+                    "{read} of {all} step records read, the rest left out \
+                     (max_summary_records); {state}"
+                )
+            };
+            let _ = writeln!(w, "Records:       {line}");
+        }
         None => {
             let _ = writeln!(w, "Records:       {state}");
         }
+    }
+    if let Some(n) = s.steps_not_recorded_from {
+        let _ = writeln!(
+            w,
+            "{:<15}steps numbered {n} and above were not recorded (max_step_records)",
+            ""
+        );
     }
     let _ = writeln!(w, "Elapsed:       {}", o.time(s.elapsed_seconds));
     let _ = writeln!(

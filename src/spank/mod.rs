@@ -64,6 +64,8 @@ struct State {
     co2_grams_per_kwh: f64,
     /// The site's job class thresholds for the summary (`None`: the built-in ones).
     class_rules: Option<crate::report::classes::ClassRules>,
+    /// Step records the job's summary reads (`max_summary_records`).
+    max_summary_records: usize,
     /// In `srun` (local context): the job and step it launched, from `local_user_init`.
     launched: Option<(u32, u32)>,
     /// The tracked step's job instance: the end-of-job summary covers its records only.
@@ -78,6 +80,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     summary: false,
     co2_grams_per_kwh: 0.0,
     class_rules: None,
+    max_summary_records: crate::config::DEFAULT_MAX_SUMMARY_RECORDS,
     launched: None,
     instance: None,
 });

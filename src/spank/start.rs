@@ -67,6 +67,28 @@ pub(super) fn start_step(
         .and_then(|s| s.for_cluster(&cluster))
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
+    if !record::is_recorded(step_id, cfg.max_step_records) {
+        // Past the job's bound on step records: not tracked, and its directory says so once
+        // (the summary and the report show it). A job may have 40,000 steps.
+        let instance = crate::step::spool::Instance {
+            cluster: cluster.clone(),
+            job_id,
+            uid,
+            token: job.submit_token.clone().unwrap_or_default(),
+        };
+        match spool.note_steps_left_out(&instance, cfg.max_step_records) {
+            Ok(_) => ffi::log_debug(&format!(
+                "gpu-tracker: job {job_id} step {step_id} not tracked: past max_step_records \
+                 ({})",
+                cfg.max_step_records
+            )),
+            Err(e) => ffi::log_info(&format!(
+                "gpu-tracker: job {job_id} step {step_id} not tracked (past max_step_records), \
+                 and the job's directory could not say so: {e}"
+            )),
+        }
+        return Ok(());
+    }
     let setup = StepSetup {
         job,
         step,
@@ -129,6 +151,7 @@ pub(super) fn start_step(
     st.summary = cfg.summary;
     st.co2_grams_per_kwh = cfg.co2_grams_per_kwh;
     st.class_rules = Some(crate::report::classes::ClassRules::from_config(&cfg));
+    st.max_summary_records = cfg.max_summary_records as usize;
     Ok(())
 }
 
@@ -160,7 +183,8 @@ fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
     Ok(Some(dir))
 }
 
-/// Where the step's live state goes (`None`: the settings turn it off). The group is looked up
+/// Where the step's live state goes (`None`: the settings turn it off; a `live_dir` that meets
+/// the spool or the mark sockets is a problem, so nothing is written). The group is looked up
 /// here, in `init_post_opt`, before slurmstepd forks a task: a lookup may take locks (NSS) that
 /// a task forked meanwhile would inherit held. The directory is made and checked by the sampler
 /// thread before each write.
@@ -175,6 +199,12 @@ fn live_setup(cfg: &Config) -> Option<LiveSetup> {
             None => (None, Some(format!("live_group {g:?}: no such group"))),
         },
     };
+    // A settings error that costs the live files only: the step is tracked all the same.
+    let conflict = cfg.live_dir_conflict();
+    if let Some(why) = &conflict {
+        ffi::log_info(&format!("gpu-tracker: live state off: {why}"));
+    }
+    let problem = conflict.or(problem);
     Some(LiveSetup {
         dir: PathBuf::from(&cfg.live_dir),
         gid,

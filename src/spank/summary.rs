@@ -21,7 +21,7 @@ const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// then appends the job's summary to the job's output through the descriptor slurmstepd
 /// already holds (never by path).
 pub(super) fn finish_step() -> Result<(), String> {
-    let (tracker, spool_dir, summary, instance, co2, rules) = {
+    let (tracker, spool_dir, summary, instance, co2, rules, max_records) = {
         let mut st = state();
         (
             st.tracker.take(),
@@ -30,6 +30,7 @@ pub(super) fn finish_step() -> Result<(), String> {
             st.instance.take(),
             st.co2_grams_per_kwh,
             st.class_rules.take().unwrap_or_default(),
+            st.max_summary_records,
         )
     };
     let Some(t) = tracker else {
@@ -82,9 +83,15 @@ pub(super) fn finish_step() -> Result<(), String> {
     let (Some(root), Some(instance)) = (spool_dir, instance) else {
         return Ok(());
     };
-    let Some(text) =
-        crate::report::end_of_job_text(&root, &instance, None, BATCH_SUMMARY_WAIT, co2, &rules)
-    else {
+    let Some(text) = crate::report::end_of_job_text(
+        &root,
+        &instance,
+        None,
+        max_records,
+        BATCH_SUMMARY_WAIT,
+        co2,
+        &rules,
+    ) else {
         return Ok(());
     };
     // slurmstepd's descriptor 2 is the batch script's stderr file (the job's output file
@@ -130,6 +137,16 @@ pub(super) fn srun_summary() -> Result<(), String> {
         return Ok(());
     }
     let name = record::step_name(step);
+    if !record::is_recorded(step, cfg.max_step_records) {
+        let text = format!(
+            "gpu-tracker: step {name} of job {job} was not recorded: this site records the \
+             first {} numbered steps of a job (max_step_records)\n",
+            cfg.max_step_records
+        );
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(text.as_bytes());
+        return Ok(());
+    }
     // srun runs as the user: it reads what the user may read, of the job it launched.
     let cluster = slurmconf::this_cluster_dir();
     let instance = Instance {
@@ -146,6 +163,7 @@ pub(super) fn srun_summary() -> Result<(), String> {
         &root,
         &instance,
         Some(&name),
+        cfg.max_summary_records as usize,
         SRUN_SUMMARY_WAIT,
         cfg.co2_grams_per_kwh,
         &crate::report::classes::ClassRules::from_config(&cfg),

@@ -1,6 +1,6 @@
 //! A running step's live state: its latest figures in a small file that `gpu-tracker-exporter`
 //! serves to Prometheus (docs/EXPORTER.md). The plugin rewrites it after a sample, at most once
-//! per `live_interval_seconds` (`live_writer.rs`), and removes it when the step ends.
+//! per `live_interval_seconds` (`live_writer/`), and removes it when the step ends.
 //!
 //! The file is a documented wire format, like the record: `schema` and `schema_version` say
 //! what it is; fields never change meaning, new ones are added. It holds numbers, ids and names
@@ -137,15 +137,25 @@ impl Identity {
     /// The file's name: `<cluster>.<jobid>.<step>.<node>.json`, each part cut to letters,
     /// digits, `-`, `_` and `.` (the cluster's as the spool names its directory).
     pub fn file_name(&self) -> String {
-        let cluster = (!self.cluster.is_empty()).then_some(self.cluster.as_str());
-        format!(
-            "{}.{}.{}.{}.json",
-            crate::slurmconf::cluster_dir_name(cluster),
-            self.job_id,
-            super::record::file_safe(&self.step),
-            super::record::file_safe(&self.node)
-        )
+        file_name(&self.cluster, self.job_id, &self.step, &self.node)
     }
+}
+
+impl LiveState {
+    /// The name of the file that holds this state, as its writer named it
+    /// ([`Identity::file_name`]).
+    pub fn file_name(&self) -> String {
+        file_name(&self.cluster, self.job_id, &self.step, &self.node)
+    }
+}
+
+fn file_name(cluster: &str, job_id: u32, step: &str, node: &str) -> String {
+    format!(
+        "{}.{job_id}.{}.{}.json",
+        crate::slurmconf::cluster_dir_name(Some(cluster)),
+        super::record::file_safe(step),
+        super::record::file_safe(node)
+    )
 }
 
 fn cut(s: &str) -> String {

@@ -19,7 +19,7 @@
 //!   sample and says so.
 //!
 //! After a sample, at most once per `live_interval_seconds`, the thread rewrites the step's live
-//! state ([`live`], `live_writer.rs`) for `gpu-tracker-exporter`; `finish` removes it.
+//! state ([`live`], `live_writer/`) for `gpu-tracker-exporter`; `finish` removes it.
 //!
 //! The thread starts no process (slurmstepd reaps any child with `wait3(-1)`), takes no lock a
 //! forked task could need, and rewrites the record (marked incomplete) every checkpoint interval.
@@ -31,6 +31,7 @@ mod cgroups;
 pub mod live;
 mod live_writer;
 pub mod nvml_gate;
+mod own_dir;
 pub mod procs;
 pub mod record;
 pub mod safe_read;

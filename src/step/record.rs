@@ -455,6 +455,13 @@ pub fn step_name(step_id: u32) -> String {
     }
 }
 
+/// Whether step `step_id` of a job is recorded when the site records at most
+/// `max_step_records` numbered steps a job: the batch, extern and interactive steps always,
+/// numbered steps below the bound.
+pub fn is_recorded(step_id: u32, max_step_records: u32) -> bool {
+    matches!(step_id, STEP_BATCH | STEP_EXTERN | STEP_INTERACTIVE) || step_id < max_step_records
+}
+
 /// Slurm's step id of the batch step.
 pub const STEP_BATCH: u32 = 0xffff_fffb;
 /// Slurm's step id of the extern step.
@@ -607,6 +614,17 @@ mod tests {
         assert_eq!(step_name(0xffff_fffc), "extern");
         assert_eq!(step_name(0xffff_fffa), "interactive");
         assert_eq!(step_name(3), "3");
+    }
+
+    #[test]
+    fn numbered_steps_past_the_bound_are_not_recorded() {
+        for id in [STEP_BATCH, STEP_EXTERN, STEP_INTERACTIVE, 0, 999] {
+            assert!(is_recorded(id, 1000), "{id}");
+        }
+        for id in [1000, 39_999, 0xffff_fff0] {
+            assert!(!is_recorded(id, 1000), "{id}");
+        }
+        assert!(!is_recorded(0, 0) && is_recorded(STEP_BATCH, 0));
     }
 }
 

@@ -11,15 +11,18 @@
 //!
 //! The plugin writes as root, so every directory on the way is checked before use: a real
 //! directory (not a symlink), owned by the writer, writable by no one else. Files are created
-//! with `O_EXCL|O_NOFOLLOW` and mode 0600, and checked to be owned by the writer before they are
-//! renamed into place (glibc's `seteuid` applies to every thread: a write that happened while
-//! slurmstepd had switched to the user is thrown away, not published).
+//! with `O_EXCL|O_NOFOLLOW` and mode 0600 relative to the open job directory, and checked to be
+//! owned by the writer before they are renamed into place (glibc's `seteuid` applies to every
+//! thread: a write that happened while slurmstepd had switched to the user is thrown away, not
+//! published); a temporary file that such a write left behind is replaced by the next one
+//! (`own_dir.rs`).
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, DirBuilder};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::own_dir::{self, DirError, OwnDir};
 use crate::sys;
 
 /// A spool problem; the message names the path.
@@ -72,6 +75,19 @@ impl Instance {
 pub const INSTANCE_FILE: &str = "instance.json";
 /// Directory (under a cluster's spool) where directories of earlier job instances are moved.
 pub const STALE_DIR: &str = ".stale";
+
+/// Name of the marker in a job directory that says the job had more numbered steps than the
+/// plugin records (`max_step_records`): steps numbered from that setting on have no record.
+/// Not named `*.json`, so no reader takes it for a record.
+pub const STEPS_LEFT_OUT_FILE: &str = "steps-left-out";
+
+/// What [`STEPS_LEFT_OUT_FILE`] holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepsLeftOut {
+    /// The setting when the first step was left out: steps numbered this and above have no
+    /// record.
+    pub max_step_records: u32,
+}
 
 /// Reads the instance file of job directory `dir`: the directory opened without following a
 /// link and owned by `owner` (when given), the file a regular one (not a link, FIFO or
@@ -296,6 +312,27 @@ impl Spool {
         Ok(dir)
     }
 
+    /// Notes in job instance `inst`'s directory (claimed for it, made if need be) that its
+    /// steps numbered `max_step_records` and above are not recorded ([`STEPS_LEFT_OUT_FILE`]).
+    /// Written once: a job's later steps find it there and write nothing.
+    pub fn note_steps_left_out(
+        &self,
+        inst: &Instance,
+        max_step_records: u32,
+    ) -> Result<PathBuf, SpoolError> {
+        let claim = self.claim_job_dir(inst)?;
+        let path = claim.dir.join(STEPS_LEFT_OUT_FILE);
+        if fs::symlink_metadata(&path).is_ok() {
+            return Ok(path);
+        }
+        let text = serde_json::to_string(&StepsLeftOut { max_step_records }).unwrap_or_default();
+        self.write_file(
+            &claim.dir,
+            STEPS_LEFT_OUT_FILE,
+            format!("{text}\n").as_bytes(),
+        )
+    }
+
     /// Writes `contents` to `<job dir>/<name>` atomically; returns the path.
     pub fn write(&self, job_id: u32, name: &str, contents: &[u8]) -> Result<PathBuf, SpoolError> {
         let dir = self.job_dir(job_id)?;
@@ -309,44 +346,24 @@ impl Spool {
                 "bad record file name".into(),
             ));
         }
-        let dir = dir.to_path_buf();
         let path = dir.join(name);
-        let tmp = dir.join(format!(
-            ".{name}.{}.{}.tmp",
-            std::process::id(),
-            sys::gettid()
-        ));
         let owner = sys::euid();
-        let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)
-                .map_err(io_err(&tmp))?;
-            f.write_all(contents).map_err(io_err(&tmp))?;
+        let d = OwnDir::open(dir, owner).map_err(|e| match e {
+            DirError::Io(e) => SpoolError::Io(dir.to_path_buf(), e),
+            DirError::Unsafe(why) => SpoolError::Unsafe(dir.to_path_buf(), why),
+        })?;
+        let tmp = dir.join(own_dir::temp_name(name));
+        d.write_atomically(name, 0o600, |f| {
+            f.write_all(contents)?;
             if let Some(uid) = self.reader {
                 // Where ACLs are refused the record stays root-only (share_job_dir said so).
                 let _ = sys::grant_user_read(&tmp, uid, false);
             }
-            f.sync_all().map_err(io_err(&tmp))?;
-            let m = f.metadata().map_err(io_err(&tmp))?;
-            if m.uid() != owner || owner != sys::euid() {
-                return Err(SpoolError::Unsafe(
-                    tmp.clone(),
-                    "written while the process had another user id; not published".into(),
-                ));
-            }
-            fs::rename(&tmp, &path).map_err(io_err(&path))?;
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err(&dir))
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map(|()| path)
+            f.sync_all()
+        })
+        .map_err(io_err(&path))?;
+        d.file().sync_all().map_err(io_err(dir))?;
+        Ok(path)
     }
 }
 
@@ -395,6 +412,32 @@ mod tests {
         assert_eq!(names, ["instance.json", "n1.batch.json"]);
         assert!(s.write(7, "../x.json", b"").is_err());
         assert!(Spool::open(&root).unwrap().for_cluster("../x").is_err());
+    }
+
+    #[test]
+    fn a_temporary_file_left_by_an_interrupted_write_is_replaced_at_the_next_write() {
+        let t = TempTree::new("spool-left");
+        let s = Spool::open(&t.path().join("spool")).unwrap();
+        let dir = s.claim_job_dir(&inst(7, 0, "")).unwrap().dir;
+        // A write cut short after its temporary file was made (the clean-up failed: slurmstepd
+        // had taken the user's id); the same thread's next write uses the same name.
+        let tmp = dir.join(format!(
+            ".n1.batch.json.{}.{}.tmp",
+            std::process::id(),
+            sys::gettid()
+        ));
+        fs::write(&tmp, b"{\"half").unwrap();
+        let p = s.write(7, "n1.batch.json", b"{}\n").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"{}\n");
+        assert!(!tmp.exists());
+        // Anything but a regular file of the writer's is left alone, and not written through.
+        let outside = t.path().join("outside");
+        fs::write(&outside, b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        let e = s.write(7, "n1.batch.json", b"{\"a\":1}\n").unwrap_err();
+        assert!(e.to_string().contains("exists"), "{e}");
+        assert_eq!(fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(fs::read(&p).unwrap(), b"{}\n");
     }
 
     #[test]

@@ -142,6 +142,42 @@ pub fn openat(
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
+/// `openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)`: a new file
+/// made in an open directory, never through a link and never one that was there
+/// (`AlreadyExists`).
+pub fn create_at(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+    mode: libc::mode_t,
+) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's duration;
+    // O_CREAT reads the mode, passed as the variadic argument (promoted to an unsigned int).
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// `renameat(dir, from, dir, to)`: renames an entry of an open directory within it (replacing
+/// `to`).
+pub fn rename_at(
+    dir: &std::fs::File,
+    from: &std::ffi::CStr,
+    to: &std::ffi::CStr,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = dir.as_raw_fd();
+    // SAFETY: both names are NUL-terminated and `dir` an open descriptor for the call's duration.
+    if unsafe { libc::renameat(d, from.as_ptr(), d, to.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `unlinkat(dir, name, 0)`: removes a non-directory entry of an open directory (a symbolic
 /// link itself, never what it points at).
 pub fn unlinkat(dir: &std::fs::File, name: &std::ffi::CStr) -> std::io::Result<()> {

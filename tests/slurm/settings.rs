@@ -235,3 +235,111 @@ fn settings_missing_or_unreadable_leave_jobs_running_untracked_and_say_why() {
         drop(back);
     }
 }
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn a_live_dir_that_holds_the_spool_turns_live_state_off_and_the_job_is_tracked() {
+    use std::os::unix::fs::MetadataExt;
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    // A typo: the directory above spool_dir (as `/run` would be above mark_dir).
+    let above = state_dir().join("spool");
+    let looks = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.mode() & 0o7777, m.gid())
+    };
+    let before = (looks(&above), looks(&above.join("gpu-tracker")));
+    let changed: String = good
+        .lines()
+        .map(|l| {
+            if l.starts_with("live_dir") {
+                format!("live_dir = \"{}\"\n", above.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&conf, changed).unwrap();
+    let mark = log_mark();
+    let job = run_job(
+        "live-dir-typo",
+        "#!/bin/bash\n#SBATCH --gpu-track\nsrun echo step-ran\nsleep 2\necho batch-ran\n",
+    );
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    assert!(job.output.contains("step-ran") && job.output.contains("batch-ran"));
+    // Tracked all the same; each record says live state was off, and why.
+    let recs = final_records(job.id, &["batch", "0"]);
+    for step in ["batch", "0"] {
+        let faults = &recs[step].sampler.faults;
+        assert!(
+            faults
+                .iter()
+                .any(|f| f.contains("live state off") && f.contains("holds spool_dir")),
+            "{step}: {faults:?}"
+        );
+    }
+    // Nothing was written there, and its group and mode are the admin's still.
+    assert_eq!((looks(&above), looks(&above.join("gpu-tracker"))), before);
+    let live_files: Vec<_> = std::fs::read_dir(&above)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .collect();
+    assert!(live_files.is_empty(), "{live_files:?}");
+    let lines = plugin_lines_since(mark);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("live state off") && l.contains("live_dir")),
+        "slurmd's log says why: {lines:#?}"
+    );
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
+fn steps_past_max_step_records_are_not_recorded_and_the_summary_says_what_it_left_out() {
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    cluster();
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    let _restore = Restore(conf.clone(), good.clone());
+    std::fs::write(
+        &conf,
+        format!("{good}\nmax_step_records = 2\nmax_summary_records = 2\n"),
+    )
+    .unwrap();
+    let name = "many-steps";
+    let job = run_job(
+        name,
+        "#!/bin/bash\n#SBATCH --gpu-track\nfor i in 1 2 3 4; do srun true; done\necho all-ran\n",
+    );
+    assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    // Steps 0 and 1 and the batch step are recorded; steps 2 and 3 are not, and the job's
+    // directory says so once.
+    let recs = final_records(job.id, &["batch", "0", "1"]);
+    let steps: Vec<&str> = recs.keys().map(String::as_str).collect();
+    assert_eq!(steps, ["0", "1", "batch"], "{recs:?}");
+    let note = std::fs::read_to_string(job_spool_dir(job.id).join("steps-left-out")).unwrap();
+    assert_eq!(note, "{\"max_step_records\":2}\n");
+    // The summary read two of the three records, and says what it left out.
+    let output = output_with_summary(USER, name, job.id);
+    assert!(output.contains("all-ran"), "{output}");
+    let sum = summary_of(&output);
+    for line in [
+        "Records:       2 of 3 step records read, all final; the rest left out (max_summary_records)",
+        "               steps numbered 2 and above were not recorded (max_step_records)",
+    ] {
+        assert!(sum.contains(&format!("{line}\n")), "{sum}");
+    }
+    // The report reads the same settings and says the same.
+    let (code, out, err) = report_as(USER, &[&job.id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 of 3 step records read"), "{out}");
+    assert!(
+        out.contains("steps numbered 2 and above were not recorded"),
+        "{out}"
+    );
+}

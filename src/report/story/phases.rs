@@ -116,6 +116,8 @@ fn buckets_in<'a>(
     })
 }
 
+pub use super::events::MAX_PHASES;
+
 /// The job's phases with their figures. Empty when no step recorded a mark.
 pub fn phases(records: &[StepRecord]) -> Vec<Phase> {
     let Some(t0) = job_start(records) else {
@@ -126,37 +128,79 @@ pub fn phases(records: &[StepRecord]) -> Vec<Phase> {
         .filter(|e| e.event.kind == "mark")
         .map(|e| (e.t, e.event.name.clone().unwrap_or_default()))
         .collect();
-    if marks.is_empty() {
+    let job_end = records.iter().filter_map(record_end).fold(t0, f64::max);
+    let Some(mut fold) = PhaseFold::new(t0, &marks, job_end) else {
         return Vec::new();
+    };
+    for r in records {
+        fold.add(r);
     }
-    let job_end = records.iter().filter_map(record_end).fold(t0, f64::max) - t0;
-    let mut spans: Vec<(String, f64, f64)> = Vec::new();
-    if marks[0].0 > 1.0 {
-        spans.push(("(before the first mark)".into(), 0.0, marks[0].0));
-    }
-    for (i, (t, name)) in marks.iter().enumerate() {
-        let end = marks.get(i + 1).map_or(job_end.max(*t), |m| m.0);
-        spans.push((name.clone(), *t, end));
-    }
-    spans
-        .into_iter()
-        .map(|(name, s, e)| phase(records, t0, name, s, e))
-        .collect()
+    fold.finish()
 }
 
-fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase {
-    // Per node: memory peaks of its steps added; CPU means added.
-    let mut mem: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut cpu_mean: BTreeMap<&str, Option<f64>> = BTreeMap::new();
-    let mut cpu_max: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut gpus: BTreeMap<(String, String), GpuSums> = BTreeMap::new();
-    let mut count = 0;
-    for r in records {
+/// The phases' figures, summed up one record at a time: the phases are known first (from the
+/// marks of every record), then each record adds its buckets to the phases they lie in.
+pub struct PhaseFold {
+    t0: f64,
+    spans: Vec<(String, f64, f64)>,
+    sums: Vec<PhaseSums>,
+}
+
+/// One phase's figures while they are summed up.
+#[derive(Default)]
+struct PhaseSums {
+    /// Per node: memory peaks of its steps added; CPU means added.
+    mem: BTreeMap<String, f64>,
+    cpu_mean: BTreeMap<String, Option<f64>>,
+    cpu_max: BTreeMap<String, f64>,
+    gpus: BTreeMap<(String, String), GpuSums>,
+    count: u32,
+}
+
+impl PhaseFold {
+    /// The phases of a job that started at `t0` and ended at `job_end` (Unix seconds), from
+    /// its marks (seconds since `t0`, in time order; at most [`MAX_PHASES`] are used). `None`
+    /// without a mark.
+    pub fn new(t0: f64, marks: &[(f64, String)], job_end: f64) -> Option<PhaseFold> {
+        let marks = &marks[..marks.len().min(MAX_PHASES)];
+        let first = marks.first()?;
+        let job_end = job_end - t0;
+        let mut spans: Vec<(String, f64, f64)> = Vec::new();
+        if first.0 > 1.0 {
+            spans.push(("(before the first mark)".into(), 0.0, first.0));
+        }
+        for (i, (t, name)) in marks.iter().enumerate() {
+            let end = marks.get(i + 1).map_or(job_end.max(*t), |m| m.0);
+            spans.push((name.clone(), *t, end));
+        }
+        let sums = spans.iter().map(|_| PhaseSums::default()).collect();
+        Some(PhaseFold { t0, spans, sums })
+    }
+
+    /// Adds record `r`'s buckets to the phases they lie in.
+    pub fn add(&mut self, r: &StepRecord) {
+        for ((_, s, e), sums) in self.spans.iter().zip(self.sums.iter_mut()) {
+            sums.add(r, self.t0, *s, *e);
+        }
+    }
+
+    /// The phases with their figures.
+    pub fn finish(self) -> Vec<Phase> {
+        self.spans
+            .into_iter()
+            .zip(self.sums)
+            .map(|((name, s, e), sums)| sums.phase(name, s, e))
+            .collect()
+    }
+}
+
+impl PhaseSums {
+    fn add(&mut self, r: &StepRecord, t0: f64, s: f64, e: f64) {
         let node = r.step.node.as_str();
         let mut peak: f64 = 0.0;
         let mut cpu = Mean::default();
         for (b, w) in buckets_in(r, t0, s, e) {
-            count += 1;
+            self.count += 1;
             peak = peak.max(b.memory_bytes.max);
             if let Some(c) = &b.cpu_cores {
                 cpu.add(c, w);
@@ -168,7 +212,8 @@ fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase
                     .iter()
                     .find(|x| x.uuid == *uuid)
                     .map_or(0, |x| x.slurm_index.unwrap_or(x.nvml_index));
-                let entry = gpus
+                let entry = self
+                    .gpus
                     .entry((node.to_string(), uuid.clone()))
                     .or_insert_with(|| GpuSums {
                         index,
@@ -185,33 +230,37 @@ fn phase(records: &[StepRecord], t0: f64, name: String, s: f64, e: f64) -> Phase
                 }
             }
         }
-        *mem.entry(node).or_default() += peak;
+        *self.mem.entry(node.to_string()).or_default() += peak;
         if let Some(m) = cpu.mean() {
-            let slot = cpu_mean.entry(node).or_default();
+            let slot = self.cpu_mean.entry(node.to_string()).or_default();
             *slot = Some(slot.unwrap_or(0.0) + m);
-            *cpu_max.entry(node).or_default() += cpu.max;
+            *self.cpu_max.entry(node.to_string()).or_default() += cpu.max;
         }
     }
-    let means: Vec<f64> = cpu_mean.values().flatten().copied().collect();
-    Phase {
-        name,
-        start: round3(s),
-        end: round3(e),
-        memory_peak_bytes: mem.values().sum::<f64>() as u64,
-        cpu_mean_cores: (!means.is_empty()).then(|| round3(means.iter().sum())),
-        cpu_max_cores: (!means.is_empty()).then(|| round3(cpu_max.values().sum())),
-        gpus: gpus
-            .into_iter()
-            .map(|((node, uuid), g)| PhaseGpu {
-                node,
-                uuid,
-                index: g.index,
-                memory_peak_bytes: g.memory_peak.map(|b| b as u64),
-                utilization_mean_percent: g.utilization.mean().map(round1),
-                sm_active_mean_percent: g.sm_active.mean().map(round1),
-            })
-            .collect(),
-        buckets: count,
+
+    fn phase(self, name: String, s: f64, e: f64) -> Phase {
+        let means: Vec<f64> = self.cpu_mean.values().flatten().copied().collect();
+        Phase {
+            name,
+            start: round3(s),
+            end: round3(e),
+            memory_peak_bytes: self.mem.values().sum::<f64>() as u64,
+            cpu_mean_cores: (!means.is_empty()).then(|| round3(means.iter().sum())),
+            cpu_max_cores: (!means.is_empty()).then(|| round3(self.cpu_max.values().sum())),
+            gpus: self
+                .gpus
+                .into_iter()
+                .map(|((node, uuid), g)| PhaseGpu {
+                    node,
+                    uuid,
+                    index: g.index,
+                    memory_peak_bytes: g.memory_peak.map(|b| b as u64),
+                    utilization_mean_percent: g.utilization.mean().map(round1),
+                    sm_active_mean_percent: g.sm_active.mean().map(round1),
+                })
+                .collect(),
+            buckets: self.count,
+        }
     }
 }
 
