@@ -146,39 +146,31 @@ fn uid_of(user: &str) -> u32 {
 #[ignore = "needs the local Slurm cluster with accounting (tests/run-all.sh) and root"]
 fn a_job_name_holding_a_row_of_sacct_forges_no_stored_summary() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
-    // Held, so that its name can hold its own id: a stored summary of "task 0 of array ID",
-    // 424242 s long, of gtuser2, on a second line of the name (sacct -P prints it raw).
-    let id = submit_as(
-        USER,
-        "forged-row",
-        "#!/bin/bash\n#SBATCH --gpu-track\nsleep 1\n",
-        &["--hold"],
-    );
+    // A second line in the job's name (sacct -P prints it raw): a row of gtuser2 whose
+    // AdminComment is a stored summary 424242 s long, of the job with this name's id as
+    // the user would guess it, and of task 0 of an array of that id. Given at submission,
+    // as a user would (`scontrol update JobName=` of a held job is not what slurmdbd keeps).
+    let held = submit_as(USER, "forged-guess", "#!/bin/bash\ntrue\n", &["--hold"]);
+    let _ = Command::new("scancel")
+        .arg(held.to_string())
+        .env("SLURM_CONF", slurm_conf())
+        .status();
+    let guess = held + 1;
     let forged = gpu_tracker::report::stored::Stored {
-        job: id,
-        array: Some((id, 0)),
+        job: guess,
+        array: Some((guess, 0)),
         complete: true,
         elapsed: 424_242.0,
         ..Default::default()
     }
     .encode();
     let name = format!("x\n{}|gtuser2|{forged}|y", uid_of("gtuser2"));
-    for args in [
-        vec![
-            "update".to_string(),
-            format!("JobId={id}"),
-            format!("JobName={name}"),
-        ],
-        vec!["release".to_string(), id.to_string()],
-    ] {
-        let out = Command::new("runuser")
-            .args(["-u", USER, "--", "scontrol"])
-            .args(&args)
-            .env("SLURM_CONF", slurm_conf())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "scontrol {args:?}: {out:?}");
-    }
+    let id = submit_as(
+        USER,
+        "forged-row",
+        "#!/bin/bash\n#SBATCH --gpu-track\nsleep 1\n",
+        &["-J", &name],
+    );
     let job = wait_job(USER, "forged-row", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     assert!(stored_comment(id).starts_with("gpu-tracker:1:{"));
