@@ -198,7 +198,10 @@ fn a_fifo_in_place_of_the_mig_table_or_gres_conf_holds_no_job() {
     let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
     let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
     cluster();
-    let script = "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\necho ran\n";
+    // Long enough for the step's first GPU reading (NVML opens after the last fork; an
+    // emulated guest is slow), which is when the GPU order is decided and recorded.
+    let script =
+        "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\necho ran\nsleep 4\n";
     let run = |name: &str| {
         let id = submit(name, script);
         wait_started(id);
