@@ -465,15 +465,8 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
 fn warning_lines_to_an_output_that_stops_answering_do_not_hold_the_job() {
     let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
     cluster();
-    let conf = state_dir().join("gpu-tracker.toml");
-    let good = std::fs::read_to_string(&conf).unwrap();
-    let _restore = Restore(conf.clone(), good.clone());
     // An alert the job below sets off, and its warning line meant for the job's output.
-    std::fs::write(
-        &conf,
-        format!("{good}\nalert_memory_percent = 50\nwarn_user = true\n"),
-    )
-    .unwrap();
+    let _restore = settings_with("alert_memory_percent = 50\nwarn_user = true\n");
     let fs = HangFs::mount();
     let out = fs.mnt.join("warn-%j.out");
     let h = hog();

@@ -303,14 +303,7 @@ fn a_live_dir_that_holds_the_spool_turns_live_state_off_and_the_job_is_tracked()
 fn steps_past_max_step_records_are_not_recorded_and_the_summary_says_what_it_left_out() {
     let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
     cluster();
-    let conf = state_dir().join("gpu-tracker.toml");
-    let good = std::fs::read_to_string(&conf).unwrap();
-    let _restore = Restore(conf.clone(), good.clone());
-    std::fs::write(
-        &conf,
-        format!("{good}\nmax_step_records = 2\nmax_summary_records = 2\n"),
-    )
-    .unwrap();
+    let _restore = settings_with("max_step_records = 2\nmax_summary_records = 2\n");
     let name = "many-steps";
     let job = run_job(
         name,

@@ -92,6 +92,15 @@ impl Drop for Restore {
     }
 }
 
+/// Adds `extra` (TOML lines) to the cluster's plugin settings until the value returned is
+/// dropped; the caller holds `SETTINGS` for writing.
+pub(crate) fn settings_with(extra: &str) -> Restore {
+    let conf = state_dir().join("gpu-tracker.toml");
+    let good = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{good}\n{extra}")).unwrap();
+    Restore(conf, good)
+}
+
 /// Runs `sh -c script` as `user`; returns whether it succeeded.
 pub(crate) fn as_user_ok(user: &str, script: &str) -> bool {
     Command::new("runuser")
