@@ -15,11 +15,14 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
     let h = hog();
     // SIMULATED: one holder on both GPUs that computes, with the fault marker on its command
     // line. It starts after the step's first GPU readings: ECC errors count from the first
-    // reading.
+    // reading. The step goes on 2 s after it, so that a reading sees the 2 s slowdown end
+    // even where a loaded guest noticed the fault late (seen on 24.11: the fault read 2.2 s
+    // after the holder started, and the holder gone 1.2 s after the slowdown ended).
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:2\n\
          sleep 2\n\
          {h} --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU1_HOLD_SIMGPU_XID_SIMGPU_COMPUTE\n\
+         sleep 2\n\
          echo done\n"
     );
     let job = run_job("gpu-depth", &script);
