@@ -124,3 +124,40 @@ pub fn stderr(o: &Output) -> String {
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// `promtool` of Debian's `prometheus` package: a test that needs it fails without it.
+pub fn promtool() -> PathBuf {
+    ["/usr/bin/promtool", "/usr/local/bin/promtool"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect(
+            "promtool is missing: install Debian's prometheus package \
+             (apt-get install -y --no-install-recommends prometheus; tests/run-all.sh does)",
+        )
+}
+
+/// `promtool check metrics` on `text`: its verdict and what it said.
+pub fn promtool_check(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}

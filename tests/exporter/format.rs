@@ -5,50 +5,13 @@
 //! take them.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::{PROMETHEUS_ACCEPT, Server, live_dir, put, state};
+use crate::common::promtool_check;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// `promtool` of Debian's `prometheus` package: a test that needs it fails without it.
-fn promtool() -> PathBuf {
-    ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .expect(
-            "promtool is missing: install Debian's prometheus package \
-             (apt-get install -y --no-install-recommends prometheus; tests/run-all.sh does)",
-        )
-}
-
-/// `promtool check metrics` on `text`: its verdict and what it said.
-fn promtool_check(text: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = Command::new(promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
-}
 
 /// A metric or label name of the exposition formats.
 fn is_name(s: &str) -> bool {

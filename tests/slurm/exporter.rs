@@ -159,31 +159,8 @@ fn as_exporter_user(program: &std::path::Path) -> Command {
 
 /// Debian's `promtool check metrics` accepts `text` (it lints the classic text format).
 fn promtool_accepts(text: &str) {
-    let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .iter()
-        .map(std::path::Path::new)
-        .find(|p| p.exists())
-        .expect("promtool is missing (Debian's prometheus package: tests/run-all.sh installs it)");
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, said) = crate::common::promtool_check(text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
 }
 
 #[test]
