@@ -3,7 +3,7 @@
 //! a job that used what it asked for gets none; the figures only pick the words.
 
 use super::classes::{self, ClassRules, gpu_low, gpu_name, gpu_unused};
-use super::figures::{Advice, GpuSummary, Summary};
+use super::figures::{Advice, GpuSummary, OomEvent, Summary};
 
 /// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
 /// are shown in the summary's `Classes:` line only.
@@ -45,30 +45,69 @@ fn gib(bytes: u64) -> String {
 /// told it runs small kernels (its SMs were the low figure), rather than that it waits.
 pub const FEW_SMS_BUSY_PERCENT: f64 = 50.0;
 
+/// One line per node with kills. The job's steps on a node share its memory (`--mem` is per
+/// node), so when the limit is hit the kernel may kill in more than one step, and the step
+/// that used little was not the one that needed more: the line names every step killed and
+/// sizes from the one that reached the most.
+fn oom_advice(events: &[OomEvent]) -> Vec<Advice> {
+    let mut nodes: Vec<&str> = Vec::new();
+    for e in events {
+        if !nodes.contains(&e.node.as_str()) {
+            nodes.push(&e.node);
+        }
+    }
+    nodes
+        .into_iter()
+        .filter_map(|node| {
+            let mut here: Vec<&OomEvent> = events.iter().filter(|e| e.node == node).collect();
+            here.sort_by_key(|e| std::cmp::Reverse(e.peak_bytes));
+            let top = *here.first()?;
+            let kills: u64 = here.iter().map(|e| e.kills).fold(0, u64::saturating_add);
+            let more = top
+                .limit_bytes
+                .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
+                .unwrap_or_default();
+            let limit = top
+                .limit_bytes
+                .map(|l| format!(" of its {} limit", gib(l)))
+                .unwrap_or_default();
+            let message = if let [_] = here.as_slice() {
+                format!(
+                    "Step {} on {node} was killed for memory: {kills} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
+                    top.step,
+                    gib(top.peak_bytes)
+                )
+            } else {
+                let steps: Vec<&str> = here.iter().map(|e| e.step.as_str()).collect();
+                format!(
+                    "Steps {} on {node} were killed for memory: {kills} process(es) killed; step {} reached {}{limit}, and the job's steps on a node share its memory. Request more memory{more}, or use less.",
+                    and_list(&steps),
+                    top.step,
+                    gib(top.peak_bytes)
+                )
+            };
+            Some(Advice {
+                code: "oom",
+                message,
+            })
+        })
+        .collect()
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 /// The advice the job's classes (`s.classes`, evaluated under `rules`) support.
 pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
     let mut out = Vec::new();
     if s.has_class("oom") {
-        for o in &s.oom {
-            let more = o
-                .limit_bytes
-                .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
-                .unwrap_or_default();
-            let limit = o
-                .limit_bytes
-                .map(|l| format!(" of its {} limit", gib(l)))
-                .unwrap_or_default();
-            out.push(Advice {
-                code: "oom",
-                message: format!(
-                    "Step {} on {} was killed for memory: {} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
-                    o.step,
-                    o.node,
-                    o.kills,
-                    gib(o.peak_bytes)
-                ),
-            });
-        }
+        out.extend(oom_advice(&s.oom));
     }
 
     if s.has_class("mem-over")
@@ -224,6 +263,39 @@ mod tests {
                 .advice
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn kills_in_two_steps_on_a_node_are_one_line_sized_from_the_step_that_reached_most() {
+        let ev = |step: &str, node: &str, peak: u64| OomEvent {
+            step: step.into(),
+            node: node.into(),
+            kills: 1,
+            peak_bytes: peak,
+            limit_bytes: Some(200 << 20),
+        };
+        let a = oom_advice(&[
+            ev("batch", "n1", 5 << 20),
+            ev("0", "n1", 195 << 20),
+            ev("0", "n2", 190 << 20),
+        ]);
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert!(
+            a[0].message
+                .starts_with("Steps 0 and batch on n1 were killed")
+                && a[0]
+                    .message
+                    .contains("2 process(es) killed; step 0 reached 195 MiB of its 200 MiB limit")
+                && a[0].message.contains("--mem=512M"),
+            "{}",
+            a[0].message
+        );
+        assert!(
+            a[1].message.starts_with("Step 0 on n2 was killed"),
+            "{}",
+            a[1].message
+        );
+        assert_eq!(and_list(&["a", "b", "c"]), "a, b and c");
     }
 
     #[test]
