@@ -242,8 +242,11 @@ pub fn gres(data: &[u8]) {
     let mut nvml = Vec::new();
     for index in 0..2u32 {
         let gpu = GpuInfo {
+            vendor: crate::gpu::Vendor::Nvidia,
             index,
             minor: Some(index),
+            pci_bus_id: None,
+            compute_units: None,
             uuid: format!("GPU-{index}"),
             name: "G".into(),
             memory_total: 1,

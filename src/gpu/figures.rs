@@ -18,6 +18,9 @@ pub mod figure {
     pub const PROCESS_UTILIZATION: &str = "process_utilization";
     /// The energy counter.
     pub const ENERGY: &str = "energy";
+    /// The tracked processes' compute units with waves in flight over the device's (AMD's
+    /// KFD `cu_occupancy`).
+    pub const CU_OCCUPANCY: &str = "cu_occupancy";
     /// GPM's SM activity, SM occupancy, tensor pipe and DRAM bandwidth.
     pub const SM_ACTIVITY: &str = "sm_activity";
     /// Clock event (throttle) reasons.
@@ -33,6 +36,7 @@ pub mod figure {
         UTILIZATION,
         PROCESS_UTILIZATION,
         ENERGY,
+        CU_OCCUPANCY,
         SM_ACTIVITY,
         THROTTLE,
         ECC,
@@ -130,6 +134,10 @@ pub struct GpuDepth {
     /// device's utilization.
     #[serde(default)]
     pub process_utilization_percent: Option<Spread>,
+    /// The tracked processes' CU occupancy (AMD): their compute units with waves in flight
+    /// over the device's, percent. Absent on NVIDIA GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cu_occupancy_percent: Option<Spread>,
     /// Share of time the SMs had at least one warp resident (GPM), percent.
     #[serde(default)]
     pub sm_active_percent: Option<Spread>,
@@ -162,10 +170,11 @@ impl GpuDepth {
     pub fn unsampled(why: &str) -> GpuDepth {
         use figure::*;
         GpuDepth {
-            // Whose processes held memory on a GPU never read is not a question.
+            // Whose processes held memory on a GPU never read is not a question; CU occupancy
+            // is AMD's alone.
             no_data: ALL
                 .iter()
-                .filter(|f| **f != PROCESS_MEMORY)
+                .filter(|f| **f != PROCESS_MEMORY && **f != CU_OCCUPANCY)
                 .map(|f| (f.to_string(), NoData::not_sampled(why)))
                 .collect(),
             ..GpuDepth::default()

@@ -3,6 +3,7 @@
 //! A machine without GPUs or without the NVIDIA library is normal: [`open_lazily`] logs one line
 //! and the tracker reports no GPU figures (null, with why).
 
+pub mod amd;
 pub mod cloexec;
 mod ffi;
 pub mod figures;
@@ -16,15 +17,54 @@ use std::thread;
 
 use serde::{Deserialize, Serialize};
 
+/// Who made a GPU, and so which source reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// Read through NVML.
+    #[default]
+    Nvidia,
+    /// Read from the kernel's amdgpu and KFD files ([`amd`]).
+    Amd,
+}
+
+impl Vendor {
+    /// `nvidia` or `amd`, as records and metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
+        }
+    }
+
+    /// The vendor whose GPUs a character device of this major number stands for, as gres.conf
+    /// names them: 195 is NVIDIA's `/dev/nvidia<minor>`, 226 the DRM subsystem's
+    /// `/dev/dri/renderD<minor>` (what gres.conf names for AMD GPUs).
+    pub fn of_device_major(major: u32) -> Option<Vendor> {
+        match major {
+            195 => Some(Vendor::Nvidia),
+            226 => Some(Vendor::Amd),
+            _ => None,
+        }
+    }
+}
+
 /// What stays the same about a GPU during a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuInfo {
-    /// NVML index (the order NVML enumerates devices in); a MIG instance's parent's.
+    /// Who made it: which source reads it.
+    pub vendor: Vendor,
+    /// The source's index: NVML's (the order NVML enumerates devices in; a MIG instance's
+    /// parent's), or for AMD the position in the KFD topology's GPU nodes.
     pub index: u32,
-    /// Minor number of `/dev/nvidia<minor>`, the number Slurm's gres.conf `File=` names; a MIG
-    /// instance's parent's.
+    /// Minor number of the device file Slurm's gres.conf `File=` names: `/dev/nvidia<minor>`
+    /// (a MIG instance's parent's), or for AMD the render node `/dev/dri/renderD<minor>`.
     pub minor: Option<u32>,
-    /// `GPU-...` or `MIG-...` UUID.
+    /// PCI address (`0000:c1:00.0`), where the source gives it.
+    pub pci_bus_id: Option<String>,
+    /// Compute units (AMD), the denominator of CU occupancy; `None` for NVIDIA.
+    pub compute_units: Option<u32>,
+    /// `GPU-...` or `MIG-...` UUID (NVIDIA); AMD's `unique_id` in hex, else the PCI address.
     pub uuid: String,
     /// Product name.
     pub name: String,
@@ -40,8 +80,11 @@ impl GpuInfo {
     /// A whole GPU for tests: NVML index `index`, UUID `GPU-<index>`.
     pub(crate) fn for_test(index: u32, minor: Option<u32>) -> GpuInfo {
         GpuInfo {
+            vendor: Vendor::Nvidia,
             index,
             minor,
+            pci_bus_id: None,
+            compute_units: None,
             uuid: format!("GPU-{index}"),
             name: "G".into(),
             memory_total: 1,
@@ -165,13 +208,20 @@ pub struct GpuReading {
     pub used: Option<u64>,
     /// Percent of time a kernel ran over the driver's last sample period.
     pub utilization: Option<u32>,
-    /// Energy used since the driver loaded, in millijoules.
+    /// Energy used since the driver loaded, in millijoules (for AMD, a counter the source
+    /// keeps: see [`amd`]).
     pub energy_mj: Option<u64>,
+    /// Power drawn now, milliwatts, where the source gives it.
+    pub power_mw: Option<u64>,
     /// Compute processes on the device: host pid and memory used, where the driver tells it.
     pub processes: Vec<(u32, Option<u64>)>,
     /// Each process's share of the SMs since the previous reading (NVML's per-process
     /// samples, the latest of each pid), percent; empty when no process ran a kernel since.
     pub process_utilization: Option<Vec<(u32, u32)>>,
+    /// Each process's compute units with waves in flight now (AMD's KFD `cu_occupancy`), by
+    /// host pid; `None` where the kernel does not give it. Over [`GpuInfo::compute_units`] it
+    /// is the process's CU occupancy.
+    pub process_cu_occupancy: Option<Vec<(u32, u32)>>,
     /// GPM's figures since the previous reading (none at the first: GPM needs two samples).
     pub gpm: Option<GpmReading>,
     /// Clock event (throttle) reasons active now: NVML's bit mask.

@@ -65,8 +65,11 @@ impl NvmlSource {
         for i in 0..count {
             let d = query(format!("device {i}"), nvml.device_by_index(i))?;
             devices.push(GpuInfo {
+                vendor: super::Vendor::Nvidia,
                 index: i,
                 minor: d.minor_number().ok(),
+                pci_bus_id: d.pci_info().ok().map(|p| p.bus_id.to_lowercase()),
+                compute_units: None,
                 uuid: query(format!("UUID of device {i}"), d.uuid())?,
                 name: d.name().unwrap_or_else(|_| "unknown".into()),
                 memory_total: query(format!("memory of device {i}"), d.memory_info())?.total,
@@ -171,8 +174,11 @@ fn mig_instances(nvml: &Nvml, parent: &GpuInfo) -> Result<Vec<GpuInfo>, String> 
             let (gi, ci) = super::ffi::mig_instance_ids(nvml, &m)?;
             let name = m.name()?;
             Ok::<_, NvmlError>(GpuInfo {
+                vendor: super::Vendor::Nvidia,
                 index: parent.index,
                 minor: parent.minor,
+                pci_bus_id: parent.pci_bus_id.clone(),
+                compute_units: None,
                 uuid: m.uuid()?,
                 memory_total: m.memory_info()?.total,
                 mig: Some(MigInfo {

@@ -45,6 +45,8 @@ struct DeviceAcc {
     util: PercentAcc,
     /// The tracked processes' summed SM share.
     proc_util: PercentAcc,
+    /// The tracked processes' CU occupancy (AMD), percent.
+    cu_occ: PercentAcc,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
     /// Readings of the energy counter: one reading measures nothing.
@@ -82,6 +84,7 @@ impl DeviceAcc {
             max_job_mem: 0,
             util: PercentAcc::default(),
             proc_util: PercentAcc::default(),
+            cu_occ: PercentAcc::default(),
             energy_first: None,
             energy_last: None,
             energy_readings: 0,
@@ -163,6 +166,13 @@ impl DeviceAcc {
             !self.proc_util.is_empty(),
             "of its processes' utilization",
         );
+        if self.info.vendor == crate::gpu::Vendor::Amd {
+            why(
+                figure::CU_OCCUPANCY,
+                !self.cu_occ.is_empty(),
+                "of its processes' CU occupancy",
+            );
+        }
         why(
             figure::ENERGY,
             self.energy_readings >= 2,
@@ -195,6 +205,10 @@ impl DeviceAcc {
             process_utilization_percent: (!self.proc_util.is_empty()).then(|| Spread {
                 mean: self.proc_util.mean(),
                 max: self.proc_util.max(),
+            }),
+            cu_occupancy_percent: (!self.cu_occ.is_empty()).then(|| Spread {
+                mean: self.cu_occ.mean(),
+                max: self.cu_occ.max(),
             }),
             sm_active_percent: spread(&self.gpm[0]),
             sm_occupancy_percent: spread(&self.gpm[1]),
@@ -361,6 +375,19 @@ impl GpuAccumulator {
                     .map(|(_, u)| *u)
                     .sum();
                 d.proc_util.add(f64::from(own.min(100)), weight);
+            }
+            // CU occupancy: the tracked processes' compute units with waves in flight, over
+            // the device's (a process absent from the list has none).
+            if let (Some(cus), Some(all)) = (&r.process_cu_occupancy, d.info.compute_units)
+                && all > 0
+            {
+                let own: u64 = cus
+                    .iter()
+                    .filter(|(pid, _)| *pid == main || members.contains(pid))
+                    .map(|(_, n)| u64::from(*n))
+                    .sum();
+                let pct = (100.0 * own as f64 / f64::from(all)).min(100.0);
+                d.cu_occ.add(pct, weight);
             }
             let mut unknown = false;
             for (pid, mem) in &r.processes {

@@ -399,6 +399,7 @@ mod tests {
         });
         GpuDepth {
             process_utilization_percent: sp,
+            cu_occupancy_percent: sp,
             sm_active_percent: sp,
             sm_occupancy_percent: sp,
             tensor_active_percent: sp,

@@ -24,6 +24,9 @@ impl GpuSource for Fake {
 #[test]
 fn utilization_means_weigh_each_reading_by_the_time_it_stands_for() {
     let info = GpuInfo {
+        vendor: crate::gpu::Vendor::Nvidia,
+        pci_bus_id: None,
+        compute_units: None,
         index: 0,
         minor: Some(0),
         uuid: "GPU-0".into(),
@@ -78,6 +81,9 @@ fn depth_after(samples: usize, reading: GpuReading) -> GpuDepth {
 
 fn usage_after(samples: usize, reading: GpuReading) -> crate::usage::GpuUsage {
     let info = GpuInfo {
+        vendor: crate::gpu::Vendor::Nvidia,
+        pci_bus_id: None,
+        compute_units: None,
         index: 0,
         minor: None,
         uuid: "GPU-0".into(),
@@ -288,6 +294,9 @@ fn a_figure_is_measured_zero_not_supported_or_not_sampled_and_never_a_false_zero
 #[test]
 fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
     let info = GpuInfo {
+        vendor: crate::gpu::Vendor::Nvidia,
+        pci_bus_id: None,
+        compute_units: None,
         index: 3,
         minor: None,
         uuid: "GPU-3".into(),

@@ -1,0 +1,1 @@
+//! AMD GPUs, read from the kernel's own files (amdgpu, KFD, hwmon) under a root directory.
