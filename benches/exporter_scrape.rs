@@ -79,6 +79,8 @@ fn state(i: usize, gpus: usize, now: f64) -> LiveState {
         },
         gpus: (0..gpus)
             .map(|g| LiveGpu {
+                vendor: gpu_tracker::gpu::Vendor::Nvidia,
+                cu_occupancy_percent: None,
                 index: g as u32,
                 uuid: format!("GPU-{i:08x}-1111-2222-3333-{g:012x}"),
                 memory_used_bytes: Some(71_234_567_890),

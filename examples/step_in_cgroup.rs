@@ -166,6 +166,7 @@ fn track(
         checkpoint_interval: None,
         spool,
         nvml_library: Some(args.nvml.clone()),
+        amd_root: PathBuf::from("/"),
         // Without a cgroup of its own the command's cgroup is this program's (a container's, a
         // login session's): a root where no cgroup can be found makes the tracker sample the
         // command's processes instead of reading that cgroup as the step's.

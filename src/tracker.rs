@@ -92,6 +92,8 @@ impl Default for TrackerOptions {
                 nvml_lib: std::env::var_os("GPU_TRACKER_NVML_LIB").map(PathBuf::from),
                 disabled: false,
                 mig: false,
+                brand: None,
+                amd_root: None,
             },
             tracking_file: None,
             overwrite: false,

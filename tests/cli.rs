@@ -321,6 +321,11 @@ fn bad_options_fail_before_anything_runs() {
             ],
             "no GPU can be read",
         ),
+        (vec!["--gb", "intel"], "the GPU brand must be nvidia or amd"),
+        (
+            vec!["--guuids", "x", "--gb", "amd", "--amd-root", "/nonexistent"],
+            "no GPU can be read",
+        ),
         (vec!["--bogus"], "unexpected argument"),
     ];
     for (extra, want) in cases {

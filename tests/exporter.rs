@@ -66,6 +66,8 @@ fn state(job: u32, step: &str, gpus: usize) -> LiveState {
         },
         gpus: (0..gpus)
             .map(|g| LiveGpu {
+                vendor: gpu_tracker::gpu::Vendor::Nvidia,
+                cu_occupancy_percent: None,
                 index: g as u32,
                 uuid: format!("GPU-{job}-{g}"),
                 memory_used_bytes: Some(1 << 30),

@@ -74,6 +74,7 @@ impl Fixture {
             checkpoint_interval: None,
             spool,
             nvml_library: Some(lib_dir.join("libnvidia-ml.so.1")),
+            amd_root: dir.join("no-amd"),
             cgroup_root: dir.join("no-cgroups"),
             proc_root: PathBuf::from("/proc"),
             gpu_order: GpuOrder::Unknown("a test".into()),

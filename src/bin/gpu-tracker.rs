@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{ArgAction, Parser};
 use gpu_tracker::cgroup::own::OwnCgroup;
-use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, nvml::NvmlSource};
+use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, Vendor, nvml::NvmlSource};
 use gpu_tracker::proc::files::FdLimit;
 use gpu_tracker::sampler::{EndInfo, MemoryDetail, Target};
 use gpu_tracker::sys::{self, ExitStatus};
@@ -61,6 +61,18 @@ struct Args {
     /// Replace the tracking file if it exists.
     #[arg(long = "overwrite")]
     overwrite: bool,
+    /// The brand of GPU to track: nvidia or amd; by default every brand found (NVIDIA's first).
+    #[arg(long = "gb", value_name = "GPU_BRAND", value_parser = gpu_brand)]
+    gb: Option<Vendor>,
+    /// The directory AMD's kernel files are read under, `/` by default: another one is a
+    /// simulated node, for the project's tests only.
+    #[arg(
+        long = "amd-root",
+        value_name = "DIR",
+        env = "GPU_TRACKER_AMD_ROOT",
+        hide = true
+    )]
+    amd_root: Option<PathBuf>,
     /// Path of libnvidia-ml.so.1 (default: the dynamic loader's search path).
     #[arg(long = "nvml-lib", value_name = "PATH", env = "GPU_TRACKER_NVML_LIB")]
     nvml_lib: Option<PathBuf>,
@@ -97,6 +109,11 @@ fn sleep_time(s: &str) -> Result<f64, String> {
             "the sleep time must be at least {MIN_INTERVAL_SECONDS} and at most {MAX_INTERVAL_SECONDS} seconds (1 day)"
         ),
     )
+}
+
+/// `--gb`: `nvidia` or `amd`, as gpu_tracker's `gpu_brand`.
+fn gpu_brand(s: &str) -> Result<Vendor, String> {
+    s.parse()
 }
 
 /// `--nec`: from 1 to [`MAX_EXPECTED_CORES`].
@@ -243,6 +260,8 @@ fn run(args: Args) -> Result<u8, Fail> {
             nvml_lib: args.nvml_lib.clone(),
             disabled: false,
             mig: false,
+            brand: args.gb,
+            amd_root: args.amd_root.clone(),
         },
         tracking_file: None,
         overwrite: args.overwrite,
@@ -279,6 +298,18 @@ fn run(args: Args) -> Result<u8, Fail> {
         None => None,
     };
     let gpu = match &args.guuids {
+        Some(wanted) if args.gb == Some(Vendor::Amd) => {
+            let src = gpu::open(&opts.gpu)
+                .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
+            let known: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
+            if let Some(bad) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
+                return Err(Fail::Usage(format!(
+                    "unknown GPU UUID \"{bad}\"; GPUs here: {}",
+                    known.join(", ")
+                )));
+            }
+            LazyGpu::ready(src)
+        }
         Some(wanted) => {
             // MIG instances too, so that --guuids can name one by its MIG- UUID.
             let mut src = NvmlSource::open(args.nvml_lib.as_deref(), true)

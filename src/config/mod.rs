@@ -96,6 +96,10 @@ pub struct Config {
     /// The NVIDIA driver's table of MIG capability minors, which turns a MIG instance's
     /// capability files in gres.conf into the instance.
     pub mig_minors_file: String,
+    /// The directory AMD's kernel files are read under (`sys/class/kfd`, `sys/class/drm`):
+    /// `/` on every real node. Another directory (root's, not writable by others) is a
+    /// simulated node, for tests only.
+    pub amd_root: String,
     /// Directory of the phase-mark sockets (`gpu-tracker mark`): root-owned, not writable by
     /// others, on a local filesystem (`/run`); made when missing. `""` turns marks off.
     pub mark_dir: String,
@@ -165,6 +169,7 @@ impl Default for Config {
             max_summary_records: DEFAULT_MAX_SUMMARY_RECORDS as u32,
             gres_conf: String::new(),
             mig_minors_file: crate::gres::mig::DEFAULT_MIG_MINORS.into(),
+            amd_root: "/".into(),
             mark_dir: "/run/gpu-tracker".into(),
             live_dir: DEFAULT_LIVE_DIR.into(),
             live_group: String::new(),
@@ -260,6 +265,9 @@ impl Config {
         }
         if !Path::new(&c.mig_minors_file).is_absolute() {
             return bad("mig_minors_file", "must be an absolute path".into());
+        }
+        if !Path::new(&c.amd_root).is_absolute() {
+            return bad("amd_root", "must be an absolute path".into());
         }
         // No value is shown: the file may be one the caller cannot read (the report runs as
         // root for EpilogSlurmctld). The line number says where it is.

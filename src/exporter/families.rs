@@ -7,7 +7,7 @@ use crate::step::live::{LiveGpu, LiveState};
 /// Series of a step, without its GPUs.
 pub const SERIES_PER_STEP: usize = 7;
 /// Series of each GPU of a step.
-pub const SERIES_PER_GPU: usize = 5;
+pub const SERIES_PER_GPU: usize = 6;
 
 /// A family's type.
 #[derive(Clone, Copy, PartialEq)]
@@ -164,7 +164,7 @@ pub(super) const GPU_FAMILIES: [(Family, GpuValue); SERIES_PER_GPU] = [
         gauge(
             "gpu_tracker_gpu_utilization_ratio",
             Some("ratio"),
-            "Share of the driver's latest sample period in which a kernel ran on the GPU (NVML utilization), 0 to 1.",
+            "Share of the driver's latest sample period in which the GPU was busy (NVML utilization; AMD gpu_busy_percent), 0 to 1.",
         ),
         |g| ratio(g.utilization_percent),
     ),
@@ -175,6 +175,14 @@ pub(super) const GPU_FAMILIES: [(Family, GpuValue); SERIES_PER_GPU] = [
             "Share of the GPU's SMs that kernels kept busy (GPM, Hopper and newer), 0 to 1; only where measured.",
         ),
         |g| ratio(g.sm_active_percent),
+    ),
+    (
+        gauge(
+            "gpu_tracker_gpu_cu_occupancy_ratio",
+            Some("ratio"),
+            "Share of the AMD GPU's compute units with waves of the step's processes in flight (KFD cu_occupancy), 0 to 1; only where measured.",
+        ),
+        |g| ratio(g.cu_occupancy_percent),
     ),
     (
         counter(

@@ -10,8 +10,8 @@
 //! activity on this GPU) has no sample: never a made-up 0. Samples carry no timestamp, so that
 //! a step's series end (Prometheus marks them stale) at the first scrape after its file is gone.
 //!
-//! Labels: `jobid`, `step`, `user`, `node`, `cluster`, and `gpu` (Slurm's index) and `uuid` on
-//! GPU series. Their values are cleaned (control characters replaced, at most
+//! Labels: `jobid`, `step`, `user`, `node`, `cluster`, and `gpu` (Slurm's index), `uuid` and
+//! `vendor` (`nvidia`, `amd`) on GPU series. Their values are cleaned (control characters replaced, at most
 //! [`MAX_LABEL_CHARS`]) and escaped (`\\`, `"`, newline). Per step: [`SERIES_PER_STEP`]
 //! series, plus [`SERIES_PER_GPU`] per GPU.
 
@@ -149,7 +149,14 @@ pub fn render_steps(states: &[LiveState], format: Format) -> String {
         .map(|(s, l)| {
             s.gpus
                 .iter()
-                .map(|g| format!("{l},gpu=\"{}\",uuid=\"{}\"", g.index, label_value(&g.uuid)))
+                .map(|g| {
+                    format!(
+                        "{l},gpu=\"{}\",uuid=\"{}\",vendor=\"{}\"",
+                        g.index,
+                        label_value(&g.uuid),
+                        g.vendor.as_str()
+                    )
+                })
                 .collect()
         })
         .collect();
@@ -234,19 +241,23 @@ mod tests {
         s.cpu.cores_busy = Some(1.75);
         s.gpus = vec![
             LiveGpu {
+                vendor: crate::gpu::Vendor::Nvidia,
                 index: 1,
                 uuid: "GPU-a".into(),
                 memory_used_bytes: Some(5 << 30),
                 memory_total_bytes: 80 << 30,
                 utilization_percent: Some(97.0),
                 sm_active_percent: Some(41.5),
+                cu_occupancy_percent: None,
                 energy_joules: Some(1234.5),
             },
             LiveGpu {
+                vendor: crate::gpu::Vendor::Amd,
                 index: 3,
                 uuid: "GPU-b".into(),
                 memory_total_bytes: 80 << 30,
                 utilization_percent: Some(0.0),
+                cu_occupancy_percent: Some(12.5),
                 ..LiveGpu::default()
             },
         ];
@@ -277,8 +288,12 @@ mod tests {
         assert!(samples(&t, "gpu_tracker_memory_limit_bytes").is_empty());
         assert!(t.contains("# TYPE gpu_tracker_memory_limit_bytes gauge\n"));
         // GPUs: ratios from percents; SM activity and energy only where measured.
-        let g1 = format!("{l},gpu=\"1\",uuid=\"GPU-a\"");
-        let g3 = format!("{l},gpu=\"3\",uuid=\"GPU-b\"");
+        let g1 = format!("{l},gpu=\"1\",uuid=\"GPU-a\",vendor=\"nvidia\"");
+        let g3 = format!("{l},gpu=\"3\",uuid=\"GPU-b\",vendor=\"amd\"");
+        assert_eq!(
+            samples(&t, "gpu_tracker_gpu_cu_occupancy_ratio"),
+            [format!("gpu_tracker_gpu_cu_occupancy_ratio{{{g3}}} 0.125")]
+        );
         assert_eq!(
             samples(&t, "gpu_tracker_gpu_utilization_ratio"),
             [

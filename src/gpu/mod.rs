@@ -5,6 +5,7 @@
 
 pub mod amd;
 pub mod cloexec;
+mod combined;
 mod ffi;
 pub mod figures;
 mod live;
@@ -45,6 +46,19 @@ impl Vendor {
             195 => Some(Vendor::Nvidia),
             226 => Some(Vendor::Amd),
             _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Vendor {
+    type Err = String;
+
+    /// `nvidia` or `amd` (any case), as gpu_tracker's `gpu_brand`.
+    fn from_str(s: &str) -> Result<Vendor, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nvidia" => Ok(Vendor::Nvidia),
+            "amd" => Ok(Vendor::Amd),
+            _ => Err("the GPU brand must be nvidia or amd".into()),
         }
     }
 }
@@ -244,6 +258,12 @@ pub enum GpuError {
         #[source]
         source: nvml_wrapper::error::NvmlError,
     },
+    /// No AMD GPU can be read under the root given.
+    #[error("AMD GPUs: {0}")]
+    Amd(#[source] amd::AmdError),
+    /// Neither vendor's GPUs can be read: each source's reason.
+    #[error("no GPU can be read: {}", .0.join("; "))]
+    NoneFound(Vec<String>),
     /// A device query failed while listing devices.
     #[error("NVML: {what}: {source}")]
     Query {
@@ -289,6 +309,54 @@ pub struct GpuConfig {
     /// List MIG instances beside whole GPUs (a Slurm step, which maps its allocation to
     /// them). Without, a GPU in MIG mode is read whole: its instances' processes are its own.
     pub mig: bool,
+    /// Read only this vendor's GPUs; `None`: every vendor found (NVIDIA's first).
+    pub brand: Option<Vendor>,
+    /// The directory AMD's kernel files are read under (`sys/class/kfd`, `sys/class/drm`);
+    /// `None` is `/`, a real node. Another root is for tests only: a simulated node.
+    pub amd_root: Option<PathBuf>,
+}
+
+/// Opens the GPUs `config` asks for: NVIDIA's through NVML, AMD's from the kernel's files,
+/// side by side where both are there. A vendor asked for by name that cannot be read is the
+/// error; with none named, the error only when neither can be read.
+pub fn open(config: &GpuConfig) -> Result<Box<dyn GpuSource>, GpuError> {
+    let root = config
+        .amd_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let nvidia = || {
+        nvml::NvmlSource::open(config.nvml_lib.as_deref(), config.mig)
+            .map(|s| Box::new(s) as Box<dyn GpuSource>)
+    };
+    let amd = || {
+        amd::AmdSource::open(&root)
+            .map(|s| Box::new(s) as Box<dyn GpuSource>)
+            .map_err(GpuError::Amd)
+    };
+    match config.brand {
+        Some(Vendor::Nvidia) => nvidia(),
+        Some(Vendor::Amd) => amd(),
+        None => {
+            let found: Vec<Result<Box<dyn GpuSource>, GpuError>> = vec![nvidia(), amd()];
+            let mut sources = Vec::new();
+            let mut empty = None;
+            let mut why = Vec::new();
+            for r in found {
+                match r {
+                    Ok(s) if s.devices().is_empty() => {
+                        empty.get_or_insert(s);
+                    }
+                    Ok(s) => sources.push(s),
+                    Err(e) => why.push(e.to_string()),
+                }
+            }
+            match sources.len() {
+                0 => empty.ok_or(GpuError::NoneFound(why)),
+                1 => Ok(sources.remove(0)),
+                _ => Ok(Box::new(combined::Combined::new(sources))),
+            }
+        }
+    }
 }
 
 /// A GPU source that is being opened on its own thread, so a slow NVML start (seconds without
@@ -311,14 +379,11 @@ pub fn open_lazily(config: &GpuConfig) -> LazyGpu {
         };
     }
     let (tx, rx) = mpsc::channel();
-    let lib = config.nvml_lib.clone();
-    let mig = config.mig;
+    let config = config.clone();
     let spawned = thread::Builder::new()
         .name("gpu-tracker-nvml-open".into())
         .spawn(move || {
-            let r = nvml::NvmlSource::open(lib.as_deref(), mig)
-                .map(|s| Box::new(s) as Box<dyn GpuSource>);
-            let _ = tx.send(r);
+            let _ = tx.send(open(&config));
         });
     LazyGpu {
         state: match spawned {

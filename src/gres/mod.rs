@@ -105,11 +105,22 @@ pub struct DeviceFile {
     pub unknown_caps: bool,
 }
 
+/// Whether gres.conf's file is a DRM render node (`/dev/dri/renderD<minor>`): how gres.conf
+/// names an AMD GPU (AutoDetect=rsmi writes these). NVIDIA's are `/dev/nvidia<minor>`.
+pub fn is_render_node(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("renderD"))
+}
+
 /// What one of Slurm's GPU indices stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// A whole GPU, by the minor number of its device file.
+    /// A whole NVIDIA GPU, by the minor number of its device file.
     Gpu(u32),
+    /// An AMD GPU, by the minor number of its render node.
+    Render(u32),
     /// A MIG instance.
     Mig(Capability),
 }
@@ -117,10 +128,13 @@ pub enum Target {
 impl Target {
     /// Whether NVML device `d` is this target.
     pub fn is(&self, d: &GpuInfo) -> bool {
+        use crate::gpu::Vendor;
         match (self, &d.mig) {
-            (Target::Gpu(m), None) => d.minor == Some(*m),
+            (Target::Gpu(m), None) => d.vendor == Vendor::Nvidia && d.minor == Some(*m),
+            (Target::Render(m), None) => d.vendor == Vendor::Amd && d.minor == Some(*m),
             (Target::Mig(c), Some(i)) => {
-                d.minor == Some(c.gpu_minor)
+                d.vendor == Vendor::Nvidia
+                    && d.minor == Some(c.gpu_minor)
                     && i.gpu_instance_id == c.gpu_instance
                     && c.compute_instance
                         .is_none_or(|ci| ci == i.compute_instance_id)
@@ -128,6 +142,16 @@ impl Target {
             _ => false,
         }
     }
+}
+
+/// A gres.conf file that names a whole GPU: NVIDIA's by its minor, or AMD's render node.
+fn whole_target(f: &DeviceFile) -> Option<Target> {
+    let m = f.minor?;
+    Some(if is_render_node(&f.path) {
+        Target::Render(m)
+    } else {
+        Target::Gpu(m)
+    })
 }
 
 /// How slurmd orders the node's GPUs.
@@ -139,6 +163,9 @@ pub enum GpuOrder {
     NvmlIndex(Vec<DeviceFile>),
     /// `AutoDetect=nvidia`: natural file-name order, limited to `files` when given.
     FileName(Vec<DeviceFile>),
+    /// `AutoDetect=rsmi` (AMD): ROCm SMI's order, taken as PCI bus order (as slurmd's links
+    /// order stands in for), limited to `files` when given.
+    Rsmi(Vec<DeviceFile>),
     /// Not known; the reason. The index is taken for the minor number (the old assumption).
     Unknown(String),
 }
@@ -180,10 +207,37 @@ impl GpuOrder {
             None | Some("off") => GpuOrder::Files(files),
             Some("nvml") => GpuOrder::NvmlIndex(files),
             Some("nvidia") => GpuOrder::FileName(files),
+            Some("rsmi") => GpuOrder::Rsmi(files),
             Some(other) => GpuOrder::Unknown(format!(
                 "gres.conf has AutoDetect={other}, whose order is not known here"
             )),
         }
+    }
+
+    /// Whose GPUs Slurm's indices `alloc` are, so that only that vendor's source is opened:
+    /// the vendor of their device files (a render node is AMD's), `None` when they are of
+    /// both. Without files to tell by: NVIDIA's, except under AutoDetect=rsmi.
+    pub fn brand_for(&self, alloc: &[u32]) -> Option<crate::gpu::Vendor> {
+        use crate::gpu::Vendor;
+        let files = match self {
+            GpuOrder::Rsmi(_) => return Some(Vendor::Amd),
+            GpuOrder::NvmlIndex(_) | GpuOrder::FileName(_) | GpuOrder::Unknown(_) => {
+                return Some(Vendor::Nvidia);
+            }
+            GpuOrder::Files(f) => f,
+        };
+        let mut vendors = alloc
+            .iter()
+            .filter_map(|&a| files.get(a as usize))
+            .map(|f| {
+                if is_render_node(&f.path) {
+                    Vendor::Amd
+                } else {
+                    Vendor::Nvidia
+                }
+            });
+        let first = vendors.next().unwrap_or(Vendor::Nvidia);
+        vendors.all(|v| v == first).then_some(first)
     }
 
     /// A short name of the method, for the record's `sampler.gpu_mapping`.
@@ -192,6 +246,7 @@ impl GpuOrder {
             GpuOrder::Files(_) => "gres_conf_files",
             GpuOrder::NvmlIndex(_) => "autodetect_nvml",
             GpuOrder::FileName(_) => "autodetect_nvidia",
+            GpuOrder::Rsmi(_) => "autodetect_rsmi",
             GpuOrder::Unknown(_) => "index_is_minor",
         }
     }
@@ -204,7 +259,9 @@ impl GpuOrder {
         let detected = |files: &[DeviceFile], sort_by_name: bool| {
             let mut whole: Vec<&GpuInfo> = nvml
                 .iter()
-                .filter(|d| d.mig.is_none() && d.minor.is_some())
+                .filter(|d| {
+                    d.vendor == crate::gpu::Vendor::Nvidia && d.mig.is_none() && d.minor.is_some()
+                })
                 .collect();
             whole.sort_by_key(|d| d.index);
             let wanted = |m: u32| files.is_empty() || files.iter().any(|f| f.path == name(m));
@@ -239,7 +296,7 @@ impl GpuOrder {
             let mut extra: Vec<(String, Option<Target>)> = files
                 .iter()
                 .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
-                .map(|f| (f.path.clone(), f.minor.map(Target::Gpu)))
+                .map(|f| (f.path.clone(), whole_target(f)))
                 .collect();
             extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
             chosen.extend(extra);
@@ -251,12 +308,37 @@ impl GpuOrder {
         let listed = |f: &DeviceFile| match (f.mig, f.unknown_caps) {
             (Some(c), _) => Some(Target::Mig(c)),
             (None, true) => None,
-            (None, false) => f.minor.map(Target::Gpu),
+            (None, false) => whole_target(f),
+        };
+        // AutoDetect=rsmi: the AMD GPUs in PCI bus order, those gres.conf names when it names
+        // files (by `/dev/dri/renderD<minor>`), then the files it names that are not there.
+        let rsmi = |files: &[DeviceFile]| {
+            let render = |m: u32| format!("/dev/dri/renderD{m}");
+            let mut amd: Vec<&GpuInfo> = nvml
+                .iter()
+                .filter(|d| d.vendor == crate::gpu::Vendor::Amd && d.minor.is_some())
+                .collect();
+            amd.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+            let mut chosen: Vec<(String, Option<Target>)> = amd
+                .iter()
+                .filter_map(|d| d.minor)
+                .filter(|m| files.is_empty() || files.iter().any(|f| f.path == render(*m)))
+                .map(|m| (render(m), Some(Target::Render(m))))
+                .collect();
+            let mut extra: Vec<(String, Option<Target>)> = files
+                .iter()
+                .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
+                .map(|f| (f.path.clone(), whole_target(f)))
+                .collect();
+            extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
+            chosen.extend(extra);
+            chosen.into_iter().map(|(_, t)| t).collect()
         };
         match self {
             GpuOrder::Files(f) => Some(f.iter().map(listed).collect()),
             GpuOrder::NvmlIndex(f) => Some(detected(f, false)),
             GpuOrder::FileName(f) => Some(detected(f, true)),
+            GpuOrder::Rsmi(f) => Some(rsmi(f)),
             GpuOrder::Unknown(_) => None,
         }
     }
@@ -289,9 +371,10 @@ impl GpuOrder {
                 "GPU indices are positions in {source}'s device files: {}",
                 list(f)
             ),
-            GpuOrder::NvmlIndex(f) | GpuOrder::FileName(f) => {
+            GpuOrder::NvmlIndex(f) | GpuOrder::FileName(f) | GpuOrder::Rsmi(f) => {
                 let how = match self {
                     GpuOrder::NvmlIndex(_) => "AutoDetect=nvml (NVML index order)",
+                    GpuOrder::Rsmi(_) => "AutoDetect=rsmi (taken as PCI bus order)",
                     _ => "AutoDetect=nvidia (device file name order)",
                 };
                 let among = if f.is_empty() {
@@ -468,12 +551,59 @@ mod tests {
         assert_eq!(o.minors(&nvml), Some(vec![Some(2), Some(10)]));
     }
 
+    fn amd(index: u32, minor: u32, pci: &str) -> GpuInfo {
+        let mut g = gpu(index, Some(minor));
+        g.vendor = crate::gpu::Vendor::Amd;
+        g.pci_bus_id = Some(pci.into());
+        g
+    }
+
+    #[test]
+    fn render_nodes_are_amd_gpus_and_never_taken_for_nvidia_minors() {
+        // A node with both: NVIDIA minor 128 must not be taken for renderD128.
+        let o = order("Name=gpu File=/dev/nvidia0\nName=gpu File=/dev/dri/renderD128\n");
+        let devices = [
+            gpu(0, Some(0)),
+            gpu(1, Some(128)),
+            amd(0, 128, "0000:c1:00.0"),
+        ];
+        let t = o.targets(&devices).unwrap();
+        assert_eq!(t, vec![Some(Target::Gpu(0)), Some(Target::Render(128))]);
+        assert!(t[1].unwrap().is(&devices[2]) && !t[1].unwrap().is(&devices[1]));
+        assert_eq!(o.brand_for(&[1]), Some(crate::gpu::Vendor::Amd));
+        assert_eq!(o.brand_for(&[0]), Some(crate::gpu::Vendor::Nvidia));
+        assert_eq!(o.brand_for(&[0, 1]), None);
+    }
+
+    #[test]
+    fn autodetect_rsmi_follows_pci_bus_order_among_the_files_named() {
+        let o = order("AutoDetect=rsmi\nName=gpu File=/dev/dri/renderD[128-130]\n");
+        assert_eq!(o.method(), "autodetect_rsmi");
+        // Render minors do not follow PCI order: 130 is on the first bus.
+        let devices = [
+            amd(0, 128, "0000:c1:00.0"),
+            amd(1, 129, "0000:d1:00.0"),
+            amd(2, 130, "0000:41:00.0"),
+        ];
+        let t = o.targets(&devices).unwrap();
+        assert_eq!(
+            t,
+            vec![
+                Some(Target::Render(130)),
+                Some(Target::Render(128)),
+                Some(Target::Render(129))
+            ]
+        );
+        assert_eq!(o.brand_for(&[0]), Some(crate::gpu::Vendor::Amd));
+        assert!(o.describe("x").contains("AutoDetect=rsmi"));
+    }
+
     #[test]
     fn unknown_orders_say_why() {
-        let o = order("AutoDetect=rsmi\nName=gpu File=/dev/dri/card[0-1]\n");
+        let o = order("AutoDetect=oneapi\nName=gpu File=/dev/dri/card[0-1]\n");
         assert_eq!(o.method(), "index_is_minor");
         assert_eq!(o.minors(&[(0, Some(0))]), None);
-        assert!(o.describe("x").contains("AutoDetect=rsmi"));
+        assert!(o.describe("x").contains("AutoDetect=oneapi"));
         assert!(matches!(
             order("Name=mps Count=100\n"),
             GpuOrder::Unknown(_)

@@ -47,6 +47,8 @@ struct DeviceAcc {
     proc_util: PercentAcc,
     /// The tracked processes' CU occupancy (AMD), percent.
     cu_occ: PercentAcc,
+    /// The same at the latest reading.
+    last_cu_occ: Option<f64>,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
     /// Readings of the energy counter: one reading measures nothing.
@@ -85,6 +87,7 @@ impl DeviceAcc {
             util: PercentAcc::default(),
             proc_util: PercentAcc::default(),
             cu_occ: PercentAcc::default(),
+            last_cu_occ: None,
             energy_first: None,
             energy_last: None,
             energy_readings: 0,
@@ -236,6 +239,8 @@ impl DeviceAcc {
 /// A device's figures at the latest sample ([`GpuAccumulator::latest`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatestGpu {
+    /// Who made it.
+    pub vendor: crate::gpu::Vendor,
     /// NVML index.
     pub index: u32,
     /// `GPU-...` or `MIG-...` UUID.
@@ -248,6 +253,8 @@ pub struct LatestGpu {
     pub utilization_percent: Option<f64>,
     /// GPM's SM activity, percent, where measured.
     pub sm_active_percent: Option<f64>,
+    /// The tracked processes' CU occupancy (AMD), percent, where measured.
+    pub cu_occupancy_percent: Option<f64>,
     /// Energy since the first reading, joules.
     pub energy_joules: Option<f64>,
 }
@@ -279,10 +286,15 @@ impl GpuAccumulator {
 
     /// `nvml` once a source was read, else `none`.
     pub fn source_name(&self) -> &'static str {
-        if self.devices.is_some() {
-            "nvml"
-        } else {
-            "none"
+        use crate::gpu::Vendor;
+        let Some(d) = self.devices.as_deref() else {
+            return "none";
+        };
+        let has = |v| d.iter().any(|d| d.info.vendor == v);
+        match (has(Vendor::Nvidia), has(Vendor::Amd)) {
+            (true, true) => "nvml+amd",
+            (false, true) => "amd",
+            _ => "nvml",
         }
     }
 
@@ -378,6 +390,7 @@ impl GpuAccumulator {
             }
             // CU occupancy: the tracked processes' compute units with waves in flight, over
             // the device's (a process absent from the list has none).
+            d.last_cu_occ = None;
             if let (Some(cus), Some(all)) = (&r.process_cu_occupancy, d.info.compute_units)
                 && all > 0
             {
@@ -388,6 +401,7 @@ impl GpuAccumulator {
                     .sum();
                 let pct = (100.0 * own as f64 / f64::from(all)).min(100.0);
                 d.cu_occ.add(pct, weight);
+                d.last_cu_occ = Some(pct);
             }
             let mut unknown = false;
             for (pid, mem) in &r.processes {
@@ -505,12 +519,14 @@ impl GpuAccumulator {
             .zip(&self.last)
             .filter(|(d, _)| !d.lost)
             .map(|(d, o)| LatestGpu {
+                vendor: d.info.vendor,
                 index: d.info.index,
                 uuid: d.info.uuid.clone(),
                 memory_total: d.info.memory_total,
                 tracked_memory: d.last_tracked,
                 utilization_percent: o.utilization_percent,
                 sm_active_percent: o.sm_active_percent,
+                cu_occupancy_percent: d.last_cu_occ,
                 energy_joules: match (d.energy_first, d.energy_last) {
                     (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1000.0),
                     _ => None,

@@ -38,6 +38,10 @@ pub(super) fn start_step(
             .map_err(untrusted)?;
     }
     trust::check_root_trusted_dir(&cfg.spool_dir, "spool_dir").map_err(untrusted)?;
+    if cfg.amd_root != "/" {
+        // A simulated node (tests): its figures are believed only from root's own directory.
+        trust::check_root_trusted_dir(Path::new(&cfg.amd_root), "amd_root").map_err(untrusted)?;
+    }
     let interval = match cfg.decide(option) {
         Ok(Tracking::Off) => return Ok(()),
         Ok(Tracking::On { interval }) => interval,
@@ -97,6 +101,7 @@ pub(super) fn start_step(
             .then(|| Duration::from_secs_f64(cfg.checkpoint_interval)),
         spool,
         nvml_library: (!cfg.nvml_library.is_empty()).then(|| PathBuf::from(&cfg.nvml_library)),
+        amd_root: PathBuf::from(&cfg.amd_root),
         cgroup_root: PathBuf::from(crate::cgroup::DEFAULT_ROOT),
         proc_root: PathBuf::from(crate::proc::DEFAULT_ROOT),
         gpu_order,

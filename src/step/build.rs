@@ -32,6 +32,21 @@ fn step_oom_kills(
     }
 }
 
+/// Which sources read the step's GPUs ([`super::record::SamplerStats::gpu_source`]).
+fn gpu_source(acc: &Acc) -> String {
+    use crate::gpu::Vendor;
+    if !acc.gpu_opened {
+        return "none".into();
+    }
+    let has = |v| acc.gpu_devices.iter().any(|(_, d)| d.vendor == v);
+    match (has(Vendor::Nvidia), has(Vendor::Amd)) {
+        (true, true) => "nvml+amd",
+        (false, true) => "amd",
+        _ => "nvml",
+    }
+    .into()
+}
+
 /// Why a task's (or the step's sampled) memory is above the step cgroup's peak, when it is.
 fn peak_note(m: &StepMemory, tasks: &[TaskRecord]) -> Option<String> {
     if m.peak_source == "sampled" {
@@ -201,8 +216,10 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
             .iter()
             .map(|(a, d)| StepGpu {
                 slurm_index: *a,
+                vendor: d.vendor,
                 nvml_index: d.index,
                 minor: d.minor,
+                pci_bus_id: d.pci_bus_id.clone(),
                 uuid: d.uuid.clone(),
                 name: d.name.clone(),
                 memory_total_bytes: d.memory_total,
@@ -221,8 +238,10 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
                 let dev = acc.gpu_devices.iter().find(|(_, d)| d.uuid == g.uuid);
                 StepGpu {
                     slurm_index: dev.and_then(|(a, _)| *a),
+                    vendor: dev.map_or(crate::gpu::Vendor::Nvidia, |(_, d)| d.vendor),
                     nvml_index: g.index,
                     minor: dev.and_then(|(_, d)| d.minor),
+                    pci_bus_id: dev.and_then(|(_, d)| d.pci_bus_id.clone()),
                     uuid: g.uuid.clone(),
                     name: g.name.clone(),
                     memory_total_bytes: g.memory_total as u64,
@@ -280,7 +299,7 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         },
         max_sample_microseconds: acc.sample_us_max,
         cpu_seconds: acc.thread_cpu,
-        gpu_source: if acc.gpu_opened { "nvml" } else { "none" }.into(),
+        gpu_source: gpu_source(acc),
         gpu_mapping: acc.gpu_mapping.clone(),
         interval_max_seconds: Some(acc.pace.max.as_secs_f64()),
         interval_last_seconds: Some(acc.pace.current.as_secs_f64()),

@@ -92,6 +92,9 @@ pub struct LiveCpu {
 /// One GPU of the step, as of its latest reading.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LiveGpu {
+    /// `nvidia` or `amd`; states of earlier builds lack it (NVIDIA's).
+    #[serde(default)]
+    pub vendor: crate::gpu::Vendor,
     /// Slurm's index of the GPU (NVML's where Slurm's is unknown).
     pub index: u32,
     /// `GPU-...` or `MIG-...` UUID.
@@ -105,6 +108,10 @@ pub struct LiveGpu {
     /// SM activity (GPM, Hopper and newer) at the latest reading, percent, where measured.
     #[serde(default)]
     pub sm_active_percent: Option<f64>,
+    /// The step's processes' CU occupancy (AMD) at the latest reading, percent, where
+    /// measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cu_occupancy_percent: Option<f64>,
     /// Energy used since the step's first reading of it, joules.
     #[serde(default)]
     pub energy_joules: Option<f64>,
@@ -179,12 +186,14 @@ pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64
                 .find(|(_, d)| d.uuid == g.uuid)
                 .and_then(|(a, _)| *a);
             LiveGpu {
+                vendor: g.vendor,
                 index: slurm.unwrap_or(g.index),
                 uuid: cut(&g.uuid),
                 memory_used_bytes: g.tracked_memory,
                 memory_total_bytes: g.memory_total,
                 utilization_percent: g.utilization_percent,
                 sm_active_percent: g.sm_active_percent,
+                cu_occupancy_percent: g.cu_occupancy_percent,
                 energy_joules: g.energy_joules,
             }
         })

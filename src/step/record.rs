@@ -245,10 +245,18 @@ pub struct StepCpu {
 pub struct StepGpu {
     /// Slurm's index of the GPU (per gres.conf order), when the allocation named it.
     pub slurm_index: Option<u32>,
-    /// NVML's index.
+    /// `nvidia` or `amd`: which source read the GPU. Records of earlier builds lack it: they
+    /// are NVIDIA's.
+    #[serde(default)]
+    pub vendor: crate::gpu::Vendor,
+    /// NVML's index; for an AMD GPU its position among the KFD topology's GPUs.
     pub nvml_index: u32,
-    /// Minor number of `/dev/nvidia<minor>`.
+    /// Minor number of the device file: `/dev/nvidia<minor>`, or for an AMD GPU its render
+    /// node `/dev/dri/renderD<minor>`, the file Slurm allocated.
     pub minor: Option<u32>,
+    /// PCI address, where the source gives it. Absent in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
     /// UUID.
     pub uuid: String,
     /// Product name.
@@ -300,7 +308,8 @@ pub struct SamplerStats {
     pub max_sample_microseconds: f64,
     /// CPU seconds the sampler thread used.
     pub cpu_seconds: f64,
-    /// `nvml`, or `none` (no GPUs allocated, or NVML unavailable: see `notes`).
+    /// `nvml`, `amd` (the kernel's amdgpu and KFD files), `nvml+amd` (a node with both), or
+    /// `none` (no GPUs allocated, or none could be read: see `notes`).
     pub gpu_source: String,
     /// How Slurm's GPU indices were mapped to devices: `gres_conf_files`, `autodetect_nvml`,
     /// `autodetect_nvidia`, or `index_is_minor` (the order was not known; see `notes`).

@@ -23,6 +23,8 @@ pub struct StepSetup {
     pub spool: Spool,
     /// The NVIDIA library; `None` turns GPUs off.
     pub nvml_library: Option<PathBuf>,
+    /// Where AMD's kernel files are read (`/`; a simulated node in tests).
+    pub amd_root: PathBuf,
     /// Where the cgroup filesystem is.
     pub cgroup_root: PathBuf,
     /// Where procfs is.

@@ -134,6 +134,8 @@ pub(super) fn run(
                         nvml_lib: Some(lib),
                         disabled: false,
                         mig: true,
+                        brand: s.gpu_order.brand_for(&s.step.alloc_gpus),
+                        amd_root: Some(s.amd_root.clone()),
                     });
                     acc.nvml_opened = Some(trigger);
                 }
@@ -235,6 +237,7 @@ mod tests {
             checkpoint_interval: None,
             spool: Spool::open(&dir.join("spool")).unwrap(),
             nvml_library: None,
+            amd_root: dir.join("no-amd"),
             cgroup_root: dir.join("no-cgroups"),
             proc_root: PathBuf::from("/proc"),
             gpu_order: GpuOrder::Unknown("a test".into()),

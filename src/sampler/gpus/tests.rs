@@ -335,12 +335,14 @@ fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
     assert_eq!(
         l,
         vec![LatestGpu {
+            vendor: crate::gpu::Vendor::Nvidia,
             index: 3,
             uuid: "GPU-3".into(),
             memory_total: 10,
             tracked_memory: Some(300),
             utilization_percent: Some(20.0),
             sm_active_percent: None,
+            cu_occupancy_percent: None,
             energy_joules: Some(2.5),
         }]
     );
