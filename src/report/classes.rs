@@ -115,7 +115,8 @@ pub fn gpu_unused(g: &GpuSummary) -> bool {
     let own_process = g.job_peak_bytes > 0
         || g.depth
             .process_utilization_percent
-            .is_some_and(|p| p.max > 0.0);
+            .is_some_and(|p| p.max > 0.0)
+        || g.depth.cu_occupancy_percent.is_some_and(|p| p.max > 0.0);
     let read = g.memory_total_bytes > 0 || g.max_utilization_percent.is_some();
     let device_busy = g.max_utilization_percent.is_some_and(|u| u >= 1.0)
         || g.depth.sm_active_percent.is_some_and(|s| s.max >= 1.0);

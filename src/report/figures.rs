@@ -155,6 +155,14 @@ pub struct GpuSummary {
     pub node: String,
     /// Slurm's index of the GPU.
     pub slurm_index: Option<u32>,
+    /// `nvidia` or `amd`.
+    pub vendor: crate::gpu::Vendor,
+    /// PCI address, where the record has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// An AMD GPU's render node minor (`/dev/dri/renderD<minor>`), the file Slurm allocated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub render_minor: Option<u32>,
     /// UUID.
     pub uuid: String,
     /// Model.

@@ -234,6 +234,11 @@ impl JobFold {
             let e = n.gpus.entry(g.uuid.clone()).or_insert_with(|| GpuFold {
                 sum: GpuSummary {
                     node: r.step.node.clone(),
+                    vendor: g.vendor,
+                    pci_bus_id: g.pci_bus_id.as_deref().map(|p| clean_text(p, 32)),
+                    render_minor: (g.vendor == crate::gpu::Vendor::Amd)
+                        .then_some(g.minor)
+                        .flatten(),
                     uuid: g.uuid.clone(),
                     name: clean_text(&g.name, 96),
                     memory_total_bytes: g.memory_total_bytes,

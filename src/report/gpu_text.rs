@@ -56,6 +56,16 @@ fn sm_activity(d: &GpuDepth) -> String {
     format!("SM active mean {mean:.0}%, max {max:.0}%{others}")
 }
 
+/// The job's processes' CU occupancy (AMD), or why there is none.
+fn cu_occupancy(d: &GpuDepth) -> String {
+    match d.cu_occupancy_percent {
+        Some(Spread { mean, max }) => {
+            format!("CU occupancy of the job's processes mean {mean:.0}%, max {max:.0}%")
+        }
+        None => format!("CU occupancy {}", why(d, figure::CU_OCCUPANCY)),
+    }
+}
+
 /// The health line: Xid errors, time slowed down, ECC errors; `None` when all is well.
 fn health(d: &GpuDepth) -> Option<String> {
     if !d.has_health_news() {
@@ -117,7 +127,12 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
             );
         }
         None => {
-            let _ = writeln!(w, "{label:<15}{} ({})", g.name, g.uuid);
+            let at = match (g.render_minor, &g.pci_bus_id) {
+                (Some(m), Some(p)) => format!(", renderD{m} at {p}"),
+                (Some(m), None) => format!(", renderD{m}"),
+                _ => String::new(),
+            };
+            let _ = writeln!(w, "{label:<15}{} ({}{at})", g.name, g.uuid);
         }
     }
     if let Some(sh) = &g.shared {
@@ -173,11 +188,12 @@ fn one_gpu(w: &mut String, s: &Summary, g: &GpuSummary, mem: &dyn Fn(u64) -> Str
     } else {
         String::new()
     };
-    let _ = writeln!(
-        w,
-        "               utilization: {util}{own}; {}",
+    let activity = if g.vendor == crate::gpu::Vendor::Amd {
+        cu_occupancy(&g.depth)
+    } else {
         sm_activity(&g.depth)
-    );
+    };
+    let _ = writeln!(w, "               utilization: {util}{own}; {activity}");
     let e = g
         .energy_joules
         .map_or_else(|| why(&g.depth, figure::ENERGY), energy);
@@ -254,6 +270,47 @@ mod tests {
         let mut w = String::new();
         one_gpu(&mut w, &s, &g, &|b| b.to_string());
         assert!(w.contains("shared with 3 process(es) of others"), "{w}");
+    }
+
+    #[test]
+    fn an_amd_gpu_is_named_by_its_render_node_and_shows_cu_occupancy_not_sm_activity() {
+        let s = Summary::default();
+        let mut g = GpuSummary {
+            vendor: crate::gpu::Vendor::Amd,
+            slurm_index: Some(0),
+            name: "AMD Instinct MI300X".into(),
+            uuid: "0x1f2e3d4c5b6a7988".into(),
+            render_minor: Some(128),
+            pci_bus_id: Some("0000:c1:00.0".into()),
+            mean_utilization_percent: Some(60.0),
+            max_utilization_percent: Some(60.0),
+            ..GpuSummary::default()
+        };
+        g.depth.cu_occupancy_percent = Some(Spread {
+            mean: 37.5,
+            max: 50.0,
+        });
+        let mut w = String::new();
+        one_gpu(&mut w, &s, &g, &|b| b.to_string());
+        assert!(
+            w.starts_with("GPU 0:         AMD Instinct MI300X (0x1f2e3d4c5b6a7988, renderD128 at 0000:c1:00.0)\n"),
+            "{w}"
+        );
+        assert!(
+            w.contains("utilization: mean 60%, max 60%; CU occupancy of the job's processes mean 38%, max 50%\n"),
+            "{w}"
+        );
+        g.depth.cu_occupancy_percent = None;
+        g.depth.no_data.insert(
+            figure::CU_OCCUPANCY.into(),
+            NoData::not_supported("this kernel has no KFD cu_occupancy"),
+        );
+        let mut w = String::new();
+        one_gpu(&mut w, &s, &g, &|b| b.to_string());
+        assert!(
+            w.contains("CU occupancy n/a, not supported: this kernel has no KFD cu_occupancy"),
+            "{w}"
+        );
     }
 
     #[test]

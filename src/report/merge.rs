@@ -27,6 +27,13 @@ pub fn merge_depth(
         &mut job.process_utilization_percent,
         &step.process_utilization_percent,
     );
+    // The job's processes' CU occupancy: the step that kept the most CUs busy (a batch step
+    // that only launched the others reads 0 % for longer).
+    if let Some(b) = step.cu_occupancy_percent
+        && job.cu_occupancy_percent.is_none_or(|a| b.mean > a.mean)
+    {
+        job.cu_occupancy_percent = Some(b);
+    }
     take(&mut job.sm_active_percent, &step.sm_active_percent);
     take(&mut job.sm_occupancy_percent, &step.sm_occupancy_percent);
     take(&mut job.tensor_active_percent, &step.tensor_active_percent);
