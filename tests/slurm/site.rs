@@ -109,24 +109,7 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
     assert_eq!(wait_job(USER, "site-b", b).state, "FAILED");
     assert_eq!(wait_job("gtuser2", "site-c", c).state, "COMPLETED");
     for id in [a, b, c] {
-        // slurmctld sends slurmdbd the job's end through a queue, which can come after the
-        // EpilogSlurmctld has stored the summary: the report counts ended jobs only.
-        wait_until(
-            "the job's end in Slurm's database",
-            Duration::from_secs(120),
-            || {
-                let out = Command::new("sacct")
-                    .args(["-n", "-X", "-P", "-j", &id.to_string(), "-o", "End"])
-                    .env("SLURM_CONF", slurm_conf())
-                    .env("SLURM_TIME_FORMAT", "%s")
-                    .output()
-                    .unwrap();
-                String::from_utf8_lossy(&out.stdout)
-                    .trim()
-                    .parse::<i64>()
-                    .is_ok_and(|t| t > 0)
-            },
-        );
+        wait_end_in_database(id);
         let stored = stored_comment(id);
         if !stored.starts_with("gpu-tracker:") {
             // What the EpilogSlurmctld said of it (the local cluster keeps its lines).

@@ -454,6 +454,28 @@ pub(crate) fn stored_comment_now(id: u32) -> String {
 
 /// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
 /// after the job ends), or as it is after 90 s.
+/// Waits until Slurm's database has job `id`'s end. slurmctld sends slurmdbd the end through
+/// a queue, which can come after the EpilogSlurmctld has stored the summary: the site report
+/// counts ended jobs only.
+pub(crate) fn wait_end_in_database(id: u32) {
+    wait_until(
+        "the job's end in Slurm's database",
+        Duration::from_secs(120),
+        || {
+            let out = Command::new("sacct")
+                .args(["-n", "-X", "-P", "-j", &id.to_string(), "-o", "End"])
+                .env("SLURM_CONF", slurm_conf())
+                .env("SLURM_TIME_FORMAT", "%s")
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<i64>()
+                .is_ok_and(|t| t > 0)
+        },
+    );
+}
+
 pub(crate) fn stored_comment(id: u32) -> String {
     let started = Instant::now();
     loop {
