@@ -1,0 +1,141 @@
+//! The AMD source against the simulated GPUs of `tests/simamd.py`: the same readers that read a
+//! node's `/sys`, pointed at the simulator's root, see a holder's VRAM, busy %, energy and CU
+//! occupancy on its GPU, nothing on the other, and the GPU idle again once the holder ends.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use gpu_tracker::gpu::amd::AmdSource;
+use gpu_tracker::gpu::{GpuReading, GpuSource, Vendor};
+
+/// Kills and reaps a child when dropped, so a failing test leaves nothing behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn simamd() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/simamd.py")
+}
+
+/// Starts the simulator on `root` and waits for its first state.
+fn start_sim(root: &Path) -> Reaped {
+    let pidfile = root.join("simamd.pid");
+    let child = Command::new("python3")
+        .arg(simamd())
+        .args(["--root", root.to_str().unwrap()])
+        .args(["--render-minors", "128,129", "--interval-ms", "100"])
+        .args(["--pidfile", pidfile.to_str().unwrap()])
+        .spawn()
+        .expect("python3 runs tests/simamd.py");
+    let sim = Reaped(child);
+    let t = Instant::now();
+    while !pidfile.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "simamd.py wrote no state"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    sim
+}
+
+/// Reads device `i` until `done` holds, for at most 15 s; the last reading.
+fn read_until(s: &mut AmdSource, i: usize, done: impl Fn(&GpuReading) -> bool) -> GpuReading {
+    let t = Instant::now();
+    loop {
+        let r = s.read(i).expect("the device is there");
+        if done(&r) || t.elapsed() > Duration::from_secs(15) {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Energy counted over `secs` seconds, in watts.
+fn watts(s: &mut AmdSource, i: usize, secs: f64) -> f64 {
+    let (t0, e0) = (Instant::now(), s.read(i).unwrap().energy_mj.unwrap());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let e1 = s.read(i).unwrap().energy_mj.unwrap();
+    assert!(e1 >= e0, "the energy counter went back: {e0} -> {e1}");
+    (e1 - e0) as f64 / 1000.0 / t0.elapsed().as_secs_f64()
+}
+
+#[test]
+fn a_holder_shows_on_its_simulated_gpu_and_leaves_it_idle_when_it_ends() {
+    let root = common::TempDir::new("simamd");
+    let mut sim = start_sim(root.path());
+    let mut s = AmdSource::open(root.path()).expect("the simulated GPUs open");
+    let d = s.devices().to_vec();
+    assert_eq!(d.len(), 2, "{d:?}");
+    for (i, g) in d.iter().enumerate() {
+        assert_eq!(g.vendor, Vendor::Amd);
+        assert_eq!(g.index, i as u32);
+        assert_eq!(g.minor, Some(128 + i as u32));
+        assert_eq!(g.compute_units, Some(304));
+        assert_eq!(g.name, "AMD Instinct MI300X");
+        assert_eq!(g.memory_total, 192 << 30);
+        assert!(g.uuid.starts_with("GPU-"), "{}", g.uuid);
+        assert!(g.pci_bus_id.is_some());
+    }
+    assert_ne!(d[0].pci_bus_id, d[1].pci_bus_id);
+    assert!(!s.energy_origin(0).unwrap().is_estimate());
+    assert!(s.take_problems().is_empty());
+
+    // Nobody on either GPU: idle.
+    let idle = [s.read(0).unwrap(), s.read(1).unwrap()];
+    for r in &idle {
+        assert_eq!(r.utilization, Some(0));
+        assert!(r.processes.is_empty(), "{:?}", r.processes);
+    }
+
+    let holder = Command::new("bash")
+        .args(["-c", "exec -a SIMAMD0_HOLD sleep 60"])
+        .spawn()
+        .expect("bash");
+    let pid = holder.id();
+    let mut holder = Reaped(holder);
+    let busy = read_until(&mut s, 0, |r| {
+        r.utilization == Some(60) && r.processes.iter().any(|p| p.0 == pid)
+    });
+    assert_eq!(busy.utilization, Some(60));
+    assert_eq!(busy.processes, vec![(pid, Some(1 << 30))]);
+    assert_eq!(busy.process_cu_occupancy, Some(vec![(pid, 182)]));
+    assert_eq!(busy.used, Some(idle[0].used.unwrap() + (1 << 30)));
+    assert!(busy.power_mw.unwrap() > idle[0].power_mw.unwrap());
+    // 60 % busy: about 506 W (idle 140, peak 750); the other GPU idles at 140.
+    let w = watts(&mut s, 0, 1.0);
+    assert!((400.0..620.0).contains(&w), "{w} W while held");
+    let other = s.read(1).unwrap();
+    assert_eq!(other.utilization, Some(0));
+    assert!(other.processes.is_empty(), "{:?}", other.processes);
+    assert_eq!(other.process_cu_occupancy, Some(vec![]));
+    let w1 = watts(&mut s, 1, 1.0);
+    assert!((100.0..180.0).contains(&w1), "{w1} W idle");
+
+    // The holder ends: the GPU is idle again and has no process.
+    let _ = holder.0.kill();
+    let _ = holder.0.wait();
+    let after = read_until(&mut s, 0, |r| {
+        r.utilization == Some(0) && r.processes.is_empty()
+    });
+    assert_eq!(after.utilization, Some(0));
+    assert!(after.processes.is_empty(), "{:?}", after.processes);
+    assert_eq!(after.used, idle[0].used);
+
+    // The simulator ends on SIGTERM.
+    let st = Command::new("kill")
+        .args(["-TERM", &sim.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let code = sim.0.wait().unwrap();
+    assert!(code.success(), "simamd.py ended with {code}");
+}
