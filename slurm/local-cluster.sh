@@ -15,7 +15,10 @@
 #   --nodes N            N slurmd (1-4) on this machine: the first as above, then <name>-2 ...
 #                        <name>-N; partition "multi" (not the default) holds all N. With N >= 2,
 #                        one more node, <name>-mig, alone in partition "mig" (not the default):
-#                        a SIMULATED MIG GPU with two 1g.10gb instances, and a GPU cut in 4 shards
+#                        a SIMULATED MIG GPU with two 1g.10gb instances, and a GPU cut in 4 shards;
+#                        and <name>-amd, alone in partition "amd" (not the default): two SIMULATED
+#                        AMD Instinct MI300X (gpu:mi300x:2, render nodes <state>/dev/dri/renderD128
+#                        and 129), whose sysfs files tests/simamd.py keeps under <state>/amd-root
 #   --node-local-spool   the last node (N >= 2) keeps the plugin's records on its own "disk": its
 #                        slurmd runs in a mount namespace where a private directory is mounted
 #                        over spool_dir, out of sight of this machine and of slurmctld (on-node)
@@ -28,7 +31,8 @@
 # GPU_TRACKER_REPORT_BIN (the gpu-tracker-report installed into <state>/bin, default
 # <repo>/target/release/gpu-tracker-report when built), GPU_TRACKER_BIN (likewise gpu-tracker),
 # GPU_TRACKER_SLURM_PORT (first port tried for slurmctld; default 16817; the nodes get the next
-# four, slurmdbd the one after and MariaDB the next: a block of 8, moved on by 8 while taken),
+# four, slurmdbd the one after, MariaDB, the MIG node and the AMD node the next three: a block of
+# 9, moved on by 9 while taken),
 # GPU_TRACKER_CONTAIN_SPANK=1 (Slurm 24.05+: SlurmdParameters=contain_spank, with the job
 # container plugin that it exists for, so the task callbacks run in the job's namespace).
 #
@@ -48,6 +52,10 @@ TEST_USERS=(gtuser gtuser2)
 LIVE_GROUP=gtlive EXPORTER_USER=gtexport
 # The account the test users are in with --accounting.
 TEST_ACCOUNT=gputest
+# The SIMULATED AMD GPUs' sysfs tree (what the plugin reads as /, setting amd_root) and the
+# simulator that keeps it (with the AMD node only).
+AMD_ROOT=$STATE/amd-root
+SIMAMD_PID=$STATE/run/simamd.pid
 # What "up" was asked for (parse_options).
 NODES=1 NODE_LOCAL=0 ACCOUNTING=0
 # slurmdbd's database: a MariaDB of our own (data, socket and port in the state directory).
@@ -108,6 +116,7 @@ parse_options() {
     done
     ((NODE_LOCAL == 0 || NODES >= 2)) || fail "--node-local-spool needs --nodes 2 or more (the first node keeps the shared spool)"
     ((ACCOUNTING == 0)) || PACKAGES+=(mariadb-server slurmdbd)
+    ((NODES == 1)) || PACKAGES+=(python3) # the AMD node's simulator (tests/simamd.py)
     return 0
 }
 
@@ -124,8 +133,11 @@ node_names() {
 # or more (the one-node cluster stays one node).
 mig_node() { ((NODES == 1)) || echo "$NODE-mig"; }
 
-# Every node "up" brings up: the numbered ones, then the MIG node.
-all_node_names() { node_names; mig_node; }
+# The node with the two SIMULATED AMD GPUs, alone in partition "amd": with --nodes 2 or more.
+amd_node() { ((NODES == 1)) || echo "$NODE-amd"; }
+
+# Every node "up" brings up: the numbered ones, then the MIG node and the AMD node.
+all_node_names() { node_names; mig_node; amd_node; }
 
 # Succeeds when node $1 is the one whose records stay on its own "disk".
 node_is_local() { ((NODE_LOCAL)) && [[ $1 == "$(node_name "$NODES")" ]]; }
@@ -165,6 +177,11 @@ cmd_up() {
     step "plugin hook"; install_plugin
     step "install tools"; install_tools
     step "start munged" /var/log/munge/munged.log; start_munge
+    if [[ -n $(amd_node) ]]; then
+        step "start AMD simulator" "$STATE/log/simamd.log"; start_simamd
+    else
+        stop_simamd
+    fi
     step "stop what changed"
     stop_other_slurmd
     if ((CONF_CHANGED)); then
@@ -197,8 +214,8 @@ cmd_up() {
     echo "up done in $((SECONDS - started)) s"
 }
 
-# down: cancels jobs, stops every slurmd, slurmctld, slurmdbd, MariaDB and the munged this
-# script started.
+# down: cancels jobs, stops every slurmd, slurmctld, slurmdbd, MariaDB, the AMD simulator and
+# the munged this script started.
 cmd_down() {
     local i
     if alive "$STATE/run/slurmctld.pid" slurmctld; then
@@ -208,6 +225,7 @@ cmd_down() {
     stop_all_slurmd
     stop_daemon "$STATE/run/slurmctld.pid" slurmctld
     stop_accounting
+    stop_simamd
     stop_daemon "$STATE/run/munged.pid" munged
     echo "cluster down"
 }
@@ -226,6 +244,12 @@ cmd_status() {
             printf '%-10s not running\n' "$d"
         fi
     done
+    # The AMD node's simulator, where it runs or slurm.conf has that node.
+    if simamd_alive; then
+        printf '%-10s running (pid %s) SIMULATED AMD GPUs in %s\n' simamd "$(cat "$SIMAMD_PID")" "$AMD_ROOT"
+    elif grep -q "^NodeName=$NODE-amd " "$CONF" 2>/dev/null; then
+        printf '%-10s not running\n' simamd
+    fi
     # The nodes of slurm.conf, and any slurmd of an earlier layout still running.
     alive "$STATE/run/slurmd.pid" slurmd &&
         printf '%-10s running (pid %s) of the one-node layout before this version\n' slurmd "$(cat "$STATE/run/slurmd.pid")"

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Part of slurm/local-cluster.sh (sourced by it; not run alone): starting and stopping munged,
-# slurmctld and each node's slurmd (the node-local one in a mount namespace of its own).
+# slurmctld, each node's slurmd (the node-local one in a mount namespace of its own), and the
+# simulator of the AMD node's GPUs.
 
 # Succeeds when pid file $1 names a live process whose command is $2.
 alive() {
@@ -9,7 +10,8 @@ alive() {
     [[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]]
 }
 
-# Stops the daemon of pid file $1 (command $2): SIGTERM, up to 20 s, then SIGKILL.
+# Stops the daemon of pid file $1 (command $2, named $3 if given): SIGTERM, up to 20 s, then
+# SIGKILL.
 stop_daemon() {
     local i pid
     alive "$1" "$2" || { rm -f "$1"; return 0; }
@@ -18,7 +20,7 @@ stop_daemon() {
     for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
     rm -f "$1"
-    echo "stopped $2 (pid $pid)"
+    echo "stopped ${3:-$2} (pid $pid)"
 }
 
 # Starts munged as the munge user unless a munged already answers; records the pid it got.
@@ -112,4 +114,49 @@ start_all_slurmd() {
         step "start slurmd of $name" "$(slurmd_log "$name")"
         start_slurmd "$name"
     done
+}
+
+# Succeeds when the AMD node's simulator runs: its pid file names a python3 running simamd.py.
+simamd_alive() {
+    alive "$SIMAMD_PID" python3 &&
+        tr '\0' ' ' <"/proc/$(cat "$SIMAMD_PID")/cmdline" 2>/dev/null | grep -q 'simamd\.py'
+}
+
+# Prints how many KFD topology nodes of the simulated tree are GPUs (a gpu_id other than 0).
+kfd_gpu_nodes() {
+    local f n=0
+    for f in "$AMD_ROOT"/sys/class/kfd/kfd/topology/nodes/*/gpu_id; do
+        [[ -r $f && $(<"$f") =~ ^[1-9][0-9]*$ ]] && n=$((n + 1))
+    done
+    echo "$n"
+}
+
+# Starts the simulator of the AMD node's two SIMULATED MI300X unless it runs, and waits until its
+# tree has their two KFD nodes: tests/simamd.py, as root (the files stand for the kernel's, which
+# no user may write), in a session of its own so that it outlives this script as the other daemons
+# do. Slurm's GPU i there is render minor 128+i, as gres.conf says. A fresh start begins with an
+# empty tree, so that the wait sees this run's files and not an earlier run's.
+start_simamd() {
+    local i pid sim=$REPO/tests/simamd.py
+    simamd_alive && return 0
+    [[ -f $sim ]] || fail "no $sim (the AMD node's simulator)"
+    rm -rf -- "$AMD_ROOT" "$SIMAMD_PID"
+    install -d -m 0755 "$AMD_ROOT"
+    PYTHONUNBUFFERED=1 setsid /usr/bin/python3 "$sim" --root "$AMD_ROOT" --render-minors 128,129 \
+        --pidfile "$SIMAMD_PID" </dev/null >>"$STATE/log/simamd.log" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 120; i++)); do
+        if simamd_alive && (($(kfd_gpu_nodes) == 2)); then
+            echo "started simamd (pid $(cat "$SIMAMD_PID")): SIMULATED AMD GPUs in $AMD_ROOT"
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || simamd_alive || ((i < 4)) || fail "tests/simamd.py exited"
+        sleep 0.5
+    done
+    fail "tests/simamd.py made no pid file or no two KFD GPU nodes in 60 s"
+}
+
+# Stops the AMD node's simulator if it runs (its tree stays, no longer updated).
+stop_simamd() {
+    if simamd_alive; then stop_daemon "$SIMAMD_PID" python3 simamd; else rm -f "$SIMAMD_PID"; fi
 }

@@ -29,9 +29,10 @@ real_gpus() {
 }
 
 # The settings the plugin reads (config= in plugstack.conf). GPUs: the real NVML where there is
-# a driver, else the test fake with a scenario of two SIMULATED GPUs.
+# a driver, else the test fake with a scenario of two SIMULATED GPUs; with the AMD node, the AMD
+# readers pointed at the simulator's tree.
 write_tracker_config() {
-    local nvml=libnvidia-ml.so.1
+    local nvml=libnvidia-ml.so.1 amd=""
     if ! real_gpus; then
         install -d -m 0755 "$STATE/lib/simulated-nvml"
         install -m 0644 "$REPO/target/release/libnvidia_ml.so" "$STATE/lib/simulated-nvml/libnvidia-ml.so.1.new"
@@ -86,6 +87,11 @@ write_tracker_config() {
 }
 EOF2
     fi
+    # The test-only amd_root, with the AMD node only (appended to the last line below).
+    [[ -z $(amd_node) ]] || amd="
+# FOR TESTS ONLY: the AMD readers read sysfs under this directory instead of / (the SIMULATED
+# MI300X that tests/simamd.py keeps for the AMD node). Never set on a real node.
+amd_root = \"$AMD_ROOT\""
     put_file "$TRACKER_CONF" 0644 <<EOF2 || true
 # gpu-tracker settings of the local test cluster, written by slurm/local-cluster.sh ("up"
 # rewrites it). The full list of keys, with their defaults: config/gpu-tracker.toml.
@@ -97,7 +103,7 @@ nvml_library = "$nvml"
 mig_minors_file = "$STATE/nvidia-caps/mig-minors"
 live_dir = "$STATE/live"
 live_group = "$LIVE_GROUP"
-live_interval_seconds = 1
+live_interval_seconds = 1$amd
 EOF2
 }
 

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Part of slurm/local-cluster.sh (sourced by it; not run alone): what "up" installs and writes
 # before any daemon starts: Debian's packages, the munge key, the test users, the port block,
-# and slurm.conf, cgroup.conf, gres.conf with the simulated GPUs.
+# and slurm.conf, cgroup.conf, gres.conf with the simulated GPUs (NVIDIA's, MIG, AMD's).
 
 # Installs the Debian packages that are missing (apt-get update first), logging to log/apt.log.
 install_packages() {
@@ -43,11 +43,12 @@ ensure_users() {
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # The ports of a block that starts at $1: slurmctld $1, node i $1+i (i = 1..4), slurmdbd $1+5,
-# MariaDB $1+6, the MIG node $1+7.
-PORT_BLOCK=8
+# MariaDB $1+6, the MIG node $1+7, the AMD node $1+8.
+PORT_BLOCK=9
 dbd_port() { echo $(($1 + 5)); }
 db_port() { echo $(($1 + 6)); }
 mig_port() { echo $(($1 + 7)); }
+amd_port() { echo $(($1 + 8)); }
 
 # Succeeds when every port of the block at $1 that this "up" uses is free, or is held by the
 # daemon of ours that uses it (the block of an earlier "up" whose daemons still run).
@@ -58,9 +59,10 @@ ports_usable() {
         alive "$(slurmd_pid "$(node_name "$i")")" slurmd || port_free $((c + i)) ||
             { ((i == 1)) && alive "$STATE/run/slurmd.pid" slurmd; } || return 1
     done
-    local mig
-    mig=$(mig_node)
+    local mig amd
+    mig=$(mig_node) amd=$(amd_node)
     [[ -z $mig ]] || alive "$(slurmd_pid "$mig")" slurmd || port_free "$(mig_port "$c")" || return 1
+    [[ -z $amd ]] || alive "$(slurmd_pid "$amd")" slurmd || port_free "$(amd_port "$c")" || return 1
     ((ACCOUNTING)) || return 0
     alive "$STATE/run/slurmdbd.pid" slurmdbd || port_free "$(dbd_port "$c")" || return 1
     alive "$DB_RUN/mariadbd.pid" mariadbd || port_free "$(db_port "$c")"
@@ -72,6 +74,7 @@ ports_free() {
     port_free "$c" || return 1
     for ((i = 1; i <= NODES; i++)); do port_free $((c + i)) || return 1; done
     [[ -z $(mig_node) ]] || port_free "$(mig_port "$c")" || return 1
+    [[ -z $(amd_node) ]] || port_free "$(amd_port "$c")" || return 1
     ((ACCOUNTING)) || return 0
     port_free "$(dbd_port "$c")" && port_free "$(db_port "$c")"
 }
@@ -137,6 +140,18 @@ gpu9/gi2/ci0/access 22
 EOF
 }
 
+# Makes the render nodes of the AMD node's two SIMULATED MI300X as the amdgpu driver has them
+# (major 226 as DRM's, minors 128 and 129; no driver answers here) and prints them as gres.conf's
+# File=, which is how AutoDetect=rsmi names AMD GPUs. tests/simamd.py gives the same minors to
+# its GPUs (drm_render_minor in the KFD topology, sys/class/drm/renderD<minor>): the plugin maps
+# Slurm's index -> file -> minor -> KFD node, as on a real AMD node.
+amd_files() {
+    install -d -m 0755 "$STATE/dev/dri"
+    local m
+    for m in 128 129; do char_dev "$STATE/dev/dri/renderD$m" 226 "$m"; done
+    echo "$STATE/dev/dri/renderD[128-129]"
+}
+
 # Writes slurm.conf, cgroup.conf and gres.conf from this machine's CPUs and memory (every node
 # declares them all: the nodes share this machine's CPUs and memory), and slurmdbd.conf with
 # --accounting.
@@ -174,8 +189,9 @@ write_config() {
     fi
     gpus=$(gpu_files)
     # The nodes: all on this machine (NodeHostname), each slurmd on its own port; the default
-    # partition keeps the first node alone, "multi" has the numbered ones, "mig" the MIG node.
-    local i name nodes="" multi="" all=() mig
+    # partition keeps the first node alone, "multi" has the numbered ones, "mig" the MIG node,
+    # "amd" the AMD node.
+    local i name nodes="" multi="" all=() mig amd amd_gpus=""
     local node_line="NodeHostname=$(hostname) NodeAddr=127.0.0.1 $topo RealMemory=$real"
     for ((i = 1; i <= NODES; i++)); do
         name=$(node_name "$i")
@@ -188,6 +204,12 @@ write_config() {
         mig_files
         nodes+="NodeName=$mig $node_line Port=$(mig_port "$ctld") Gres=gpu:sim:1,gpu:1g.10gb:2,shard:4 State=UNKNOWN"$'\n'
         multi+=$'\n'"PartitionName=mig Nodes=$mig Default=NO MaxTime=INFINITE State=UP"
+    fi
+    amd=$(amd_node)
+    if [[ -n $amd ]]; then
+        amd_gpus=$(amd_files)
+        nodes+="NodeName=$amd $node_line Port=$(amd_port "$ctld") Gres=gpu:mi300x:2 State=UNKNOWN"$'\n'
+        multi+=$'\n'"PartitionName=amd Nodes=$amd Default=NO MaxTime=INFINITE State=UP"
     fi
     # Accounting: slurmdbd on this machine, and the hook that stores each job's summary there.
     local acct="AccountingStorageType=accounting_storage/none"
@@ -244,11 +266,11 @@ EOF
 AutoBasePath=true
 BasePath=$STATE/spool/containers
 EOF
-    # The MIG node's lines (a Name= line would apply to every node).
-    local mig_conf=""
+    # The MIG node's lines and the AMD node's (a Name= line would apply to every node).
+    local node_conf=""
     if [[ -n $mig ]]; then
         local caps=$STATE/dev/nvidia-caps/nvidia-cap
-        mig_conf="# The MIG node: a plain GPU (simgpu0) cut in 4 shards, and a SIMULATED MIG GPU (simgpu2,
+        node_conf="# The MIG node: a plain GPU (simgpu0) cut in 4 shards, and a SIMULATED MIG GPU (simgpu2,
 # minor 9) with two 1g.10gb instances, each named by the parent's device and its GPU and compute
 # instances' capability devices (MultipleFiles, as on a real node without AutoDetect).
 NodeName=$mig Name=gpu Type=sim File=$STATE/dev/simgpu0
@@ -256,13 +278,20 @@ NodeName=$mig Name=gpu Type=1g.10gb MultipleFiles=$STATE/dev/simgpu2,${caps}12,$
 NodeName=$mig Name=gpu Type=1g.10gb MultipleFiles=$STATE/dev/simgpu2,${caps}21,${caps}22
 NodeName=$mig Name=shard Count=4 File=$STATE/dev/simgpu0"
     fi
+    if [[ -n $amd ]]; then
+        [[ -z $node_conf ]] || node_conf+=$'\n'
+        node_conf+="# The AMD node: two SIMULATED AMD Instinct MI300X, named by their render nodes (minors 128
+# and 129) as AutoDetect=rsmi names them; tests/simamd.py keeps their sysfs files under
+# $AMD_ROOT (the plugin's amd_root).
+NodeName=$amd Name=gpu Type=mi300x File=$amd_gpus"
+    fi
     put_file "$STATE/gres.conf" 0644 <<EOF && CONF_CHANGED=1
 # SIMULATED GPUs: two device nodes made for the test (minors 4 and 7) stand in for GPUs. Slurm
 # allocates them like GPUs and sets SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES, but there is no GPU
 # behind them. Every numbered node of this machine uses the same two files (and every node the
 # same fake NVML).
 NodeName=$(IFS=,; echo "${all[*]}") Name=gpu File=$gpus
-$mig_conf
+$node_conf
 EOF
     return 0
 }

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Part of slurm/local-cluster.sh (sourced by it; not run alone): waiting for the nodes, running
-# jobs as the test users, and the checks "up" ends with (jobs, nodes, the node-local spool,
-# accounting).
+# jobs as the test users, and the checks "up" ends with (jobs, nodes, the node-local spool, the
+# MIG and AMD nodes, accounting).
 
 # Waits up to 60 s until every node is idle (or busy with jobs); resumes a node once if it is down.
 wait_node() {
@@ -63,7 +63,8 @@ batch_as() {
 
 # Checks that jobs run as the ordinary test user and that the simulated GPUs are handed out; with
 # several nodes, that a job runs on all of them (and, with a node-local spool, that the last
-# node's records stay on it); with accounting, that slurmdbd has the check job.
+# node's records stay on it), and the MIG and AMD nodes' GPUs; with accounting, that slurmdbd has
+# the check job.
 verify_jobs() {
     local u=${TEST_USERS[0]} got gpus logs=("$(slurmd_log "$NODE")" "$STATE/log/slurmctld.log")
     step "srun as $u" "${logs[@]}"
@@ -80,6 +81,7 @@ verify_jobs() {
     [[ $gpus == *CUDA_VISIBLE_DEVICES=0* ]] || fail "no simulated GPU in the job's environment"
     ((NODES == 1)) || verify_nodes
     [[ -z $(mig_node) ]] || verify_mig
+    [[ -z $(amd_node) ]] || verify_amd
     ((ACCOUNTING == 0)) || verify_accounting "$check"
 }
 
@@ -147,6 +149,32 @@ verify_mig() {
         grep -E '^(SLURM_STEP_GPUS|SLURM_SHARDS_ON_NODE)=' | sort | paste -sd ' ')
     echo "srun -p mig --gres=shard:1 as $u: $got"
     [[ $got == "SLURM_SHARDS_ON_NODE=1 SLURM_STEP_GPUS=0" ]] || fail "a step on a shard is not given one shard of Slurm's GPU 0"
+}
+
+# With the AMD node: a step on both SIMULATED MI300X gets Slurm's indices 0 and 1 (gres.conf's
+# renderD128 and renderD129), and the simulator's tree has their two KFD GPU nodes, on render
+# minors 128 and 129. What Slurm 22.05 sets for such a step (every vendor's variable, whatever
+# the GPU; the plugin trusts none of them):
+#   srun -p amd --gres=gpu:mi300x:2    SLURM_STEP_GPUS=0,1 CUDA_VISIBLE_DEVICES=0,1
+#                                      ROCR_VISIBLE_DEVICES=0,1 GPU_DEVICE_ORDINAL=0,1
+#                                      ZE_AFFINITY_MASK=0,1 SLURM_GPUS_ON_NODE=2
+#   srun -p amd --gres=gpu:mi300x:1    the same with 0 (SLURM_GPUS_ON_NODE=1)
+verify_amd() {
+    local u=${TEST_USERS[0]} got minors f
+    local vars='SLURM_STEP_GPUS|SLURM_JOB_GPUS|CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES'
+    vars+='|GPU_DEVICE_ORDINAL|ZE_AFFINITY_MASK'
+    step "AMD GPUs" "$STATE/log/slurmctld.log" "$(slurmd_log "$(amd_node)")" "$STATE/log/simamd.log"
+    got=$(as_user "$u" timeout 60 srun -p amd --gres=gpu:mi300x:2 env | grep -E "^($vars)=" | sort | paste -sd ' ')
+    echo "srun -p amd --gres=gpu:mi300x:2 as $u: $got"
+    [[ " $got " == *" SLURM_STEP_GPUS=0,1 "* ]] || fail "a step on both AMD GPUs is not given Slurm's GPUs 0 and 1"
+    simamd_alive || fail "the AMD simulator (tests/simamd.py) does not run"
+    minors=$(for f in "$AMD_ROOT"/sys/class/kfd/kfd/topology/nodes/*/properties; do
+        sed -n 's/^drm_render_minor \([1-9][0-9]*\)$/\1/p' "$f" 2>/dev/null || true
+    done | sort -n | paste -sd ' ')
+    echo "KFD GPU nodes in $AMD_ROOT: $(kfd_gpu_nodes), render minors ${minors:-none}"
+    if (($(kfd_gpu_nodes) != 2)) || [[ $minors != "128 129" ]]; then
+        fail "the simulated tree has not two KFD GPU nodes on render minors 128 and 129"
+    fi
 }
 
 # Runs CMD in node $1's view of the files (as on-node does) and returns its exit status.
