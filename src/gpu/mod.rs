@@ -78,7 +78,8 @@ pub struct GpuInfo {
     pub pci_bus_id: Option<String>,
     /// Compute units (AMD), the denominator of CU occupancy; `None` for NVIDIA.
     pub compute_units: Option<u32>,
-    /// `GPU-...` or `MIG-...` UUID (NVIDIA); AMD's `unique_id` in hex, else the PCI address.
+    /// `GPU-...` or `MIG-...` UUID (NVIDIA); for AMD `GPU-` and `unique_id` in 16 hex digits
+    /// (as `rocminfo` shows it), else the PCI address.
     pub uuid: String,
     /// Product name.
     pub name: String,
