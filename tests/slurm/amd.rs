@@ -150,7 +150,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
         line0.contains("MI300X") && line0.contains("renderD128 at "),
         "{line0}"
     );
-    assert!(sum.contains("1.0 GiB by the job's processes"), "{sum}");
+    assert!(sum.contains("1.00 GiB by the job's processes"), "{sum}");
     assert!(
         sum.contains("CU occupancy of the job's processes mean"),
         "{sum}"
