@@ -9,7 +9,7 @@ KFD per-process files (sys/class/kfd/kfd/proc/<pid>/), the render and card nodes
 (sys/class/drm/renderD<minor>/device and card<k>/device, relative links to the PCI device
 sys/devices/pci0000:00/<address>/), and in that device directory gpu_busy_percent,
 mem_busy_percent, mem_info_vram_used, mem_info_vram_total, unique_id, product_name,
-gpu_metrics (the kernel's binary table, revision 1.6 as an MI300X gives it, with its energy
+gpu_metrics (the kernel's binary table, revision 1.6 in the layout the kernel kept, as an MI300X gives it, with its energy
 accumulator in 2^-16 J steps) and hwmon/hwmon<k>/{name,power1_average} (microwatts).
 
 GPU i is Slurm's GPU index i: its render node is render_minors[i]. Every interval the simulator
@@ -47,9 +47,10 @@ HOLD_BYTES = GIB
 GFX_TARGET_VERSION = 90402
 PCI_VENDOR_AMD = 0x1002
 PCI_DEVICE_MI300X = 0x74A1
-METRICS_SIZE = 384
-# gpu_metrics_v1_6: energy_accumulator at byte 88, system_clock_counter at 96.
-METRICS_ENERGY_AT = 88
+METRICS_SIZE = 1664
+# gpu_metrics_v1_6 as the kernel kept it (1664 bytes): energy_accumulator at byte 16,
+# system_clock_counter at 24.
+METRICS_ENERGY_AT = 16
 
 KFD = "sys/class/kfd/kfd"
 NODES = KFD + "/topology/nodes"
@@ -147,6 +148,7 @@ def gpu_metrics(g):
     hot = 38 + g.busy() // 3
     struct.pack_into("=HHHHHH", b, 4, hot, hot - 4, hot - 8, int(g.power_w()), g.busy(),
                      g.busy() // 3)
+    # After the six temperatures, power and utilization (bytes 4 to 15): the counter.
     struct.pack_into("=QQ", b, METRICS_ENERGY_AT, g.energy_steps & (2**64 - 1),
                      time.monotonic_ns())
     return bytes(b)

@@ -78,11 +78,19 @@ pub fn parse_header(blob: &[u8]) -> Option<MetricsHeader> {
     })
 }
 
-/// Where a revision keeps its energy accumulator (`u64`), for those whose unit is documented.
-pub fn energy_offset(format: u8, content: u8) -> Option<usize> {
+/// The largest table of revision 1.6's first layout (384 bytes, with the VCN and JPEG activity
+/// arrays before the counter), which the kernel took back; the layout it kept (about 1.6 KiB)
+/// has the counter right after the utilization.
+pub const FIRST_V1_6_MAX_SIZE: u16 = 512;
+
+/// Where a revision keeps its energy accumulator (`u64`), for those whose unit is documented;
+/// `size` (the header's) tells revision 1.6's two layouts apart.
+pub fn energy_offset(format: u8, content: u8, size: u16) -> Option<usize> {
     match (format, content) {
         (1, 4) | (1, 7) | (1, 8) => Some(24),
-        (1, 5) | (1, 6) => Some(88),
+        (1, 5) => Some(88),
+        (1, 6) if size <= FIRST_V1_6_MAX_SIZE => Some(88),
+        (1, 6) => Some(16),
         _ => None,
     }
 }
@@ -90,7 +98,7 @@ pub fn energy_offset(format: u8, content: u8) -> Option<usize> {
 /// The energy accumulator's raw value (2^-16 J steps) in `blob`.
 pub fn parse_energy_accumulator(blob: &[u8]) -> Result<(MetricsHeader, u64), NoEnergy> {
     let h = parse_header(blob).ok_or(NoEnergy::NoHeader)?;
-    let at = energy_offset(h.format, h.content).ok_or(NoEnergy::Revision(h))?;
+    let at = energy_offset(h.format, h.content, h.size).ok_or(NoEnergy::Revision(h))?;
     let end = at + 8;
     if usize::from(h.size) < end {
         return Err(NoEnergy::Short(h, blob.len()));
@@ -151,10 +159,14 @@ mod tests {
             let (h, mj) = parse_energy_mj(&b).unwrap();
             assert_eq!((h.content, mj), (content, 3000), "1.{content}");
         }
-        // The 1.6 table: the value at 24 is jpeg activity, not energy.
+        // The first 1.6 table: the value at 24 is jpeg activity, not energy.
         let mut b = table(384, 1, 6, 88, 65536);
         b[24..32].copy_from_slice(&(99 * 65536u64).to_ne_bytes());
         assert_eq!(parse_energy_mj(&b).unwrap().1, 1000);
+        // The 1.6 table the kernel kept (1664 bytes): the counter right after the utilization.
+        let mut b = table(1664, 1, 6, 16, 5 * 65536);
+        b[88..96].copy_from_slice(&(99 * 65536u64).to_ne_bytes());
+        assert_eq!(parse_energy_mj(&b).unwrap().1, 5000);
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn metrics_table(content: u8, steps: u64) -> Vec<u8> {
     b[..2].copy_from_slice(&384u16.to_ne_bytes());
     b[2] = 1;
     b[3] = content;
-    if let Some(at) = metrics::energy_offset(1, content) {
+    if let Some(at) = metrics::energy_offset(1, content, 384) {
         b[at..at + 8].copy_from_slice(&steps.to_ne_bytes());
     }
     b
