@@ -16,7 +16,11 @@
 //! ```text
 //! cargo build --release --example step_in_cgroup
 //! sudo target/release/examples/step_in_cgroup --interval 0.5 --gpus 0 -- python3 train.py
+//! sudo target/release/examples/step_in_cgroup --gb amd --gpus 0 -- python3 train.py
 //! ```
+//!
+//! With `--gb amd` the step's GPUs are AMD's, numbered as Slurm's `AutoDetect=rsmi` numbers
+//! them (PCI order), and read from the kernel's files (`bench/amd-truth`).
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -27,8 +31,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use gpu_tracker::cgroup::{Cgroup, DEFAULT_ROOT, Version};
-use gpu_tracker::gpu::GpuSource;
+use gpu_tracker::gpu::amd::AmdSource;
 use gpu_tracker::gpu::nvml::NvmlSource;
+use gpu_tracker::gpu::{GpuSource, Vendor};
 use gpu_tracker::gres::GpuOrder;
 use gpu_tracker::history::AlertRules;
 use gpu_tracker::step::record::{JobInfo, StepInfo};
@@ -48,10 +53,23 @@ struct Args {
     /// The NVIDIA library (a bare name is searched by the dynamic loader).
     #[arg(long, default_value = "libnvidia-ml.so.1")]
     nvml: PathBuf,
-    /// The step's GPUs, as Slurm's indices (NVML index order here); every GPU NVML lists by
-    /// default.
+    /// The step's GPUs, as Slurm's indices (NVML index order here; with `--gb amd`, the AMD
+    /// GPUs in PCI order); every GPU by default.
     #[arg(long, value_delimiter = ',')]
     gpus: Option<Vec<u32>>,
+    /// The GPUs' brand: nvidia (read through NVML) or amd (the kernel's files, numbered as
+    /// Slurm's AutoDetect=rsmi numbers them).
+    #[arg(long = "gb", value_name = "GPU_BRAND", default_value = "nvidia", value_parser = gpu_brand)]
+    gb: Vendor,
+    /// The directory AMD's kernel files are read under, `/` by default: another one is a
+    /// simulated node, for tests only.
+    #[arg(
+        long = "amd-root",
+        value_name = "DIR",
+        env = "GPU_TRACKER_AMD_ROOT",
+        hide = true
+    )]
+    amd_root: Option<PathBuf>,
     /// Print the final record's JSON instead of its path.
     #[arg(long)]
     json: bool,
@@ -61,6 +79,11 @@ struct Args {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+/// `--gb`: `nvidia` or `amd`.
+fn gpu_brand(s: &str) -> Result<Vendor, String> {
+    s.parse()
 }
 
 fn main() -> ExitCode {
@@ -79,7 +102,7 @@ fn run(args: Args) -> Result<u8> {
     }
     let gpus = match args.gpus.clone() {
         Some(g) => g,
-        None => every_gpu(&args.nvml),
+        None => every_gpu(&args),
     };
     let me = std::process::id();
     let (cgroup, cgroup_note) = if args.no_cgroup {
@@ -118,13 +141,26 @@ fn run(args: Args) -> Result<u8> {
     Ok(code)
 }
 
-/// Every GPU NVML lists (the default allocation); none where NVML cannot be opened, which the
-/// tracker's own attempt then records.
-fn every_gpu(nvml: &Path) -> Vec<u32> {
+/// The AMD kernel files' root: `--amd-root`, else `/`.
+fn amd_root(args: &Args) -> PathBuf {
+    args.amd_root.clone().unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// Every GPU of the brand (the default allocation); none where they cannot be listed, which
+/// the tracker's own attempt then records.
+fn every_gpu(args: &Args) -> Vec<u32> {
     // Opened and closed again before the tracker starts: the tracker opens its own after the
     // task is started, as in slurmstepd.
-    match NvmlSource::open(Some(nvml), true) {
-        Ok(src) => (0..src.devices().len() as u32).collect(),
+    let listed = match args.gb {
+        Vendor::Amd => AmdSource::open(&amd_root(args))
+            .map(|s| s.devices().len())
+            .map_err(|e| e.to_string()),
+        _ => NvmlSource::open(Some(&args.nvml), true)
+            .map(|s| s.devices().len())
+            .map_err(|e| e.to_string()),
+    };
+    match listed {
+        Ok(n) => (0..n as u32).collect(),
         Err(e) => {
             eprintln!("step_in_cgroup: cannot list the GPUs, the step has none: {e}");
             Vec::new()
@@ -166,7 +202,7 @@ fn track(
         checkpoint_interval: None,
         spool,
         nvml_library: Some(args.nvml.clone()),
-        amd_root: PathBuf::from("/"),
+        amd_root: amd_root(args),
         // Without a cgroup of its own the command's cgroup is this program's (a container's, a
         // login session's): a root where no cgroup can be found makes the tracker sample the
         // command's processes instead of reading that cgroup as the step's.
@@ -176,7 +212,11 @@ fn track(
             "/dev/null/no-cgroup"
         }),
         proc_root: PathBuf::from(gpu_tracker::proc::DEFAULT_ROOT),
-        gpu_order: GpuOrder::NvmlIndex(Vec::new()),
+        // Slurm's order for the brand: NVML's index, or for AMD (AutoDetect=rsmi) PCI order.
+        gpu_order: match args.gb {
+            Vendor::Amd => GpuOrder::Rsmi(Vec::new()),
+            _ => GpuOrder::NvmlIndex(Vec::new()),
+        },
         gres_conf: None,
         alerts: AlertRules::default(),
         mark_socket: None,
@@ -189,7 +229,12 @@ fn track(
     if let Some(n) = cgroup_note {
         tracker.note(n);
     }
-    tracker.note("run by step_in_cgroup, without Slurm: GPU indices are NVML's".into());
+    tracker.note(match args.gb {
+        Vendor::Amd => {
+            "run by step_in_cgroup, without Slurm: GPU indices are the AMD GPUs' PCI order".into()
+        }
+        _ => "run by step_in_cgroup, without Slurm: GPU indices are NVML's".into(),
+    });
     let script = match cgroup {
         Some(c) => c.script(&args.command),
         None => format!("exec {}", quote_all(&args.command)),
