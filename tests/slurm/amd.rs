@@ -56,9 +56,8 @@ fn series(text: &str, family: &str, id: u32, gpu: u32) -> Option<(String, f64)> 
 fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_idleness() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     cluster();
-    let since = (chrono::Local::now() - chrono::TimeDelta::seconds(5))
-        .format("%Y-%m-%dT%H:%M:%S")
-        .to_string();
+    // The site report's period starts now: an earlier run's job on the partition ended before.
+    let since = chrono::Local::now().format("%Y-%m-%dT%H:%M:%S").to_string();
     let h = hog();
     let script = format!(
         "#!/bin/bash\n#SBATCH -p amd --gres=gpu:mi300x:2 --gpu-track=0.5 --mem=1G\n\
