@@ -154,6 +154,18 @@ fn whole_target(f: &DeviceFile) -> Option<Target> {
     })
 }
 
+/// Appends to the GPUs AutoDetect found (`chosen`, by file name) the files gres.conf names that
+/// it did not find, in natural name order, as slurmd keeps them after its detected ones.
+fn append_unlisted(chosen: &mut Vec<(String, Option<Target>)>, files: &[DeviceFile]) {
+    let mut extra: Vec<(String, Option<Target>)> = files
+        .iter()
+        .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
+        .map(|f| (f.path.clone(), whole_target(f)))
+        .collect();
+    extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
+    chosen.extend(extra);
+}
+
 /// How slurmd orders the node's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GpuOrder {
@@ -293,13 +305,7 @@ impl GpuOrder {
                     }
                 }
             }
-            let mut extra: Vec<(String, Option<Target>)> = files
-                .iter()
-                .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
-                .map(|f| (f.path.clone(), whole_target(f)))
-                .collect();
-            extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
-            chosen.extend(extra);
+            append_unlisted(&mut chosen, files);
             if sort_by_name {
                 chosen.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
             }
@@ -325,13 +331,7 @@ impl GpuOrder {
                 .filter(|m| files.is_empty() || files.iter().any(|f| f.path == render(*m)))
                 .map(|m| (render(m), Some(Target::Render(m))))
                 .collect();
-            let mut extra: Vec<(String, Option<Target>)> = files
-                .iter()
-                .filter(|f| !chosen.iter().any(|(p, _)| *p == f.path))
-                .map(|f| (f.path.clone(), whole_target(f)))
-                .collect();
-            extra.sort_by(|a, b| parse::natural_cmp(&a.0, &b.0));
-            chosen.extend(extra);
+            append_unlisted(&mut chosen, files);
             chosen.into_iter().map(|(_, t)| t).collect()
         };
         match self {
