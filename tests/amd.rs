@@ -139,3 +139,48 @@ fn a_holder_shows_on_its_simulated_gpu_and_leaves_it_idle_when_it_ends() {
     let code = sim.0.wait().unwrap();
     assert!(code.success(), "simamd.py ended with {code}");
 }
+
+#[test]
+fn gpu_tracker_e_with_gb_amd_tracks_the_commands_vram_on_its_gpu_only() {
+    let root = common::TempDir::new("simamd-cli");
+    let _sim = start_sim(root.path());
+    // The marker is made by the command's shell, so that no command line above the holder (the
+    // tracker's, the shell's) holds it and counts as a holder too.
+    let out = common::run_env(
+        &[
+            "-e",
+            "m=SIMAMD0; exec -a ${m}_HOLD sleep 3",
+            "--gb",
+            "amd",
+            "--st",
+            "0.2",
+            "--gru",
+            "bytes",
+            "-f",
+            "json",
+            "--disable-logs",
+        ],
+        &[("GPU_TRACKER_AMD_ROOT", root.path().to_str().unwrap())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = common::json(&out);
+    assert_eq!(v["tracking"]["gpu_source"], "amd", "{v}");
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2, "{v}");
+    for g in gpus {
+        assert_eq!(g["vendor"], "amd", "{g}");
+        assert!(g["pci_bus_id"].is_string(), "{g}");
+    }
+    assert_eq!(gpus[0]["max_tracked"].as_f64(), Some(GIB), "{}", gpus[0]);
+    assert_eq!(gpus[0]["max_utilization_percent"].as_f64(), Some(60.0));
+    assert_eq!(gpus[1]["max_tracked"].as_f64(), Some(0.0), "{}", gpus[1]);
+    assert_eq!(gpus[1]["max_utilization_percent"].as_f64(), Some(0.0));
+    // gpu_tracker's own keys: the command's (main) VRAM peak, in the same unit.
+    assert_eq!(v["max_gpu_ram"]["main"], gpus[0]["max_tracked"], "{v}");
+}
+
+const GIB: f64 = (1u64 << 30) as f64;

@@ -561,7 +561,9 @@ impl GpuAccumulator {
         let gpus = devices
             .iter()
             .map(|d| GpuUsage {
+                vendor: d.info.vendor,
                 index: d.info.index,
+                pci_bus_id: d.info.pci_bus_id.clone(),
                 uuid: d.info.uuid.clone(),
                 name: d.info.name.clone(),
                 selected: d.selected,

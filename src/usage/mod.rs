@@ -142,8 +142,14 @@ pub struct ComputeTime {
 /// Added: one GPU over the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuUsage {
-    /// NVML index.
+    /// `nvidia` or `amd`.
+    #[serde(default)]
+    pub vendor: crate::gpu::Vendor,
+    /// NVML index; for an AMD GPU its position among the KFD topology's GPUs.
     pub index: u32,
+    /// PCI address, where the source gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
     /// UUID.
     pub uuid: String,
     /// Product name.
