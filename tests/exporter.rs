@@ -215,7 +215,7 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
         value(&m, &format!("gpu_tracker_cpu_seconds_total{{{l}}}")).as_deref(),
         Some("100.5")
     );
-    let g1 = format!(r#"{l},gpu="1",uuid="GPU-7-1""#);
+    let g1 = format!(r#"{l},gpu="1",uuid="GPU-7-1",vendor="nvidia""#);
     assert_eq!(
         value(&m, &format!("gpu_tracker_gpu_utilization_ratio{{{g1}}}")).as_deref(),
         Some("0.95")
