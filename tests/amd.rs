@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 use gpu_tracker::gpu::amd::AmdSource;
 use gpu_tracker::gpu::{GpuReading, GpuSource, Vendor};
 
+/// Every simulator of this machine counts every process whose command line holds a marker: the
+/// tests run one at a time, so that one's holder never counts on another's GPUs.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Kills and reaps a child when dropped, so a failing test leaves nothing behind.
 struct Reaped(Child);
 
@@ -70,6 +74,7 @@ fn watts(s: &mut AmdSource, i: usize, secs: f64) -> f64 {
 
 #[test]
 fn a_holder_shows_on_its_simulated_gpu_and_leaves_it_idle_when_it_ends() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let root = common::TempDir::new("simamd");
     let mut sim = start_sim(root.path());
     let mut s = AmdSource::open(root.path()).expect("the simulated GPUs open");
@@ -142,6 +147,7 @@ fn a_holder_shows_on_its_simulated_gpu_and_leaves_it_idle_when_it_ends() {
 
 #[test]
 fn gpu_tracker_e_with_gb_amd_tracks_the_commands_vram_on_its_gpu_only() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let root = common::TempDir::new("simamd-cli");
     let _sim = start_sim(root.path());
     // The marker is made by the command's shell, so that no command line above the holder (the
@@ -149,7 +155,7 @@ fn gpu_tracker_e_with_gb_amd_tracks_the_commands_vram_on_its_gpu_only() {
     let out = common::run_env(
         &[
             "-e",
-            "m=SIMAMD0; exec -a ${m}_HOLD sleep 3",
+            "m=SIMAMD0 exec bash -c 'exec -a ${m}_HOLD sleep 3'",
             "--gb",
             "amd",
             "--st",
