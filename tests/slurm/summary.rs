@@ -15,11 +15,13 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     let dir = state_dir().join("jobs").join(USER);
     // The holder runs from a script so that the marker is on the holder's command line only
     // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it,
-    // and the device its 37 % while one that also says SIMGPU_COMPUTE is on it).
+    // and the device its 37 % while one that also says SIMGPU_COMPUTE is on it). It holds 5 s:
+    // a loaded guest once opened the batch step's NVML 4.2 s into the job, after a holder of
+    // 1.5 s had ended, and the batch step, whose mean the summary shows, read 0 % throughout.
     std::fs::write(
         dir.join("hold-gpu0.sh"),
         format!(
-            "#!/bin/bash\nexec {h} --mb 100 --hold-ms 1500 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
+            "#!/bin/bash\nexec {h} --mb 100 --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
         ),
     )
     .unwrap();
