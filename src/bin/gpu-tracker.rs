@@ -301,12 +301,8 @@ fn run(args: Args) -> Result<u8, Fail> {
         Some(wanted) if args.gb == Some(Vendor::Amd) => {
             let src = gpu::open(&opts.gpu)
                 .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
-            let known: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
-            if let Some(bad) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
-                return Err(Fail::Usage(format!(
-                    "unknown GPU UUID \"{bad}\"; GPUs here: {}",
-                    known.join(", ")
-                )));
+            if let Some(why) = gpu::unknown_uuid(src.devices(), wanted) {
+                return Err(Fail::Usage(why));
             }
             LazyGpu::ready(src)
         }
@@ -314,16 +310,8 @@ fn run(args: Args) -> Result<u8, Fail> {
             // MIG instances too, so that --guuids can name one by its MIG- UUID.
             let mut src = NvmlSource::open(args.nvml_lib.as_deref(), true)
                 .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
-            let known: Vec<&str> = src.devices().iter().map(|d| d.uuid.as_str()).collect();
-            if let Some(bad) = wanted.iter().find(|w| !known.contains(&w.as_str())) {
-                return Err(Fail::Usage(format!(
-                    "unknown GPU UUID \"{bad}\"; GPUs here: {}",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
+            if let Some(why) = gpu::unknown_uuid(src.devices(), wanted) {
+                return Err(Fail::Usage(why));
             }
             src.retain(|d| d.mig.is_none() || wanted.contains(&d.uuid));
             LazyGpu::ready(Box::new(src))

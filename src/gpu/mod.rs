@@ -317,6 +317,18 @@ pub struct GpuConfig {
     pub amd_root: Option<PathBuf>,
 }
 
+/// The usage error for a `--guuids` UUID none of `devices` has, if one is given.
+pub fn unknown_uuid(devices: &[GpuInfo], wanted: &[String]) -> Option<String> {
+    let known: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
+    let bad = wanted.iter().find(|w| !known.contains(&w.as_str()))?;
+    let here = if known.is_empty() {
+        "none".to_string()
+    } else {
+        known.join(", ")
+    };
+    Some(format!("unknown GPU UUID \"{bad}\"; GPUs here: {here}"))
+}
+
 /// Opens the GPUs `config` asks for: NVIDIA's through NVML, AMD's from the kernel's files,
 /// side by side where both are there. A vendor asked for by name that cannot be read is the
 /// error; with none named, the error only when neither can be read.
@@ -447,5 +459,24 @@ impl LazyGpu {
             }
             LazyState::Opening(_) => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_uuid_is_named_with_the_gpus_there() {
+        let d = [GpuInfo::for_test(0, Some(0)), GpuInfo::for_test(1, Some(1))];
+        assert_eq!(unknown_uuid(&d, &["GPU-1".into()]), None);
+        assert_eq!(
+            unknown_uuid(&d, &["GPU-1".into(), "GPU-9".into()]).as_deref(),
+            Some("unknown GPU UUID \"GPU-9\"; GPUs here: GPU-0, GPU-1")
+        );
+        assert_eq!(
+            unknown_uuid(&[], &["x".into()]).as_deref(),
+            Some("unknown GPU UUID \"x\"; GPUs here: none")
+        );
     }
 }
