@@ -51,16 +51,22 @@ pub(super) fn job_cgroup_of(step: &Cgroup) -> Option<Cgroup> {
     })
 }
 
-/// Whether process `pid` (one on the step's GPU, outside the step) is in the job's cgroup `job`
-/// on this node, that is in another step of the job, from its own `/proc/<pid>/cgroup`; `None`
-/// when that cannot be read (it ended meanwhile).
+/// Whether process `pid` (one on the step's GPU, outside the step's known processes) is in the
+/// job's cgroup `job` on this node, that is in another step of the job, from its own
+/// `/proc/<pid>/cgroup`. `None` when that cannot be read (it ended meanwhile), and when the
+/// process is in the step's own cgroup `step`: a process of the step that reached the GPU
+/// before the sampler counted it among the step's is neither another step's nor another job's.
 pub(super) fn in_job(
     job: &Cgroup,
+    step: Option<&Cgroup>,
     cgroup_root: &std::path::Path,
     procfs: &crate::proc::ProcFs,
     pid: u32,
 ) -> Option<bool> {
     let text = procfs.pid_cgroup(pid).ok()?;
+    if step.is_some_and(|s| s.holds(cgroup_root, &text)) {
+        return None;
+    }
     Some(job.holds(cgroup_root, &text))
 }
 
@@ -175,22 +181,34 @@ mod tests {
                 );
             let step = step_cgroup_of(&cgroot, &text(job, "step_batch")).unwrap();
             let job_cg = job_cgroup_of(&step).unwrap();
+            let own_step = Some(&step);
             assert_eq!(
-                in_job(&job_cg, &cgroot, &procfs, own),
+                in_job(&job_cg, None, &cgroot, &procfs, own),
+                Some(true),
+                "case {k}"
+            );
+            // The step's own process, not yet among those the sampler knows, is no other
+            // step's.
+            assert_eq!(
+                in_job(&job_cg, own_step, &cgroot, &procfs, own),
+                None,
+                "case {k}"
+            );
+            assert_eq!(
+                in_job(&job_cg, own_step, &cgroot, &procfs, sibling),
                 Some(true),
                 "case {k}"
             );
             assert_eq!(
-                in_job(&job_cg, &cgroot, &procfs, sibling),
-                Some(true),
-                "case {k}"
-            );
-            assert_eq!(
-                in_job(&job_cg, &cgroot, &procfs, stranger),
+                in_job(&job_cg, own_step, &cgroot, &procfs, stranger),
                 Some(false),
                 "case {k}"
             );
-            assert_eq!(in_job(&job_cg, &cgroot, &procfs, gone), None, "case {k}");
+            assert_eq!(
+                in_job(&job_cg, own_step, &cgroot, &procfs, gone),
+                None,
+                "case {k}"
+            );
         }
     }
 }

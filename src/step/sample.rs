@@ -203,7 +203,7 @@ pub(super) fn sample(
                 acc,
                 src,
                 &all_members,
-                job_cg.as_ref(),
+                (job_cg.as_ref(), step_cg.as_ref()),
                 procfs,
                 sample_weight(since_previous, s.interval),
             )
@@ -286,14 +286,18 @@ fn cgroup_fault(e: CgroupError, tasks_left: bool) -> Option<CgroupError> {
 }
 
 /// Reads the step's GPUs once (narrowing the source to them at the first reading); the
-/// readings stand for `weight` seconds. A process on them outside the step is the job's own
-/// when it is in the job's cgroup `job` (another step's), else another job's.
+/// readings stand for `weight` seconds. A process on them outside the step's known processes is
+/// the job's own when it is in the job's cgroup (another step's, unless it is in the step's own
+/// cgroup: a process of the step the sampler has not counted yet), else another job's.
 fn gpu_sample(
     s: &StepSetup,
     acc: &mut Acc,
     src: &mut Box<dyn GpuSource>,
     all_members: &std::collections::HashSet<u32>,
-    job: Option<&crate::cgroup::Cgroup>,
+    (job, step): (
+        Option<&crate::cgroup::Cgroup>,
+        Option<&crate::cgroup::Cgroup>,
+    ),
     procfs: &ProcFs,
     weight: f64,
 ) {
@@ -335,7 +339,7 @@ fn gpu_sample(
     };
     let mut tp = Timepoint::default();
     let mut notes = Vec::new();
-    let mut in_job = |pid| super::cgroups::in_job(job?, &s.cgroup_root, procfs, pid);
+    let mut in_job = |pid| super::cgroups::in_job(job?, step, &s.cgroup_root, procfs, pid);
     acc.gpu.sample(
         src.as_mut(),
         0,
