@@ -7,12 +7,14 @@ use super::figures::{Advice, GpuSummary, OomEvent, Summary};
 
 /// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
 /// are shown in the summary's `Classes:` line only.
-pub const ADVICE_OF_CLASS: [(&str, &[&str]); 5] = [
+pub const ADVICE_OF_CLASS: [(&str, &[&str]); 7] = [
     ("gpu-unused", &["gpu-idle"]),
     ("gpu-low", &["gpu-low-use", "gpu-few-sms"]),
     ("mem-over", &["memory-over-requested"]),
+    ("time-over", &["time-over-requested"]),
     ("cpu-low", &["cpu-idle"]),
     ("oom", &["oom"]),
+    ("timeout", &["time-limit"]),
 ];
 
 /// A `--mem` value Slurm takes, at least `bytes`: multiples of 256 MiB up to 4 GiB, whole GiB
@@ -94,6 +96,30 @@ fn oom_advice(events: &[OomEvent]) -> Vec<Advice> {
         .collect()
 }
 
+/// The advice of `timeout` (more time; how much is not known) and `time-over` (less time, by
+/// the array summary's rule: the run's time + 50%, whole minutes).
+fn time_advice(s: &Summary) -> Option<Advice> {
+    use super::runs::{slurm_duration, time_option};
+    let (elapsed, limit) = s.time_against_limit()?;
+    let limit = slurm_duration(limit as f64);
+    if s.has_class("timeout") {
+        return Some(Advice {
+            code: "time-limit",
+            message: format!(
+                "Time: the job ran out of its {limit} time limit and was stopped before it finished. Ask for more time next time (--time); how much more it needed is not known."
+            ),
+        });
+    }
+    s.has_class("time-over").then(|| Advice {
+        code: "time-over-requested",
+        message: format!(
+            "Time: the job used {} of its {limit} time limit. Ask for less next time, for example --time={} (its time + 50%, whole minutes): shorter jobs start sooner.",
+            slurm_duration(elapsed),
+            time_option(elapsed)
+        ),
+    })
+}
+
 /// `a`, `a and b`, `a, b and c`.
 fn and_list(items: &[&str]) -> String {
     match items {
@@ -124,6 +150,8 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
             ),
         });
     }
+
+    out.extend(time_advice(s));
 
     // The advice quotes a GPU's utilization, which on a shared GPU is the device's, other
     // jobs' load included: no GPU advice is given for one (its classes still are).

@@ -3,18 +3,19 @@
 //! reason. The summary's advice, the listing's `CLASSES` column and the summary kept in Slurm's
 //! database are built from them. docs/SUMMARY.md has the table.
 //!
-//! Each rule reads only figures the summary has, but `time-over` (elapsed far under the time
-//! limit): the records do not carry the job's time limit (no SPANK item gives it), so only the
-//! site report, which reads it from Slurm's database, evaluates it ([`time_over`]).
-//! `failed` means a task exited non-zero or was killed: Slurm's own job state (`TIMEOUT`,
-//! `NODE_FAIL`) is not in the records either.
+//! Each rule reads only figures the summary has. `time-over` (a completed job far under its time
+//! limit, [`time_over`]) and `timeout` (its last run killed at its time limit) need the limit:
+//! the records carry it where the plugin's job_prolog wrote the job's run
+//! ([`crate::step::run`]), and the site report reads it, and Slurm's `TIMEOUT` state, from
+//! Slurm's database. `failed` means a task of the job's last run exited non-zero or was killed,
+//! other than by its time limit: a run that Slurm requeued is not a failure of the job.
 
 pub use super::figures::JobClass;
 use super::figures::{GpuSummary, Summary};
 use crate::config::Config;
 
 /// The tags, in the order classes are given.
-pub const TAGS: [&str; 8] = [
+pub const TAGS: [&str; 9] = [
     "gpu-unused",
     "gpu-low",
     "gpu-idle-tail",
@@ -22,26 +23,20 @@ pub const TAGS: [&str; 8] = [
     "time-over",
     "cpu-low",
     "oom",
+    "timeout",
     "failed",
 ];
 
 /// Use-based classes (`gpu-low`, `gpu-idle-tail`, `cpu-low`) need a job at least this long
 /// (seconds): start-up dominates shorter ones.
 pub const MIN_ELAPSED_FOR_USE: f64 = 60.0;
-/// `time-over` needs at least this much of the time limit unused (seconds): a 10-minute job
-/// with a 1-hour limit is not worth a note.
-pub const TIME_SLACK_SECONDS: f64 = 3600.0;
+pub use super::runs::TIME_SLACK_SECONDS;
 
 /// Whether a completed job of `elapsed` seconds asked for far more time than it ran: under the
 /// ratio of its time limit of `limit` seconds, and at least [`TIME_SLACK_SECONDS`] under it.
-/// Only where Slurm's time limit is known (the site report reads it from Slurm's database;
-/// the records do not carry it).
+/// Only where Slurm's time limit is known (the records' run, or Slurm's database).
 pub fn time_over(elapsed: f64, limit: f64, rules: &ClassRules) -> bool {
-    rules.time_over_ratio > 0.0
-        && limit.is_finite()
-        && elapsed >= 0.0
-        && elapsed < rules.time_over_ratio * limit
-        && limit - elapsed >= TIME_SLACK_SECONDS
+    super::runs::far_under_limit(elapsed, limit, rules.time_over_ratio)
 }
 
 /// `mem-over` needs at least this much memory unused, whatever the ratio: 100 MB of 1 GiB is
@@ -316,13 +311,18 @@ pub fn classify(s: &Summary, rules: &ClassRules) -> Vec<JobClass> {
         );
     }
 
-    let failed: usize = s.steps.iter().map(|st| st.failed.len()).sum();
+    for (tag, reason) in super::runs::time_classes(s, rules.time_over_ratio) {
+        add(tag, reason);
+    }
+
+    let failed = super::runs::failed_tasks(s);
     if rules.failed_tasks > 0 && failed >= rules.failed_tasks as usize {
         add(
             "failed",
             format!("{failed} task(s) exited non-zero or were killed"),
         );
     }
+    out.sort_by_key(|c| TAGS.iter().position(|t| *t == c.tag));
     out
 }
 
@@ -334,6 +334,7 @@ pub fn rule_of(tag: &str) -> &'static str {
         "gpu-idle-tail" => "a GPU busy, then idle to the end for long",
         "mem-over" => "peak memory far under the memory requested",
         "time-over" => "elapsed time far under the time limit",
+        "timeout" => "killed at its time limit",
         "cpu-low" => "cores allocated, few used",
         "oom" => "processes killed by the kernel for memory",
         "failed" => "tasks exited non-zero or were killed",

@@ -68,6 +68,10 @@ pub struct Summary {
     pub gpus: Vec<GpuSummary>,
     /// Each step on each node.
     pub steps: Vec<StepSummary>,
+    /// The job's runs, first first ([`super::runs`]): more than one when Slurm requeued it.
+    /// Empty where no record says which run it is (records of earlier builds, or no run file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<RunSummary>,
     /// Steps where the kernel killed processes for memory.
     pub oom: Vec<OomEvent>,
     /// The job's classes ([`super::classes`]), in their fixed order; `[]` when none.
@@ -222,6 +226,9 @@ pub struct StepSummary {
     pub task_records: Vec<TaskRecord>,
     /// Why a task's memory is above the step's peak, when it is (the record's `peak_note`).
     pub peak_note: Option<String>,
+    /// The job's run the step belongs to (1 for the first), where its record says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
 }
 
 /// A task that did not exit 0.
@@ -263,10 +270,30 @@ pub struct JobClass {
 /// One piece of advice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
-    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `gpu-few-sms`, `cpu-idle` or `oom`.
+    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `gpu-few-sms`, `cpu-idle`, `oom`,
+    /// `time-limit` or `time-over-requested`.
     pub code: &'static str,
     /// What to do, for people.
     pub message: String,
+}
+
+/// One run of the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// Which run: 1 for the first (Slurm's restart count + 1).
+    pub run: u32,
+    /// When it started (RFC 3339), as its records say.
+    pub start: Option<String>,
+    /// How long it ran: its batch step's elapsed time, else from its first step's start to its
+    /// last step's end, seconds.
+    pub elapsed_seconds: f64,
+    /// Its time limit, seconds (`None`: unlimited or unknown, `time_limit_unknown` says which).
+    pub time_limit_seconds: Option<u64>,
+    /// Why `time_limit_seconds` is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit_unknown: Option<String>,
+    /// `completed`, `ran-out-of-time`, `failed`, `requeued` or `running`.
+    pub ended: String,
 }
 
 /// Sums over the job's nodes (those with records).

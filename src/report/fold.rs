@@ -18,6 +18,7 @@ use super::figures::{
 };
 use super::merge::{cpu_efficiency, merge_depth};
 use super::nodes::StepTasks;
+use super::runs::RunFold;
 use super::story::{EventFold, IdleGpu, Phase, PhaseFold};
 use crate::step::record::{StepRecord, TaskRecord, clean_text};
 
@@ -124,6 +125,7 @@ pub struct JobFold {
     tasks: StepTasks,
     events: Option<EventFold>,
     idle: BTreeMap<(String, String), IdleGpu>,
+    runs: RunFold,
     /// The earliest timeline start and the latest timeline end (Unix seconds).
     t0: Option<f64>,
     t_end: Option<f64>,
@@ -196,6 +198,7 @@ impl JobFold {
         self.max_cores = self.max_cores.max(r.cpu.max_cores);
         self.add_node(r);
         self.add_step(r);
+        self.runs.add(r);
         self.tasks.add(r);
         self.events
             .get_or_insert_with(|| EventFold::new(MAX_SUMMARY_EVENTS))
@@ -320,6 +323,11 @@ impl JobFold {
                 .collect(),
             task_records: r.tasks.clone(),
             peak_note: r.memory.peak_note.as_deref().map(|n| clean_text(n, 400)),
+            run: r
+                .job
+                .run
+                .as_ref()
+                .map(|x| x.restart_count.saturating_add(1)),
         };
         let kills = r.memory.oom_kills.unwrap_or(0);
         let oom = (kills > 0).then(|| OomEvent {
@@ -376,6 +384,11 @@ impl JobFold {
             .or(span)
             .unwrap_or(self.longest)
             .max(self.longest);
+        s.runs = self.runs.finish();
+        if s.runs.len() > 1 {
+            // A requeued job's CPU time is every run's: so is the time it is measured against.
+            s.elapsed_seconds = s.runs.iter().map(|r| r.elapsed_seconds).sum();
+        }
         s.cpu.seconds = self.cpu_seconds;
         s.cpu.alloc_cpus = self
             .nodes

@@ -233,6 +233,7 @@ pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
             out.removed.push(id);
         }
     }
+    purge_run_files(root, owner, cut, &mut out);
     let stale = root.join(crate::step::spool::STALE_DIR);
     match fs::symlink_metadata(&stale) {
         Ok(m) if m.is_dir() && m.uid() == owner => match fs::read_dir(&stale) {
@@ -251,6 +252,35 @@ pub fn purge(root: &Path, age: Duration) -> io::Result<Purged> {
         Err(e) => out.errors.push(format!("{}: {e}", stale.display())),
     }
     Ok(out)
+}
+
+/// Removes the run files (`.runs/<jobid>.json`, written by the plugin's job_prolog) not
+/// changed since `cut`, relative to the directory opened without following a link; the
+/// directory stays.
+fn purge_run_files(root: &Path, owner: u32, cut: SystemTime, out: &mut Purged) {
+    let dir = root.join(crate::step::run::RUNS_DIR);
+    let d = match JobDir::open(&dir) {
+        Ok(d) if d.owner() == owner => d,
+        Err(r) if r.is_not_found() => return,
+        _ => {
+            out.errors.push(format!(
+                "{}: not a directory of the spool's owner (a symbolic link?); left alone",
+                dir.display()
+            ));
+            return;
+        }
+    };
+    for (name, kind) in d.entries().unwrap_or_default() {
+        let old = fs::symlink_metadata(dir.join(&name))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t < cut);
+        if old && !kind.is_dir() {
+            if let Err(e) = d.remove_file(&name) {
+                out.errors
+                    .push(format!("{}: {e}", dir.join(&name).display()));
+            }
+        }
+    }
 }
 
 /// Removes job directory `dir` if nothing in it is newer than `cut`; true when removed. What
@@ -356,6 +386,17 @@ mod tests {
         assert!(!t.path().join("1").exists());
         assert!(t.path().join("2/n1.batch.json").exists());
         assert!(t.path().join("notes/x").exists());
+    }
+
+    #[test]
+    fn purge_removes_old_run_files_only() {
+        let t = TempTree::new("purge-runs");
+        t.write(".runs/1.json", "{}").write(".runs/2.json", "{}");
+        set_old(&t.path().join(".runs/1.json"));
+        let p = purge(t.path(), Duration::from_secs(86400)).unwrap();
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert!(!t.path().join(".runs/1.json").exists());
+        assert!(t.path().join(".runs/2.json").exists());
     }
 
     #[test]

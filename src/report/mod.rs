@@ -24,6 +24,7 @@ mod load;
 mod merge;
 pub mod nodes;
 pub mod plot;
+pub mod runs;
 pub mod settings;
 pub mod site;
 pub mod slurmctl;

@@ -391,6 +391,9 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         );
     }
     let _ = writeln!(w, "Elapsed:       {}", o.time(s.elapsed_seconds));
+    for (label, line) in super::runs::lines(s) {
+        let _ = writeln!(w, "{label:<15}{line}");
+    }
     let _ = writeln!(
         w,
         "CPU:           {} efficiency: {} CPU time over {} allocated core(s); at most {:.1} cores busy",
@@ -435,10 +438,15 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
             } else {
                 st.failed.iter().map(failure).collect::<Vec<_>>().join("; ")
             };
+            // A requeued job has a row per step and run.
+            let id = match st.run {
+                Some(k) if s.runs.len() > 1 => format!("{} r{k}", st.id),
+                _ => st.id.clone(),
+            };
             let _ = writeln!(
                 w,
                 "  {:<11} {:<12} {:>10} {:>5.0}% {:>11} {:>5}  {result}",
-                st.id,
+                id,
                 st.node,
                 o.time(st.elapsed_seconds),
                 st.cpu_efficiency_percent,
@@ -475,7 +483,12 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
     } else if let Some(st) = s.steps.first() {
         if !st.failed.is_empty() {
             let f: Vec<String> = st.failed.iter().map(failure).collect();
-            let _ = writeln!(w, "Failed tasks:  {}", f.join("; "));
+            let at_limit = if s.ran_out_of_time() {
+                " (at the time limit)"
+            } else {
+                ""
+            };
+            let _ = writeln!(w, "Failed tasks:  {}{at_limit}", f.join("; "));
         }
     }
     if !s.imbalance.is_empty() {

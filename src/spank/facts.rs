@@ -215,6 +215,8 @@ pub(super) fn job_and_step(
             slurm_conf.cluster_name.as_deref(),
         )),
         submit_token: sp.getenv(SUBMIT_TOKEN_VAR).filter(|t| valid_token(t)),
+        // From the run file the job_prolog wrote (start.rs), never from the job's environment.
+        run: None,
     };
     let step = StepInfo {
         id: record::step_name(step_id),

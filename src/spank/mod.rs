@@ -8,14 +8,16 @@
 //! ```
 //!
 //! The same file is loaded by sbatch/salloc (allocator context: registers `--gpu-track` and
-//! checks its value), srun (local: the same) and slurmstepd (remote: tracks the step). In every
-//! other context it does nothing. Every callback catches panics and errors, logs one
+//! checks its value), srun (local: the same) and slurmstepd (remote: tracks the step); in
+//! slurmd's prolog (job_script) it writes the job's run, with its time limit, for the run's steps
+//! (`prolog.rs`). In every other context it does nothing. Every callback catches panics and errors, logs one
 //! `gpu-tracker:` line, and returns success: tracking never fails a job. The only refusal is of
 //! a malformed `--gpu-track` value at submission, before anything runs.
 
 mod facts;
 mod ffi;
 mod option;
+mod prolog;
 mod start;
 mod summary;
 
@@ -134,7 +136,7 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
     let args = unsafe { ffi::args(ac, av) };
     guard("init", false, || {
         use spank_context::*;
-        if !in_context(&[S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE]) {
+        if !in_context(&[S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE, S_CTX_JOB_SCRIPT]) {
             return Ok(());
         }
         quiet_panics();
@@ -148,6 +150,10 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
             }
         }
         drop(st);
+        if in_context(&[S_CTX_JOB_SCRIPT]) {
+            // The prolog and epilog take no option: only the settings' path is wanted there.
+            return Ok(());
+        }
         Spank::new(sp)
             .register(&option::OPTION)
             .map_err(|e| format!("cannot register --gpu-track: {e}"))
@@ -288,5 +294,34 @@ pub unsafe extern "C" fn slurm_spank_exit(
             return summary::srun_summary();
         }
         summary::finish_step()
+    })
+}
+
+/// `slurm_spank_job_prolog` (job_script context: `slurmstepd spank prolog`, root, on each node
+/// of the job before the run's first step there): writes the run's time limit and restart count
+/// for its steps (`prolog.rs`). Never fails the job: a problem is one log line.
+///
+/// # Safety
+/// Called by SPANK with a valid handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn slurm_spank_job_prolog(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("job_prolog", false, || {
+        if !in_context(&[spank_context::S_CTX_JOB_SCRIPT]) {
+            return Ok(());
+        }
+        quiet_panics();
+        let path = state()
+            .config_path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
+        if std::fs::symlink_metadata(&path).is_err() {
+            // No settings on this node: the plugin does nothing here, as in slurmstepd.
+            return Ok(());
+        }
+        prolog::write_run_file(Spank::new(sp), &path)
     })
 }

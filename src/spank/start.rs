@@ -59,7 +59,7 @@ pub(super) fn start_step(
     let job_id = sp
         .u32_item(spank_item::S_JOB_ID)
         .ok_or("no job id from SPANK")?;
-    let (job, step) = facts::job_and_step(sp, step_id, kind, job_id);
+    let (mut job, step) = facts::job_and_step(sp, step_id, kind, job_id);
     let uid = job.uid;
     let (gpu_order, gres_conf) = if step.alloc_gpus.is_empty() {
         (GpuOrder::Unknown("no GPUs allocated".into()), None)
@@ -71,6 +71,11 @@ pub(super) fn start_step(
         .and_then(|s| s.for_cluster(&cluster))
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
+    // The run, with its time limit, as the job_prolog wrote it from Slurm's credential.
+    let now = crate::clock::unix_now() as i64;
+    job.run = spool
+        .read_run(job_id)
+        .and_then(|f| crate::step::run::accept(f, job_id, uid, now));
     if !record::is_recorded(step_id, cfg.max_step_records) {
         // Past the job's bound on step records: not tracked, and its directory says so once
         // (the summary and the report show it). A job may have 40,000 steps.

@@ -34,6 +34,7 @@ pub mod nvml_gate;
 mod own_dir;
 pub mod procs;
 pub mod record;
+pub mod run;
 pub mod safe_read;
 mod sample;
 mod setup;

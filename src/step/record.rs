@@ -96,6 +96,12 @@ pub struct JobInfo {
     /// the same id apart (see `instance.json`). Added in 0.2; older records lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_token: Option<String>,
+    /// The run of the job this step belongs to (which run, its start and its time limit), from
+    /// the run file the plugin's `job_prolog` wrote ([`crate::step::run`]). Absent where there
+    /// was none (slurmd started before the plugin was installed), and in records of earlier
+    /// builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<crate::step::run::RunInfo>,
 }
 
 /// The step itself.

@@ -59,13 +59,14 @@ pub struct LiveSetup {
 }
 
 impl StepSetup {
-    /// The record's file name: `<node>.<step>.json`, the node name cut to letters, digits,
-    /// `-`, `_` and `.` (a file name is shown on terminals).
+    /// The record's file name: `<node>.<step>.json` (`<node>.<step>.run<k>.json` in the job's
+    /// run k > 1), the node name cut to letters, digits, `-`, `_` and `.` (a file name is
+    /// shown on terminals).
     pub fn record_name(&self) -> String {
-        format!(
-            "{}.{}.json",
-            record::file_safe(&self.step.node),
-            self.step.id
+        super::run::record_file_name(
+            &record::file_safe(&self.step.node),
+            &self.step.id,
+            self.job.run.as_ref().map_or(0, |r| r.restart_count),
         )
     }
 

@@ -333,6 +333,40 @@ impl Spool {
         )
     }
 
+    /// Writes the run file of job `file.job_id` into [`super::run::RUNS_DIR`] (made 0700 if
+    /// missing, checked like the job directories), replacing the job's earlier one; returns its
+    /// path. Root only: no user reads it (the steps copy the run into their records).
+    pub fn write_run(&self, file: &super::run::RunFile) -> Result<PathBuf, SpoolError> {
+        let dir = self.root.join(super::run::RUNS_DIR);
+        match DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(SpoolError::Io(dir, e)),
+        }
+        check_dir(&dir, sys::euid())?;
+        let text = serde_json::to_string(file).unwrap_or_default() + "\n";
+        let plain = Spool {
+            root: self.root.clone(),
+            reader: None,
+        };
+        plain.write_file(&dir, &format!("{}.json", file.job_id), text.as_bytes())
+    }
+
+    /// The run file of job `job_id`, read without following a link from a directory of the
+    /// writer's: `None` when missing, unsafe or not a run file.
+    pub fn read_run(&self, job_id: u32) -> Option<super::run::RunFile> {
+        use super::safe_read::JobDir;
+        let d = JobDir::open(&self.root.join(super::run::RUNS_DIR)).ok()?;
+        if d.owner() != sys::euid() {
+            return None;
+        }
+        let name = format!("{job_id}.json");
+        let bytes = d
+            .read(std::ffi::OsStr::new(&name), super::run::MAX_RUN_FILE_BYTES)
+            .ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     /// Writes `contents` to `<job dir>/<name>` atomically; returns the path.
     pub fn write(&self, job_id: u32, name: &str, contents: &[u8]) -> Result<PathBuf, SpoolError> {
         let dir = self.job_dir(job_id)?;
@@ -516,6 +550,39 @@ mod tests {
             .flatten()
             .collect();
         assert_eq!(left.len(), 1, "temporary directories left: {left:?}");
+    }
+
+    #[test]
+    fn run_files_are_root_only_and_read_back_without_following_links() {
+        use crate::step::run::{RUNS_DIR, RunFile, RunInfo};
+        let t = TempTree::new("spool-runs");
+        let s = Spool::open(&t.path().join("spool"))
+            .unwrap()
+            .readable_by(4242);
+        assert!(s.read_run(7).is_none());
+        let file = RunFile {
+            job_id: 7,
+            uid: 4242,
+            written_unix: 1,
+            run: RunInfo {
+                restart_count: 1,
+                time_limit_seconds: Some(60),
+                ..RunInfo::default()
+            },
+        };
+        let p = s.write_run(&file).unwrap();
+        assert_eq!(p, t.path().join("spool").join(RUNS_DIR).join("7.json"));
+        assert_eq!(s.read_run(7), Some(file.clone()));
+        // No ACL for the job's user, on the file or its directory.
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        let dir = t.path().join("spool").join(RUNS_DIR);
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        // A link in its place is not followed.
+        fs::remove_file(&p).unwrap();
+        let elsewhere = t.path().join("elsewhere.json");
+        fs::write(&elsewhere, serde_json::to_string(&file).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &p).unwrap();
+        assert!(s.read_run(7).is_none());
     }
 
     #[test]

@@ -189,8 +189,9 @@ pub fn outliers(tasks: &[TaskFigures]) -> Vec<Outlier> {
 
 /// Margin on the largest task's peak memory in [`RightSize::mem`].
 pub const MEM_MARGIN: f64 = 1.2;
-/// Margin on the longest task's time in [`RightSize::time`].
-pub const TIME_MARGIN: f64 = 1.5;
+/// Margin on the longest task's time in [`RightSize::time`] (the job summary's `--time`
+/// suggestion uses it too).
+pub use super::runs::TIME_MARGIN;
 
 /// The requests that would fit every task of the array next time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -208,20 +209,7 @@ pub struct RightSize {
     pub line: String,
 }
 
-/// `seconds` as Slurm's `--time` takes it: `[D-]HH:MM:SS`.
-pub fn slurm_time(seconds: u64) -> String {
-    let (d, h, m, s) = (
-        seconds / 86_400,
-        seconds / 3_600 % 24,
-        seconds / 60 % 60,
-        seconds % 60,
-    );
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
-    }
-}
+pub use super::runs::slurm_time;
 
 impl RightSize {
     /// From the tasks' figures.

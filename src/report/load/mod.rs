@@ -180,10 +180,12 @@ pub fn load_job_limited(
     })
 }
 
-/// The node and step a record's file name says (`<node>.<step>.json`); the whole name as the
-/// node, and no step, for another name.
+/// The node and step a record's file name says (`<node>.<step>.json`, or
+/// `<node>.<step>.run<k>.json` in a requeued job's run k: [`crate::step::run::split_run`]); the
+/// whole name as the node, and no step, for another name.
 fn node_and_step(name: &str) -> (&str, &str) {
     let stem = name.strip_suffix(".json").unwrap_or(name);
+    let (stem, _run) = crate::step::run::split_run(stem);
     stem.rsplit_once('.').unwrap_or((stem, ""))
 }
 

@@ -240,3 +240,39 @@ fn steps_past_max_step_records_are_noted_once_and_the_summary_says_so() {
     let json = j.to_json(&j.summary(None));
     assert!(json.contains("\"steps_not_recorded_from\": 1000"), "{json}");
 }
+
+#[test]
+fn a_requeued_jobs_runs_are_all_read_under_the_jobs_instance() {
+    use crate::step::run::RunInfo;
+    let t = TempTree::new("load-runs");
+    let run = |restart_count| {
+        let mut r = record("n1.x", "batch");
+        r.job.id = 9;
+        r.job.run = Some(RunInfo {
+            restart_count,
+            time_limit_seconds: Some(3600),
+            ..RunInfo::default()
+        });
+        r
+    };
+    let mut other_user = run(2);
+    other_user.job.uid = 1002;
+    t.write(
+        "9/instance.json",
+        "{\"cluster\": \"c\", \"job_id\": 9, \"uid\": 1001, \"token\": \"1.2\"}",
+    )
+    .write("9/n1.x.batch.json", &run(0).to_json())
+    .write("9/n1.x.batch.run2.json", &run(1).to_json())
+    .write("9/n1.x.batch.run3.json", &other_user.to_json());
+    let j = load_job(t.path(), 9).unwrap();
+    let runs: Vec<u32> = j
+        .records
+        .iter()
+        .map(|r| r.job.run.as_ref().unwrap().restart_count)
+        .collect();
+    assert_eq!(runs.len(), 2, "another user's record is left out");
+    assert!(runs.contains(&0) && runs.contains(&1));
+    // The step a file name says is the step, whatever the run.
+    assert_eq!(node_and_step("n1.x.batch.run2.json"), ("n1.x", "batch"));
+    assert_eq!(j.only_step("batch").records.len(), 2);
+}

@@ -192,9 +192,20 @@ impl JobFacts {
 
     /// Slurm's end state of the job counts too: a job Slurm ended as failed (`FAILED`,
     /// `TIMEOUT`, `NODE_FAIL`, `BOOT_FAIL`, `DEADLINE`) or out of memory is counted so, whatever
-    /// its tasks' figures say.
+    /// its tasks' figures say; a `TIMEOUT` is in the `timeout` class, as the job's summary
+    /// puts a job its records show killed at its time limit.
     pub fn with_state(mut self, state: &str) -> JobFacts {
         let word = state.split_whitespace().next().unwrap_or_default();
+        if word == "TIMEOUT" && !self.classes.iter().any(|t| t == "timeout") {
+            self.classes.push("timeout".into());
+            let order = |t: &String| {
+                crate::report::classes::TAGS
+                    .iter()
+                    .position(|x| x == t)
+                    .unwrap_or(usize::MAX)
+            };
+            self.classes.sort_by_key(order);
+        }
         match word {
             "FAILED" | "TIMEOUT" | "NODE_FAIL" | "BOOT_FAIL" | "DEADLINE" => self.failed = true,
             "OUT_OF_MEMORY" => self.oom = true,

@@ -69,7 +69,14 @@ fn a_stored_summary_gives_the_jobs_gpu_hours_memory_and_classes() {
     assert_eq!(f.classes, vec!["gpu-unused", "mem-over"]);
     assert!(!f.failed && !f.oom);
     // Slurm's end state counts too.
-    assert!(f.clone().with_state("TIMEOUT").failed);
+    let timeout = f.clone().with_state("TIMEOUT");
+    assert!(timeout.failed);
+    assert_eq!(timeout.classes, vec!["gpu-unused", "mem-over", "timeout"]);
+    assert_eq!(
+        timeout.with_state("TIMEOUT").classes.len(),
+        3,
+        "the class once"
+    );
     assert!(f.clone().with_state("OUT_OF_MEMORY").oom);
     assert!(!f.clone().with_state("CANCELLED by 1001").failed);
     // A summary of an earlier build: no classes, no GPU use; both from its figures, idle
@@ -172,7 +179,10 @@ fn the_renderings_name_every_group_and_csv_has_a_column_per_class() {
     let csv = render::csv(&r);
     let lines: Vec<&str> = csv.lines().collect();
     assert!(lines[0].starts_with("account,jobs,"), "{csv}");
-    assert!(lines[0].ends_with(",class_oom,class_failed"), "{csv}");
+    assert!(
+        lines[0].ends_with(",class_oom,class_timeout,class_failed"),
+        "{csv}"
+    );
     assert!(lines[1].starts_with("\"chem,bio\",1,0,4,2,2,"), "{csv}");
     let json: serde_json::Value = serde_json::from_str(&render::json(&r)).unwrap();
     assert_eq!(json["schema"], SCHEMA);
