@@ -75,6 +75,15 @@ pub struct Stored {
     /// Absent in summaries of earlier builds. Stored as `gu`.
     #[serde(default, rename = "gu", skip_serializing_if = "Option::is_none")]
     pub gpu_use: Option<(u32, f64)>,
+    /// The job's needed memory (page cache left out, what sizing uses): the nodes' needed
+    /// peaks added up (a node without one counts its charged peak), kept whole when rows are
+    /// cut. Absent in summaries of earlier builds and where no record had the figure: readers
+    /// then take the charged peak (`totals`). Stored as `mn`.
+    #[serde(default, rename = "mn", skip_serializing_if = "Option::is_none")]
+    pub memory_needed: Option<u64>,
+    /// Each node's needed peak, in the order of `nodes` (cut with them). Stored as `nn`.
+    #[serde(default, rename = "nn", skip_serializing_if = "Vec::is_empty")]
+    pub nodes_needed: Vec<u64>,
     /// Node rows left out to stay within the size bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_nodes: usize,
@@ -174,6 +183,12 @@ impl Stored {
                 let idle = s.gpu_idle.iter().fold(0.0, |t, i| t + i.idle.idle_seconds);
                 (u32::try_from(unused).unwrap_or(u32::MAX), round(idle))
             }),
+            memory_needed: s.totals.memory_needed_bytes,
+            nodes_needed: if s.per_node.iter().any(|n| n.needed_peak_bytes.is_some()) {
+                s.per_node.iter().map(|n| n.sizing_bytes()).collect()
+            } else {
+                Vec::new()
+            },
             cut_nodes: 0,
             cut_gpus: 0,
         }
@@ -198,6 +213,7 @@ impl Stored {
             if s.gpus.pop().is_some() {
                 s.cut_gpus += 1;
             } else if s.nodes.pop().is_some() {
+                s.nodes_needed.truncate(s.nodes.len());
                 s.cut_nodes += 1;
             } else if s.missing.pop().is_none() {
                 // Only fixed-size fields are left: the bound holds by construction.
@@ -249,8 +265,9 @@ impl Stored {
         s.cpu.efficiency_percent =
             cpu_efficiency(s.cpu.seconds, s.elapsed_seconds, s.cpu.alloc_cpus);
         let clean = |n: &str| crate::step::record::clean_text(n, 64);
-        for (node, cpu, alloc, peak, req, steps) in &self.nodes {
+        for (i, (node, cpu, alloc, peak, req, steps)) in self.nodes.iter().enumerate() {
             let requested = (*req > 0).then_some(*req);
+            let needed = self.nodes_needed.get(i).map(|b| (*b).min(*peak));
             s.per_node.push(NodeSummary {
                 node: clean(node),
                 cpu_seconds: *cpu,
@@ -263,6 +280,8 @@ impl Stored {
                 requested_bytes: requested,
                 percent_of_request: requested.map(|r| 100.0 * *peak as f64 / r as f64),
                 gpu_energy_joules: None,
+                needed_peak_bytes: needed,
+                needed_peak_source: needed.map(|_| "stored".into()),
             });
         }
         s.nodes = s.per_node.iter().map(|n| n.node.clone()).collect();
@@ -284,6 +303,7 @@ impl Stored {
         super::nodes::complete_stored(&mut s);
         let (mem, req, gpus, gpu_mem, gpu_util) = self.totals;
         s.totals.memory_peak_bytes = mem;
+        s.totals.memory_needed_bytes = self.memory_needed.map(|n| n.min(mem));
         s.totals.memory_requested_bytes = (req > 0).then_some(req);
         s.totals.gpus = gpus;
         s.totals.gpu_memory_peak_bytes = gpu_mem;
