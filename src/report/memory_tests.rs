@@ -172,10 +172,10 @@ fn the_stored_summary_keeps_the_needed_figure_and_older_ones_fall_back() {
     );
     let spool = JobFacts::from_summary(&s);
     assert_eq!(spool.memory_used_bytes, 5 * MIB);
-    // A summary stored by an earlier build has neither key: the charged peak is used.
-    let old = text
-        .replace(",`mn`:5242880", "")
-        .replace(",`nn`:[5242880]", "");
+    // One node's needed peak is the total's.
+    assert!(!text.contains("`nn`"), "{text}");
+    // A summary stored by an earlier build has no `mn`: the charged peak is used.
+    let old = text.replace(",`mn`:5242880", "");
     assert_ne!(old, text);
     let st = Stored::decode(&old).unwrap();
     assert_eq!((st.memory_needed, st.nodes_needed.len()), (None, 0));
@@ -236,4 +236,28 @@ fn the_array_hint_is_sized_from_the_tasks_own_memory() {
     oom.memory.oom_kills = Some(1);
     let t = TaskFigures::of(&Summary::from_records(&[oom]));
     assert_eq!(t.needed_memory_bytes, 1234 * MIB);
+}
+
+#[test]
+fn several_nodes_keep_each_needed_peak_in_the_stored_summary() {
+    let mut n2 = file_reader();
+    n2.step.node = "n2".into();
+    n2.memory.job_needed_peak_bytes = Some(900 * MIB);
+    let s = Summary::from_records(&[file_reader(), n2]);
+    let text = render(&s, &[], &TextOptions::default());
+    assert!(
+        text.contains(
+            "  (the job's own memory, without page cache the kernel could reclaim: n1 5.0 MiB, \
+             n2 900.0 MiB)\n"
+        ),
+        "{text}"
+    );
+    let stored = Stored::of(&s).encode();
+    assert!(stored.contains("`nn`:[5242880,943718400]"), "{stored}");
+    let back = Stored::decode(&stored)
+        .unwrap()
+        .to_summary("alice", 1001, None);
+    let needed: Vec<Option<u64>> = back.per_node.iter().map(|n| n.needed_peak_bytes).collect();
+    assert_eq!(needed, [Some(5 * MIB), Some(900 * MIB)]);
+    assert_eq!(back.totals.memory_needed_bytes, Some(905 * MIB));
 }
