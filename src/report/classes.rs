@@ -193,8 +193,13 @@ fn some_of(names: Vec<String>, what: &str) -> String {
     format!("{t}: {what}")
 }
 
+/// GiB with one decimal, MiB under 1 GiB (a job's own memory is often a few MiB).
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    if bytes < 1 << 30 {
+        format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
+    } else {
+        format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    }
 }
 
 /// The classes of the job `s` under `rules`, in the order of [`TAGS`].

@@ -65,7 +65,8 @@ fn a_file_reading_job_is_summarised_and_sized_by_its_own_memory() {
         .unwrap()
         .reason;
     assert!(
-        reason.starts_with("own memory peak 0.0 GiB of the 2.0 GiB"),
+        reason
+            .starts_with("own memory peak 5 MiB of the 2.0 GiB requested per node (0%, under 50%)"),
         "{reason}"
     );
 }
