@@ -4,6 +4,7 @@
 //! by building Slurm's path (its layout changes between releases).
 
 mod member;
+pub mod needed;
 pub mod own;
 pub mod parse;
 
@@ -66,12 +67,24 @@ pub struct CgroupReading {
     pub anon: Option<u64>,
     /// Page cache now (`file` / `total_cache`).
     pub file: Option<u64>,
+    /// Memory charged now that the kernel could reclaim at the limit: file pages on the file
+    /// LRU lists, and on v2 reclaimable slab ([`parse::reclaimable_v2`]).
+    pub reclaimable: Option<u64>,
     /// Processes killed by the OOM killer in this cgroup (`oom_kill`).
     pub oom_kills: Option<u64>,
     /// Times the limit was hit (v1 `memory.failcnt`, v2 `max` events).
     pub limit_hits: Option<u64>,
     /// CPU time used by every process that ever ran in the cgroup, in nanoseconds.
     pub cpu_ns: Option<u64>,
+}
+
+impl CgroupReading {
+    /// Memory charged now that the kernel could not reclaim: `current` less `reclaimable`
+    /// (anonymous memory, shmem and tmpfs, unevictable and kernel memory), at least 0 (the two
+    /// files are not read at one instant).
+    pub fn needed(&self) -> Option<u64> {
+        Some(self.current?.saturating_sub(self.reclaimable?))
+    }
 }
 
 fn read_opt(path: &Path) -> Result<Option<String>, CgroupError> {
@@ -160,6 +173,7 @@ impl Cgroup {
                 if let Some(stat) = m("memory.stat")? {
                     r.anon = parse::keyed(&stat, "total_rss");
                     r.file = parse::keyed(&stat, "total_cache");
+                    r.reclaimable = parse::reclaimable_v1(&stat);
                 }
                 r.oom_kills = m("memory.oom_control")?.and_then(|s| parse::keyed(&s, "oom_kill"));
                 r.limit_hits = m("memory.failcnt")?.and_then(|s| parse::parse_single(&s));
@@ -175,6 +189,7 @@ impl Cgroup {
                 if let Some(stat) = m("memory.stat")? {
                     r.anon = parse::keyed(&stat, "anon");
                     r.file = parse::keyed(&stat, "file");
+                    r.reclaimable = parse::reclaimable_v2(&stat);
                 }
                 if let Some(ev) = m("memory.events")? {
                     r.oom_kills = parse::keyed(&ev, "oom_kill");
@@ -320,7 +335,8 @@ mod tests {
             .write(&format!("{V1_STEP}/memory.limit_in_bytes"), "536870912\n")
             .write(
                 &format!("{V1_STEP}/memory.stat"),
-                "cache 0\nrss 0\ntotal_cache 4194304\ntotal_rss 100663296\n",
+                "cache 0\nrss 0\ntotal_cache 4194304\ntotal_rss 100663296\n\
+                 total_inactive_file 3145728\ntotal_active_file 1048576\n",
             )
             .write(
                 &format!("{V1_STEP}/memory.oom_control"),
@@ -352,6 +368,9 @@ mod tests {
         assert_eq!(r.limit, Some(536_870_912));
         assert_eq!(r.anon, Some(100_663_296));
         assert_eq!(r.file, Some(4_194_304));
+        // Charged 100 MiB, of which the 4 MiB on the file lists could be reclaimed.
+        assert_eq!(r.reclaimable, Some(4_194_304));
+        assert_eq!(r.needed(), Some(100_663_296));
         assert_eq!(r.oom_kills, Some(1));
         assert_eq!(r.limit_hits, Some(12));
         assert_eq!(r.cpu_ns, Some(2_500_000_000));
@@ -370,6 +389,8 @@ mod tests {
         assert_eq!(r.limit, None);
         assert_eq!(r.peak, None);
         assert_eq!(r.oom_kills, None);
+        // No memory.stat: what could be reclaimed is unknown, and so is what was needed.
+        assert_eq!((r.reclaimable, r.needed()), (None, None));
         assert_eq!(cg.cpu_dir, None);
     }
 
@@ -382,7 +403,8 @@ mod tests {
             .write(&format!("{d}/memory.max"), "max\n")
             .write(
                 &format!("{d}/memory.stat"),
-                "anon 41943040\nfile 10485760\nshmem 0\n",
+                "anon 41943040\nfile 10485760\nshmem 0\ninactive_file 2097152\n\
+                 active_file 8388608\nslab_reclaimable 1048576\n",
             )
             .write(
                 &format!("{d}/memory.events"),
@@ -405,6 +427,8 @@ mod tests {
         assert_eq!(r.limit, None);
         assert_eq!(r.anon, Some(41_943_040));
         assert_eq!(r.file, Some(10_485_760));
+        assert_eq!(r.reclaimable, Some(11_534_336));
+        assert_eq!(r.needed(), Some(52_428_800 - 11_534_336));
         assert_eq!(r.oom_kills, Some(1));
         assert_eq!(r.limit_hits, Some(3));
         assert_eq!(r.cpu_ns, Some(1_250_000_000));

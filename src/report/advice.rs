@@ -139,11 +139,26 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
     if s.has_class("mem-over")
         && let Some((req, peak)) = classes::largest_request_and_peak(s)
     {
+        // Sized from what the job needed (page cache left out), with the usual margin: at its
+        // limit the kernel takes the cache back, as it did here if the job ran near it.
         let suggest = mem_option(peak + peak / 5);
+        let cache = s
+            .per_node
+            .iter()
+            .filter(|n| n.requested_bytes.is_some())
+            .filter_map(|n| super::memory::differs(n).map(|d| n.peak_bytes - d))
+            .max()
+            .map(|c| {
+                format!(
+                    " (its charge also held up to {} of page cache, which the kernel takes back at the limit)",
+                    gib(c)
+                )
+            })
+            .unwrap_or_default();
         out.push(Advice {
             code: "memory-over-requested",
             message: format!(
-                "Memory: the job was allocated {} per node but used at most {} ({:.0}%). Request less next time, for example --mem={suggest}.",
+                "Memory: the job was allocated {} per node but used at most {} ({:.0}%){cache}. Request less next time, for example --mem={suggest}.",
                 gib(req),
                 gib(peak),
                 100.0 * peak as f64 / req.max(1) as f64

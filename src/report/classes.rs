@@ -140,17 +140,20 @@ fn used_long_enough(s: &Summary) -> bool {
     s.elapsed_seconds >= MIN_ELAPSED_FOR_USE
 }
 
-/// The node with the largest peak among those with a memory request: (requested, peak).
+/// The node that needed the most memory among those with a memory request: (requested,
+/// needed). Needed is the peak the kernel could not reclaim where the records have it
+/// ([`super::figures::NodeSummary::sizing_bytes`]), else the charged peak: page cache the
+/// kernel gives back at the limit is no reason to ask for more.
 pub fn largest_request_and_peak(s: &Summary) -> Option<(u64, u64)> {
     s.per_node
         .iter()
-        .filter_map(|m| m.requested_bytes.map(|r| (r, m.peak_bytes)))
+        .filter_map(|m| m.requested_bytes.map(|r| (r, m.sizing_bytes())))
         .max_by_key(|&(_, p)| p)
 }
 
 /// Whether the job asked for far more memory than it used (not after an OOM kill, and only
-/// with every record final): the largest node's peak under the ratio of its request, and at
-/// least [`MEMORY_SLACK_BYTES`] under it.
+/// with every record final): the largest node's needed peak ([`largest_request_and_peak`])
+/// under the ratio of its request, and at least [`MEMORY_SLACK_BYTES`] under it.
 pub fn mem_over(s: &Summary, rules: &ClassRules) -> Option<(u64, u64)> {
     if rules.mem_over_ratio <= 0.0 || !s.oom.is_empty() || !s.complete {
         return None;
@@ -185,8 +188,13 @@ fn some_of(names: Vec<String>, what: &str) -> String {
     format!("{t}: {what}")
 }
 
+/// GiB with one decimal, MiB under 1 GiB (a job's own memory is often a few MiB).
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    if bytes < 1 << 30 {
+        format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
+    } else {
+        format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    }
 }
 
 /// The classes of the job `s` under `rules`, in the order of [`TAGS`].
@@ -284,7 +292,12 @@ pub fn classify(s: &Summary, rules: &ClassRules) -> Vec<JobClass> {
         add(
             "mem-over",
             format!(
-                "peak {} of the {} requested per node ({:.0}%, under {:.0}%)",
+                "{} {} of the {} requested per node ({:.0}%, under {:.0}%)",
+                if s.per_node.iter().any(|n| n.needed_peak_bytes.is_some()) {
+                    "own memory peak"
+                } else {
+                    "peak"
+                },
                 gib(peak),
                 gib(req),
                 100.0 * peak as f64 / req as f64,
@@ -332,7 +345,9 @@ pub fn rule_of(tag: &str) -> &'static str {
         "gpu-unused" => "an allocated GPU on which no process of the job ran",
         "gpu-low" => "a GPU busy, or its SMs active, under the site's threshold",
         "gpu-idle-tail" => "a GPU busy, then idle to the end for long",
-        "mem-over" => "peak memory far under the memory requested",
+        "mem-over" => {
+            "peak memory (page cache the kernel could reclaim left out) far under the memory requested"
+        }
         "time-over" => "elapsed time far under the time limit",
         "timeout" => "killed at its time limit",
         "cpu-low" => "cores allocated, few used",

@@ -150,6 +150,21 @@ pub struct NodeSummary {
     pub percent_of_request: Option<f64>,
     /// Energy of the job's GPUs on the node, joules (`None`: no GPU measured it).
     pub gpu_energy_joules: Option<f64>,
+    /// Peak of the memory the job held on the node that the kernel could not reclaim (page
+    /// cache left out): what it needed, and what sizing uses. `None` where no record has it
+    /// (records of earlier builds, no cgroup): sizing then uses `peak_bytes`.
+    pub needed_peak_bytes: Option<u64>,
+    /// How `needed_peak_bytes` was found (the record's `needed_peak_source`, or `charged_peak`
+    /// where a record had no figure of its own and its charged peak stood for it).
+    pub needed_peak_source: Option<String>,
+}
+
+impl NodeSummary {
+    /// The memory the job needed on the node, for sizing `--mem`: the needed peak, else the
+    /// charged one.
+    pub fn sizing_bytes(&self) -> u64 {
+        self.needed_peak_bytes.unwrap_or(self.peak_bytes)
+    }
 }
 
 /// One GPU of the job.
@@ -229,6 +244,10 @@ pub struct StepSummary {
     /// The job's run the step belongs to (1 for the first), where its record says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<u32>,
+    /// Peak of the step's memory the kernel could not reclaim (the record's
+    /// `needed_peak_bytes`), when the record has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needed_peak_bytes: Option<u64>,
 }
 
 /// A task that did not exit 0.
@@ -304,6 +323,9 @@ pub struct Totals {
     pub memory_peak_bytes: u64,
     /// Memory allocated on those nodes, added up, bytes (`None` when a node had no limit).
     pub memory_requested_bytes: Option<u64>,
+    /// The nodes' needed peaks added up, bytes (a node without one counts its charged peak);
+    /// `None` when no node has one.
+    pub memory_needed_bytes: Option<u64>,
     /// GPUs with records.
     pub gpus: usize,
     /// Peak GPU memory of the job's processes, added up over the GPUs, bytes.

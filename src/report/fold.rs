@@ -86,6 +86,10 @@ struct GpuFold {
 struct NodeFold {
     job_peak: Option<u64>,
     step_peak: u64,
+    /// The largest needed figure of a record and its source; `any_needed`: some record had
+    /// a figure of its own (else the node has none).
+    needed: Option<(u64, String)>,
+    any_needed: bool,
     page_cache: bool,
     requested: Option<u64>,
     alloc_cpus: u32,
@@ -227,6 +231,28 @@ impl JobFold {
         n.job_peak = n.job_peak.max(job_peak);
         n.step_peak = n.step_peak.max(r.memory.peak_bytes);
         n.page_cache |= r.memory.peak_includes_page_cache;
+        // What the record says the node needed: the job cgroup's figure and the step's, each
+        // its charged peak where the record has no needed one (an earlier build, no cgroup),
+        // so that no step is sized below what it was charged without a figure saying so. The
+        // job's figure first: on a tie it is the node's.
+        let m = &r.memory;
+        n.any_needed |= m.needed_peak_bytes.is_some() || m.job_needed_peak_bytes.is_some();
+        let charged = || "charged_peak".to_string();
+        let step = match (m.needed_peak_bytes, &m.needed_peak_source) {
+            (Some(b), s) => (b, s.clone().unwrap_or_else(charged)),
+            (None, _) => (m.peak_bytes, charged()),
+        };
+        let job = job_peak.map(
+            |p| match (m.job_needed_peak_bytes, &m.job_needed_peak_source) {
+                (Some(b), s) => (b, s.clone().unwrap_or_else(charged)),
+                (None, _) => (p, charged()),
+            },
+        );
+        for c in [job, Some(step)].into_iter().flatten() {
+            if n.needed.as_ref().is_none_or(|(b, _)| c.0 > *b) {
+                n.needed = Some(c);
+            }
+        }
         n.requested = n.requested.max(r.job.alloc_memory_bytes);
         n.alloc_cpus = n
             .alloc_cpus
@@ -328,6 +354,7 @@ impl JobFold {
                 .run
                 .as_ref()
                 .map(|x| x.restart_count.saturating_add(1)),
+            needed_peak_bytes: r.memory.needed_peak_bytes,
         };
         let kills = r.memory.oom_kills.unwrap_or(0);
         let oom = (kills > 0).then(|| OomEvent {
@@ -402,6 +429,11 @@ impl JobFold {
                 Some(p) => (p.max(n.step_peak), "job cgroup", true),
                 None => (n.step_peak, "largest step", n.page_cache),
             };
+            // Never above what was charged: the two are read at different moments.
+            let needed = n
+                .needed
+                .filter(|_| n.any_needed)
+                .map(|(b, s)| (b.min(peak), s));
             let mut gpus: Vec<GpuSummary> = n
                 .gpus
                 .into_values()
@@ -434,6 +466,8 @@ impl JobFold {
                     .iter()
                     .filter_map(|g| g.energy_joules)
                     .reduce(|a, b| a + b),
+                needed_peak_bytes: needed.as_ref().map(|(b, _)| *b),
+                needed_peak_source: needed.map(|(_, s)| clean_text(&s, 64)),
                 node: node.clone(),
             });
             s.nodes.push(node);

@@ -21,6 +21,9 @@ pub mod gpu_shared;
 pub mod gpu_text;
 pub mod listing;
 mod load;
+pub mod memory;
+#[cfg(test)]
+mod memory_tests;
 mod merge;
 pub mod nodes;
 pub mod plot;

@@ -95,6 +95,11 @@ fn totals(s: &Summary, tasks: usize) -> Totals {
         .collect();
     Totals {
         memory_peak_bytes: saturating_sum(s.per_node.iter().map(|n| n.peak_bytes)),
+        memory_needed_bytes: s
+            .per_node
+            .iter()
+            .any(|n| n.needed_peak_bytes.is_some())
+            .then(|| saturating_sum(s.per_node.iter().map(|n| n.sizing_bytes()))),
         memory_requested_bytes: requested
             .filter(|r| !r.is_empty())
             .map(|r| saturating_sum(r.iter().copied())),

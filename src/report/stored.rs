@@ -75,6 +75,17 @@ pub struct Stored {
     /// Absent in summaries of earlier builds. Stored as `gu`.
     #[serde(default, rename = "gu", skip_serializing_if = "Option::is_none")]
     pub gpu_use: Option<(u32, f64)>,
+    /// The job's needed memory (page cache left out, what sizing uses): the nodes' needed
+    /// peaks added up (a node without one counts its charged peak), kept whole when rows are
+    /// cut. Absent in summaries of earlier builds and where no record had the figure: readers
+    /// then take the charged peak (`totals`). Stored as `mn`.
+    #[serde(default, rename = "mn", skip_serializing_if = "Option::is_none")]
+    pub memory_needed: Option<u64>,
+    /// Each node's needed peak, in the order of `nodes`, for a job of several nodes (one
+    /// node's is `memory_needed`). The first thing left out when the text is over the bound:
+    /// the totals keep the figure. Stored as `nn`.
+    #[serde(default, rename = "nn", skip_serializing_if = "Vec::is_empty")]
+    pub nodes_needed: Vec<u64>,
     /// Node rows left out to stay within the size bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_nodes: usize,
@@ -174,6 +185,14 @@ impl Stored {
                 let idle = s.gpu_idle.iter().fold(0.0, |t, i| t + i.idle.idle_seconds);
                 (u32::try_from(unused).unwrap_or(u32::MAX), round(idle))
             }),
+            memory_needed: s.totals.memory_needed_bytes,
+            nodes_needed: if s.per_node.len() > 1
+                && s.per_node.iter().any(|n| n.needed_peak_bytes.is_some())
+            {
+                s.per_node.iter().map(|n| n.sizing_bytes()).collect()
+            } else {
+                Vec::new()
+            },
             cut_nodes: 0,
             cut_gpus: 0,
         }
@@ -195,9 +214,12 @@ impl Stored {
             if text.len() <= MAX_STORED_BYTES {
                 return text;
             }
-            if s.gpus.pop().is_some() {
+            if !s.nodes_needed.is_empty() {
+                s.nodes_needed.clear();
+            } else if s.gpus.pop().is_some() {
                 s.cut_gpus += 1;
             } else if s.nodes.pop().is_some() {
+                s.nodes_needed.truncate(s.nodes.len());
                 s.cut_nodes += 1;
             } else if s.missing.pop().is_none() {
                 // Only fixed-size fields are left: the bound holds by construction.
@@ -249,8 +271,14 @@ impl Stored {
         s.cpu.efficiency_percent =
             cpu_efficiency(s.cpu.seconds, s.elapsed_seconds, s.cpu.alloc_cpus);
         let clean = |n: &str| crate::step::record::clean_text(n, 64);
-        for (node, cpu, alloc, peak, req, steps) in &self.nodes {
+        for (i, (node, cpu, alloc, peak, req, steps)) in self.nodes.iter().enumerate() {
             let requested = (*req > 0).then_some(*req);
+            let needed = match (self.nodes.len(), self.nodes_needed.get(i)) {
+                (_, Some(b)) => Some(*b),
+                (1, None) => self.memory_needed,
+                _ => None,
+            }
+            .map(|b| b.min(*peak));
             s.per_node.push(NodeSummary {
                 node: clean(node),
                 cpu_seconds: *cpu,
@@ -263,6 +291,8 @@ impl Stored {
                 requested_bytes: requested,
                 percent_of_request: requested.map(|r| 100.0 * *peak as f64 / r as f64),
                 gpu_energy_joules: None,
+                needed_peak_bytes: needed,
+                needed_peak_source: needed.map(|_| "stored".into()),
             });
         }
         s.nodes = s.per_node.iter().map(|n| n.node.clone()).collect();
@@ -284,6 +314,7 @@ impl Stored {
         super::nodes::complete_stored(&mut s);
         let (mem, req, gpus, gpu_mem, gpu_util) = self.totals;
         s.totals.memory_peak_bytes = mem;
+        s.totals.memory_needed_bytes = self.memory_needed.map(|n| n.min(mem));
         s.totals.memory_requested_bytes = (req > 0).then_some(req);
         s.totals.gpus = gpus;
         s.totals.gpu_memory_peak_bytes = gpu_mem;
@@ -430,16 +461,28 @@ mod tests {
         let row = |i: usize| (node(i), 123_456.78, 64, 412_316_860_416, 549_755_813_888, 3);
         let gpu = |i: usize, g: i64| (node(i), g, 85_899_345_920, 85_899_345_920, 87.3, 100.0);
         let mut st = Stored::of(&two_nodes());
+        // Every node with its needed peak, as this build stores them.
+        st.memory_needed = Some(13 * 312_316_860_416);
+        st.nodes_needed = vec![312_316_860_416; 13];
         st.nodes = (0..13).map(row).collect();
         st.gpus = (0..13)
             .flat_map(|i| (0..4).map(move |g| gpu(i, g)))
             .collect();
         let back = Stored::decode(&st.encode()).unwrap();
         assert_eq!((back.cut_nodes, back.cut_gpus), (0, 0));
+        assert_eq!(back.memory_needed, st.memory_needed);
         st.gpus.clear();
         st.nodes = (0..65).map(row).collect();
+        st.nodes_needed = vec![312_316_860_416; 65];
         let back = Stored::decode(&st.encode()).unwrap();
         assert_eq!(back.cut_nodes, 0);
+        // The nodes' needed peaks are the first left out; the total stays.
+        assert_eq!(back.nodes_needed.len(), 0);
+        assert_eq!(back.memory_needed, st.memory_needed);
+        st.nodes.truncate(8);
+        st.nodes_needed.truncate(8);
+        let back = Stored::decode(&st.encode()).unwrap();
+        assert_eq!(back.nodes_needed.len(), 8);
     }
 
     #[test]

@@ -162,6 +162,9 @@ fn per_node_table(w: &mut String, s: &Summary, o: &TextOptions) {
          different times)",
         if cache { ", page cache included" } else { "" }
     );
+    if let Some(own) = super::memory::nodes_note(&s.per_node, &|b| o.mem(b)) {
+        let _ = writeln!(w, "  {own}");
+    }
 }
 
 /// Phases, idle GPUs and the events that matter.
@@ -403,22 +406,8 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         s.cpu.max_cores
     );
     if s.per_node.len() == 1 {
-        let m = &s.per_node[0];
-        let req = match (m.requested_bytes, m.percent_of_request) {
-            (Some(r), Some(p)) => format!(" of {} requested ({p:.0}%)", o.mem(r)),
-            _ => " (no memory limit)".into(),
-        };
-        let cache = if m.includes_page_cache {
-            ", page cache included"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            w,
-            "Memory:        peak {}{req} [{}{cache}]",
-            o.mem(m.peak_bytes),
-            m.source
-        );
+        let line = super::memory::line(&s.per_node[0], &|b| o.mem(b));
+        let _ = writeln!(w, "Memory:        {line}");
     } else if !s.per_node.is_empty() {
         per_node_table(w, s, o);
     }

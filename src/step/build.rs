@@ -143,6 +143,10 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         (Some(c), Some(p)) => (p, c.peak_source().to_string(), c.peak_includes_page_cache()),
         _ => (sampled_peak, "sampled".to_string(), false),
     };
+    // Only where the step's own cgroup was found: a figure from another cgroup is not the
+    // step's.
+    let step_needed = cg.and(sh.step_needed.result());
+    let job_needed = sh.job_needed.result();
     let memory = StepMemory {
         peak_bytes: peak,
         peak_source: source,
@@ -162,6 +166,10 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         job_peak_bytes: sh.job_reading.and_then(|r| r.peak),
         job_limit_bytes: sh.job_reading.and_then(|r| r.limit),
         peak_note: None,
+        needed_peak_bytes: step_needed.map(|(b, _)| b),
+        needed_peak_source: step_needed.map(|(_, s)| s.as_str().to_string()),
+        job_needed_peak_bytes: job_needed.map(|(b, _)| b),
+        job_needed_peak_source: job_needed.map(|(_, s)| s.as_str().to_string()),
     };
     let memory = StepMemory {
         peak_note: peak_note(&memory, &tasks),

@@ -227,6 +227,25 @@ pub struct StepMemory {
     /// charged to the cgroup that first touched them, not to this step. Added in version 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_note: Option<String>,
+    /// Peak of the step's memory the kernel could not reclaim (its cgroup's charge less file
+    /// pages on the file LRU lists and, on v2, reclaimable slab): anonymous memory, shmem and
+    /// tmpfs such as `/dev/shm`, unevictable and kernel memory. What the step needed; bytes.
+    /// Absent without the cgroup's `memory.stat`, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed_peak_bytes: Option<u64>,
+    /// How `needed_peak_bytes` was found: `cgroup_peak` (no reading saw reclaimable memory:
+    /// the charged peak, exact), `cgroup_peak_less_reclaimable` (the charged peak less the
+    /// reclaimable memory read around its last rise: catches a spike between samples) or
+    /// `sampled` (the largest sampled figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needed_peak_source: Option<String>,
+    /// The same for the job's cgroup on this node (every step together), over the readings
+    /// taken while this step's tasks ran and when its last task ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_needed_peak_bytes: Option<u64>,
+    /// How `job_needed_peak_bytes` was found, as `needed_peak_source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_needed_peak_source: Option<String>,
 }
 
 /// CPU of the step on this node.
@@ -546,6 +565,10 @@ mod tests {
     fn sample() -> StepRecord {
         let mut r = tests_support::record("n1", "batch");
         r.tasks[0].peak_memory_bytes = 300 << 20;
+        r.memory.needed_peak_bytes = Some(5 << 20);
+        r.memory.needed_peak_source = Some("sampled".into());
+        r.memory.job_needed_peak_bytes = Some(6 << 20);
+        r.memory.job_needed_peak_source = Some("cgroup_peak_less_reclaimable".into());
         r.sampler.interval_max_seconds = Some(4.0);
         r.sampler.overruns = Some(3);
         r.sampler.stopped = Some(false);
@@ -580,10 +603,18 @@ mod tests {
         let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
         v["job"].as_object_mut().unwrap().remove("name");
         v["step"].as_object_mut().unwrap().remove("command");
-        v["memory"]
-            .as_object_mut()
-            .unwrap()
-            .remove("job_peak_bytes");
+        for k in [
+            "job_peak_bytes",
+            "needed_peak_bytes",
+            "needed_peak_source",
+            "job_needed_peak_bytes",
+            "job_needed_peak_source",
+        ] {
+            assert!(
+                v["memory"].as_object_mut().unwrap().remove(k).is_some(),
+                "{k}"
+            );
+        }
         for k in ["interval_max_seconds", "overruns", "stopped", "nvml_opened"] {
             assert!(
                 v["sampler"].as_object_mut().unwrap().remove(k).is_some(),
@@ -593,6 +624,7 @@ mod tests {
         let r = StepRecord::from_json(&v.to_string()).unwrap();
         assert_eq!(r.job.name, None);
         assert_eq!(r.memory.job_peak_bytes, None);
+        assert_eq!(r.memory.needed_peak_bytes, None);
         assert_eq!((r.sampler.overruns, r.sampler.stopped), (None, None));
     }
 

@@ -150,12 +150,16 @@ pub(super) fn sample(
 
     let step_known = {
         let mut sh = inner.lock();
-        if step_reading.is_some() {
-            sh.last_step = step_reading;
+        if let Some(r) = step_reading {
+            sh.last_step = Some(r);
+            if sh.final_step.is_none() {
+                sh.step_needed.observe(&r);
+            }
         }
         // Not after the last task ended: that reading is final.
-        if job_reading.is_some() && sh.tasks.iter().any(|t| !t.ended) {
-            sh.job_reading = job_reading;
+        if let Some(r) = job_reading.filter(|_| sh.tasks.iter().any(|t| !t.ended)) {
+            sh.job_reading = Some(r);
+            sh.job_needed.observe(&r);
         }
         for f in &found.tasks {
             if let Some(t) = sh.tasks.iter_mut().find(|t| t.pid == f.pid) {

@@ -10,6 +10,7 @@ use super::nvml_gate;
 use super::procs::ProcReader;
 use super::record::StepRecord;
 use super::setup::StepSetup;
+use crate::cgroup::needed::NeededPeak;
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
@@ -48,6 +49,10 @@ pub(super) struct Shared {
     /// Its latest reading: at every sample, and when the step's last task ended.
     pub(super) job_reading: Option<CgroupReading>,
     pub(super) last_step: Option<CgroupReading>,
+    /// The peak of what the kernel could not reclaim, over the step cgroup's readings (until
+    /// the final one) and over the job cgroup's (those `job_reading` takes).
+    pub(super) step_needed: NeededPeak,
+    pub(super) job_needed: NeededPeak,
     pub(super) stop: bool,
     pub(super) notes: Vec<String>,
     /// The sampler thread has returned (or panicked).

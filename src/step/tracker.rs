@@ -247,9 +247,11 @@ impl StepTracker {
         if all {
             if let Some(r) = sh.step_cgroup.as_ref().and_then(|c| c.read().ok()) {
                 sh.final_step = Some(r);
+                sh.step_needed.observe(&r);
             }
             if let Some(r) = sh.job_cgroup.as_ref().and_then(|c| c.read().ok()) {
                 sh.job_reading = Some(r);
+                sh.job_needed.observe(&r);
             }
         }
     }

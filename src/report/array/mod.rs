@@ -60,6 +60,11 @@ pub struct TaskFigures {
     /// Peak memory of the task on its busiest node, bytes (what `--mem`, a per-node request,
     /// has to cover).
     pub peak_memory_bytes: u64,
+    /// The memory it needed on that node, bytes: its peak without page cache the kernel could
+    /// reclaim, else (records of earlier builds) its charged peak; the charged peak when the
+    /// kernel killed a process of it for memory (the limit counts the charge). What `--mem` is
+    /// sized from.
+    pub needed_memory_bytes: u64,
     /// CPU efficiency, percent.
     pub cpu_efficiency_percent: Option<f64>,
     /// Mean GPU utilization over its GPUs, percent.
@@ -96,6 +101,18 @@ impl TaskFigures {
             task_id: s.array_task_id.unwrap_or(u32::MAX),
             elapsed_seconds: s.elapsed_seconds,
             peak_memory_bytes: s.per_node.iter().map(|n| n.peak_bytes).max().unwrap_or(0),
+            needed_memory_bytes: s
+                .per_node
+                .iter()
+                .map(|n| {
+                    if s.oom.iter().any(|o| o.node == n.node) {
+                        n.peak_bytes
+                    } else {
+                        n.sizing_bytes()
+                    }
+                })
+                .max()
+                .unwrap_or(0),
             cpu_efficiency_percent: s.cpu.efficiency_percent,
             gpu_utilization_percent: s.totals.gpu_mean_utilization_percent,
             gpu_memory_bytes: s.totals.gpu_memory_peak_bytes,
@@ -196,8 +213,9 @@ pub use super::runs::TIME_MARGIN;
 /// The requests that would fit every task of the array next time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RightSize {
-    /// `--mem=`: the largest task's peak × [`MEM_MARGIN`], rounded up as Slurm takes it
-    /// (multiples of 256 MiB up to 4 GiB, whole GiB above). `None` with no peak recorded.
+    /// `--mem=`: the largest task's needed memory ([`TaskFigures::needed_memory_bytes`]) ×
+    /// [`MEM_MARGIN`], rounded up as Slurm takes it (multiples of 256 MiB up to 4 GiB, whole
+    /// GiB above). `None` with no peak recorded.
     pub mem: Option<String>,
     /// `--time=`: the longest task's elapsed time × [`TIME_MARGIN`], rounded up to a whole
     /// minute, as `[D-]HH:MM:SS`. `None` with no time recorded.
@@ -214,7 +232,15 @@ pub use super::runs::slurm_time;
 impl RightSize {
     /// From the tasks' figures.
     pub fn of(tasks: &[TaskFigures]) -> RightSize {
-        let peak = tasks.iter().map(|t| t.peak_memory_bytes).max().unwrap_or(0);
+        let peak = tasks
+            .iter()
+            .map(|t| t.needed_memory_bytes)
+            .max()
+            .unwrap_or(0);
+        // Say "own memory" where some task's charge was more than it needed.
+        let own = tasks
+            .iter()
+            .any(|t| t.needed_memory_bytes < t.peak_memory_bytes);
         let longest = tasks
             .iter()
             .map(|t| t.elapsed_seconds)
@@ -236,7 +262,8 @@ impl RightSize {
         if let Some(m) = &mem {
             options.push(format!("--mem={m}"));
             why.push(format!(
-                "largest task's peak {} + {:.0}%",
+                "largest task's {}peak {} + {:.0}%",
+                if own { "own memory " } else { "" },
                 crate::units::human_bytes(peak),
                 (MEM_MARGIN - 1.0) * 100.0
             ));

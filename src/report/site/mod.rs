@@ -125,6 +125,10 @@ pub struct JobFacts {
     pub memory_requested_bytes: u64,
     /// Peak memory, over the nodes.
     pub memory_peak_bytes: u64,
+    /// Memory used, over the nodes: what the job needed (page cache the kernel could reclaim
+    /// left out), or the charged peak where the summary has no such figure (summaries stored
+    /// by earlier builds). The memory-used column.
+    pub memory_used_bytes: u64,
     /// A task failed, or Slurm ended the job as failed (timeout, node failure).
     pub failed: bool,
     /// A process was killed for memory, or Slurm ended the job out of memory.
@@ -163,6 +167,7 @@ impl JobFacts {
             idle_gpu_seconds: st.gpu_use.map(|g| g.1.max(0.0)),
             memory_requested_bytes: req,
             memory_peak_bytes: mem,
+            memory_used_bytes: st.memory_needed.map_or(mem, |n| n.min(mem)),
             failed: st.failed_tasks > 0 || classes.iter().any(|t| t == "failed"),
             oom: st.oom_kills > 0 || classes.iter().any(|t| t == "oom"),
             classes,
@@ -183,6 +188,12 @@ impl JobFacts {
             idle_gpu_seconds: Some(s.gpu_idle.iter().fold(0.0, |t, i| t + i.idle.idle_seconds)),
             memory_requested_bytes: s.totals.memory_requested_bytes.unwrap_or(0),
             memory_peak_bytes: s.totals.memory_peak_bytes,
+            memory_used_bytes: s
+                .totals
+                .memory_needed_bytes
+                .map_or(s.totals.memory_peak_bytes, |n| {
+                    n.min(s.totals.memory_peak_bytes)
+                }),
             failed: s.steps.iter().any(|st| !st.failed.is_empty())
                 || classes.iter().any(|t| t == "failed"),
             oom: !s.oom.is_empty() || classes.iter().any(|t| t == "oom"),
@@ -239,7 +250,8 @@ pub struct Group {
     pub cpu_efficiency_percent: Option<f64>,
     /// Memory requested × elapsed, GiB-hours.
     pub memory_requested_gib_hours: f64,
-    /// Peak memory × elapsed, GiB-hours.
+    /// Memory used × elapsed, GiB-hours: the memory the job needed (page cache the kernel
+    /// could reclaim left out), else its charged peak ([`JobFacts::memory_used_bytes`]).
     pub memory_used_gib_hours: f64,
     /// Jobs that failed.
     pub failed_jobs: u64,
@@ -301,7 +313,7 @@ impl Group {
             self.sums.cpu_alloc_seconds += j.elapsed_seconds * f64::from(j.alloc_cpus);
         }
         self.memory_requested_gib_hours += j.memory_requested_bytes as f64 / GIB * hours;
-        self.memory_used_gib_hours += j.memory_peak_bytes as f64 / GIB * hours;
+        self.memory_used_gib_hours += j.memory_used_bytes as f64 / GIB * hours;
         self.failed_jobs += u64::from(j.failed);
         self.oom_jobs += u64::from(j.oom);
         for t in &j.classes {
