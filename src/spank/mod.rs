@@ -306,17 +306,21 @@ pub unsafe extern "C" fn slurm_spank_exit(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn slurm_spank_job_prolog(
     sp: spank_t,
-    _ac: c_int,
-    _av: *mut *mut c_char,
+    ac: c_int,
+    av: *mut *mut c_char,
 ) -> c_int {
+    // SAFETY: SPANK passes `ac` valid strings in `av`.
+    let args = unsafe { ffi::args(ac, av) };
     guard("job_prolog", false, || {
         if !in_context(&[spank_context::S_CTX_JOB_SCRIPT]) {
             return Ok(());
         }
         quiet_panics();
-        let path = state()
-            .config_path
-            .clone()
+        // Slurm calls no `slurm_spank_init` before the job_prolog (its own stack, in a process
+        // of its own): the settings' path comes with this call's arguments.
+        let path = args
+            .iter()
+            .find_map(|a| a.strip_prefix("config=").map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
         if std::fs::symlink_metadata(&path).is_err() {
             // No settings on this node: the plugin does nothing here, as in slurmstepd.

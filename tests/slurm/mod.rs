@@ -8,6 +8,7 @@ mod gpu_depth;
 mod hostile;
 mod load;
 mod mig;
+mod needed;
 mod nodes;
 mod nvml;
 mod report;
