@@ -141,6 +141,27 @@ impl Spank {
         check(rc)
     }
 
+    /// The value a job gave option `opt` (`Some("")` for one without a value), or `None` when
+    /// it gave none. In the job_script context (prolog, epilog) Slurm reads it from the job's
+    /// SPANK environment, which the job chose: the job's wish, never a figure.
+    pub fn getopt(self, opt: &OptionSpec) -> Option<String> {
+        let mut entry = opt.raw;
+        let mut arg: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `entry` is a valid spank_option with static strings; SPANK sets `arg` to a
+        // string it owns (or leaves it null), which is copied at once.
+        let rc = unsafe { spank_option_getopt(self.0, &mut entry, &mut arg) };
+        check(rc).ok()?;
+        if arg.is_null() {
+            return Some(String::new());
+        }
+        // SAFETY: a NUL-terminated string owned by SPANK, alive for this call.
+        Some(
+            unsafe { CStr::from_ptr(arg) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+
     /// A `uint32_t` item (job id, step id, uid, task counts, array ids...).
     pub fn u32_item(self, item: spank_item_t) -> Option<u32> {
         let mut v: u32 = 0;

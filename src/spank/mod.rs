@@ -318,10 +318,8 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(
         quiet_panics();
         // Slurm calls no `slurm_spank_init` before the job_prolog (its own stack, in a process
         // of its own): the settings' path comes with this call's arguments.
-        let path = args
-            .iter()
-            .find_map(|a| a.strip_prefix("config=").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
+        let path =
+            config::config_argument(&args).unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
         if std::fs::symlink_metadata(&path).is_err() {
             // No settings on this node: the plugin does nothing here, as in slurmstepd.
             return Ok(());

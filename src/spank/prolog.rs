@@ -5,6 +5,9 @@
 //! credential: the job's own variables reach it only prefixed `SPANK_`. It writes the run file
 //! ([`crate::step::run`]) that the run's steps copy into their records.
 //!
+//! Only a job that the plugin tracks gets a run file: the job's `--gpu-track` reaches this process
+//! in its SPANK environment, and the settings decide as in slurmstepd.
+//!
 //! This process is not slurmstepd's step daemon: starting a command here is safe. On Slurm
 //! releases whose credential has no end time (22.05), the time limit is asked of the controller
 //! with `squeue`, on the job's first node only (one question per run, not one per node), for at
@@ -35,6 +38,15 @@ pub(super) fn write_run_file(sp: Spank, config_path: &Path) -> Result<(), String
     // Root writes where the settings say: they must be root's alone.
     trust::check_root_trusted(config_path, "settings file")?;
     let cfg = Config::load(config_path).map_err(|e| format!("settings not usable: {e}"))?;
+    // Only a job the plugin will track gets a run file (and, on 22.05, a question to the
+    // controller): a site that tracks on request pays nothing for its other jobs.
+    let option = sp.getopt(&super::option::OPTION);
+    if matches!(
+        cfg.decide(option.as_deref()),
+        Ok(crate::config::Tracking::Off)
+    ) {
+        return Ok(());
+    }
     trust::check_root_trusted_dir(&cfg.spool_dir, "spool_dir")?;
     let slurm_conf = SlurmConf::read(&slurmconf::path_from_env()).unwrap_or_default();
     let cluster = slurmconf::cluster_dir_name(slurm_conf.cluster_name.as_deref());

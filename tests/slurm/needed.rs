@@ -229,6 +229,16 @@ fn a_short_job_in_a_long_time_limit_is_told_to_ask_for_less() {
     assert!(sum.contains("--time=00:01:00"), "{sum}");
     let run = batch_run(job.id);
     assert_eq!(run["time_limit_seconds"], 7200, "{run}");
+    // A job the plugin does not track gets no run file (nor, on 22.05, a question to the
+    // controller): its prolog does nothing.
+    let untracked = run_job(
+        "needed-untracked",
+        "#!/bin/bash\n#SBATCH -t 2:00:00\necho untracked-done\n",
+    );
+    assert_eq!(untracked.state, "COMPLETED", "{}", untracked.output);
+    let runs = crate::records::cluster_spool().join(".runs");
+    assert!(runs.join(format!("{}.json", job.id)).exists());
+    assert!(!runs.join(format!("{}.json", untracked.id)).exists());
 }
 
 #[test]
