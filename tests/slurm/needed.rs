@@ -72,14 +72,16 @@ fn line<'a>(summary: &'a str, head: &str) -> &'a str {
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn a_job_that_reads_a_large_file_is_sized_from_its_own_memory_not_the_page_cache() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
-    // 1200 MB written (flushed) and read back through the page cache, in the submit directory
-    // (a disk, not a tmpfs: a tmpfs file is memory no kernel can take back). The file is
+    // 1200 MiB read through the page cache from a file in the submit directory (a disk, not a
+    // tmpfs: a tmpfs file is memory no kernel can take back). The file is sparse: reading its
+    // holes fills the page cache with the kernel's zeroed pages, charged to the job as any
+    // file's are, without the disk writes that a written file costs a slow test guest. It is
     // removed a few samples later: a removal right after the reading would drop the cache
     // between two readings, and the figure, which subtracts what it last saw reclaimable,
     // errs high there.
     let script = "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G\n\
          f=\"$SLURM_SUBMIT_DIR/needed-file-$SLURM_JOB_ID.dat\"\n\
-         dd if=/dev/zero of=\"$f\" bs=1M count=1200 conv=fsync status=none\n\
+         truncate -s 1200M \"$f\"\n\
          cat \"$f\" >/dev/null\n\
          sleep 2\n\
          rm -f \"$f\"\n\
