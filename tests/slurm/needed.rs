@@ -2,7 +2,6 @@
 //! large file through the page cache, one that holds memory in `/dev/shm`, one killed at its
 //! time limit, a short one in a long limit, and one requeued while it ran.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::support::*;
@@ -35,19 +34,6 @@ fn suggested_mem(summary: &str) -> Vec<u64> {
             })
         })
         .collect()
-}
-
-fn scontrol(args: &[&str]) {
-    let out = Command::new("scontrol")
-        .args(args)
-        .env("SLURM_CONF", slurm_conf())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scontrol {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The job's first node's figures in the report's JSON: (charged peak, needed peak).

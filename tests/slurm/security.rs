@@ -97,15 +97,6 @@ fn root_listing_line(id: u32) -> String {
         .unwrap_or_else(|| panic!("job {id} not in root's listing:\n{list}"))
 }
 
-fn scontrol(args: &[&str]) {
-    let st = Command::new("scontrol")
-        .args(args)
-        .env("SLURM_CONF", slurm_conf())
-        .status()
-        .unwrap();
-    assert!(st.success(), "scontrol {args:?}");
-}
-
 /// Copies directory `from` to `to` as root (modes and ACLs kept), then rewrites the job id in
 /// every record and instance file there: what the spool holds when a job id comes round again.
 fn plant_as_job(from: &Path, to: &Path, id: u32) {

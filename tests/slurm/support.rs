@@ -130,6 +130,21 @@ pub(crate) fn job_field(id: u32, key: &str) -> Option<String> {
         .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_string))
 }
 
+/// Runs `scontrol` as root (an admin's command: requeue, update) on the test cluster; its
+/// error on failure.
+pub(crate) fn scontrol(args: &[&str]) {
+    let out = Command::new("scontrol")
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scontrol {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Submits `script` as the test user; returns the job id.
 pub(crate) fn submit(name: &str, script: &str) -> u32 {
     submit_as(USER, name, script, &[])
