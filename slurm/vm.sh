@@ -25,7 +25,7 @@
 # Slurm headers (they are in the image); nothing is compiled in the guest.
 #
 # Environment: GPU_TRACKER_VM_DIR (cache and run state, default /var/tmp/gpu-tracker-vm),
-# GPU_TRACKER_VM_MEM (MiB, default 4096), GPU_TRACKER_VM_CPUS (default 2),
+# GPU_TRACKER_VM_MEM (MiB, default 6144: a job of the tests asks for --mem=4G), GPU_TRACKER_VM_CPUS (default 2),
 # GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 
@@ -36,7 +36,7 @@ GUEST=$REPO/slurm/vm
 source "$REPO/tests/times.sh"
 VMDIR=${GPU_TRACKER_VM_DIR:-/var/tmp/gpu-tracker-vm}
 MIRROR=${GPU_TRACKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-MEM=${GPU_TRACKER_VM_MEM:-4096}
+MEM=${GPU_TRACKER_VM_MEM:-6144}
 CPUS=${GPU_TRACKER_VM_CPUS:-2}
 # What the guest needs: a booting system, Slurm with its headers (the host builds against them),
 # munge, MariaDB and slurmdbd (for "local-cluster.sh up --accounting"), and what the tests and

@@ -137,7 +137,8 @@ install_copy() {
 }
 
 # Installs into <state>/bin: gpu-tracker-report when it is built (or GPU_TRACKER_REPORT_BIN
-# names one), slurm/epilog-slurmctld, and epilog-slurmctld, the wrapper EpilogSlurmctld names
+# names one), slurm/epilog-slurmctld, <state>/cli_filter.lua (slurm/cli_filter.lua), and
+# epilog-slurmctld, the wrapper EpilogSlurmctld names
 # (slurmctld gives the script none of our settings: the wrapper sets them).
 install_tools() {
     local report=${GPU_TRACKER_REPORT_BIN:-$REPO/target/release/gpu-tracker-report}
@@ -152,6 +153,10 @@ install_tools() {
     if [[ -f $tracker ]]; then
         install_copy "$tracker" "$STATE/bin/gpu-tracker" 0755
     fi
+    # The advice at submission: slurm/cli_filter.lua beside slurm.conf (CliFilterPlugins),
+    # running this cluster's gpu-tracker-report.
+    sed "s|^local GPU_TRACKER_REPORT = .*|local GPU_TRACKER_REPORT = \"$STATE/bin/gpu-tracker-report\"|" \
+        "$REPO/slurm/cli_filter.lua" | put_file "$STATE/cli_filter.lua" 0644 || true
     install_copy "$REPO/slurm/epilog-slurmctld" "$STATE/lib/epilog-slurmctld" 0755
     put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true
 #!/bin/sh

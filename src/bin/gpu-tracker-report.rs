@@ -115,6 +115,9 @@ fn settings(args: &Args) -> Result<Site, Failure> {
 }
 
 fn run(args: &Args) -> Result<u8, Failure> {
+    if let Some(code) = advice(args)? {
+        return Ok(code);
+    }
     let site = settings(args)?;
     if args.purge {
         return purge(&site.cfg, args.older_than);
@@ -138,6 +141,32 @@ fn run(args: &Args) -> Result<u8, Failure> {
 /// where it was looked for (the spool and how its settings were found), what the database
 /// said (`db`), and what the user can do. A job that has records elsewhere (another spool, a
 /// user Slurm hides jobs from) must not be told it was not tracked.
+/// The advice commands (`--advise`, `--advice`, and those the submission runs); `None` for
+/// any other.
+fn advice(args: &Args) -> Result<Option<u8>, Failure> {
+    use gpu_tracker::report::advise::run;
+    if let Some(fields) = &args.advise_submission {
+        return Ok(Some(run::submission(fields)));
+    }
+    if args.advise_refresh {
+        return Ok(Some(run::refresh()));
+    }
+    if let Some(v) = &args.advice {
+        sayln!("{}", run::set_advice(v).map_err(|e| (FAILED, e))?);
+        return Ok(Some(OK));
+    }
+    let Some(arg) = &args.advise else {
+        return Ok(None);
+    };
+    let (code, text) = run::advise(arg, args.format == "json").map_err(|e| (FAILED, e))?;
+    if args.format == "json" {
+        say_json(&text);
+    } else {
+        say!("{text}");
+    }
+    Ok(Some(code))
+}
+
 fn not_found(spec: &str, spool: &Path, spool_origin: &str, db: &str) -> Failure {
     let looked = format!("{} ({spool_origin})", spool.display());
     match slurmctl::knows(spec) {

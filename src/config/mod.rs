@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use advise::{AdviseConfig, GpuType};
+
 use crate::units::{
     MAX_AGE_DAYS, MAX_CHECKPOINT_SECONDS, MAX_INTERVAL_SECONDS, MIN_CHECKPOINT_SECONDS,
     MIN_INTERVAL_SECONDS, within,
@@ -150,6 +152,8 @@ pub struct Config {
     /// `failed` when at least this many tasks exited non-zero or were killed; 0 turns the
     /// class off.
     pub class_failed_tasks: u32,
+    /// The advice at submission (`[advise]`).
+    pub advise: AdviseConfig,
 }
 
 impl Default for Config {
@@ -188,6 +192,7 @@ impl Default for Config {
             class_cpu_low_percent: 25.0,
             class_oom_kills: 1,
             class_failed_tasks: 1,
+            advise: AdviseConfig::default(),
         }
     }
 }
@@ -385,6 +390,9 @@ impl Config {
                 return bad(key, format!("must be from 0 (off) to {max}{unit}"));
             }
         }
+        if let Err((key, why)) = c.advise.check() {
+            return bad(key, why);
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -550,6 +558,7 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+pub mod advise;
 mod paths;
 #[cfg(test)]
 mod tests;

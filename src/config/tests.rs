@@ -48,6 +48,7 @@ fn empty_file_gives_defaults_and_the_example_parses() {
     let c = parse(example).unwrap();
     assert_eq!(c.spool_dir, PathBuf::from("/var/spool/gpu-tracker"));
     assert!(c.tracks(StepKind::Batch) && !c.tracks(StepKind::Extern));
+    assert_eq!(c.advise, super::AdviseConfig::default());
 }
 
 #[test]

@@ -34,6 +34,17 @@ pub fn mem_option(bytes: u64) -> String {
     }
 }
 
+/// The bytes of a [`mem_option`] text (`256M`, `3G`); 0 for anything else.
+pub fn mem_option_bytes(text: &str) -> u64 {
+    let (num, unit) = text.split_at(text.len().saturating_sub(1));
+    let n: u64 = num.parse().unwrap_or(0);
+    match unit {
+        "M" => n << 20,
+        "G" => n << 30,
+        _ => 0,
+    }
+}
+
 fn gib(bytes: u64) -> String {
     let g = bytes as f64 / f64::from(1u32 << 30);
     if g >= 1.0 {

@@ -119,6 +119,25 @@ pub struct Args {
     /// for records still being finished.
     #[arg(long = "store-admin-comment", value_name = "JOBID", exclusive = true)]
     pub store_admin_comment: Option<u32>,
+    /// Advice from your own finished jobs: what your tracked jobs named NAME (or run from the
+    /// batch script SCRIPT) used over the last days against what they asked for, the request
+    /// that would have fitted them, and the table of them; the note sbatch prints at
+    /// submission, whole (docs/REPORT.md). As text or json.
+    #[arg(long = "advise", value_name = "NAME|SCRIPT",
+          conflicts_with_all = ["job", "user", "all", "purge", "by", "store_admin_comment"])]
+    pub advise: Option<String>,
+    /// The note at submission, on or off for you for good (GPU_TRACKER_ADVICE=off silences one
+    /// submission).
+    #[arg(long = "advice", value_name = "on|off", value_parser = ["on", "off"], exclusive = true)]
+    pub advice: Option<String>,
+    /// Run by slurm/cli_filter.lua at each submission: the note for the submission's options,
+    /// given as NAME=VALUE arguments.
+    #[arg(long = "advise-submission", hide = true, exclusive = true, num_args = 0..,
+          allow_hyphen_values = true, value_name = "NAME=VALUE")]
+    pub advise_submission: Option<Vec<String>>,
+    /// Run by --advise-submission: asks Slurm's database for the caller's history.
+    #[arg(long = "advise-refresh", hide = true, exclusive = true)]
+    pub advise_refresh: bool,
 }
 
 /// Reads the command line `argv` (the program's name first) as `gpu-tracker-report` does, job

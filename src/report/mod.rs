@@ -11,6 +11,7 @@
 //! [`Problem`]; the job's other records are still used.
 
 pub mod advice;
+pub mod advise;
 pub mod args;
 pub mod array;
 pub mod classes;

@@ -73,6 +73,22 @@ pub(super) fn dup_cloexec(fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     dup_cloexec_from(fd, 0)
 }
 
+/// Takes an exclusive advisory lock (`flock`) on `file` without waiting: `Ok(false)` when
+/// another open file holds it. Dropping the file (or its last duplicate) lets it go.
+pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns; it changes no memory.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
 /// Sets close-on-exec on descriptor `fd`. Returns whether it was newly set (`false`: it was
 /// set already). An error (`EBADF`: the descriptor was closed meanwhile) changes nothing.
 pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {

@@ -21,7 +21,7 @@ pub use children::{
 pub use dir::{DirEntries, DirEntry, EntryType, list_dir, parse_dirent};
 pub use fd::{
     create_at, fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_at,
-    rename_noreplace, set_cloexec, unlinkat,
+    rename_noreplace, set_cloexec, try_lock, unlinkat,
 };
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
@@ -31,5 +31,5 @@ pub use process::{
 pub use small_file::read_small_file;
 pub use socket::{pass_credentials, recv_with_sender};
 pub use stream::{bytes_waiting, set_send_buffer};
-pub use users::{grant_user_read, group_id, user_name};
+pub use users::{grant_user_read, group_id, user_home, user_name};
 pub use wait::{Wake, wait_readable};

@@ -3,18 +3,32 @@
 /// The login name of user `uid` from the system's user database (`None`: no such user, or
 /// the lookup failed).
 pub fn user_name(uid: u32) -> Option<String> {
+    passwd_field(uid, |pw| pw.pw_name)
+}
+
+/// The home directory of user `uid` from the system's user database (`None`: no such user, no
+/// home, or the lookup failed).
+pub fn user_home(uid: u32) -> Option<std::path::PathBuf> {
+    passwd_field(uid, |pw| pw.pw_dir)
+        .filter(|d| d.starts_with('/'))
+        .map(std::path::PathBuf::from)
+}
+
+/// One text field (`field` picks it) of user `uid`'s entry in the user database.
+fn passwd_field(uid: u32, field: impl Fn(&libc::passwd) -> *mut libc::c_char) -> Option<String> {
     let mut buf = vec![0 as libc::c_char; 4096];
     // SAFETY: an all-zero passwd is a valid value for getpwuid_r to overwrite.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: `pw`, `buf` (with its true length) and `found` are valid for writes for the call.
     let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+    let text = field(&pw);
+    if rc != 0 || found.is_null() || text.is_null() {
         return None;
     }
-    // SAFETY: on success pw_name points at a NUL-terminated string inside `buf`, alive here.
-    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    // SAFETY: on success the passwd's strings are NUL-terminated inside `buf`, alive here.
+    let text = unsafe { std::ffi::CStr::from_ptr(text) };
+    Some(text.to_string_lossy().into_owned())
 }
 
 /// The id of group `name` from the system's group database (a name of digits is the id

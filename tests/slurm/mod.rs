@@ -1,6 +1,7 @@
 //! The real-Slurm tests, one module a subject. Their common prefix `real_slurm::` is how
 //! `tests/run-all.sh` tells them from every other test of the workspace.
 
+mod advise;
 mod amd;
 mod exporter;
 mod faults;

@@ -16,26 +16,6 @@ fn report_json(id: u32) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// The `--mem=` sizes the summary suggests, in bytes.
-fn suggested_mem(summary: &str) -> Vec<u64> {
-    summary
-        .split("--mem=")
-        .skip(1)
-        .filter_map(|s| {
-            let n: String = s.chars().take_while(char::is_ascii_digit).collect();
-            let unit = s[n.len()..].chars().next()?;
-            let n: u64 = n.parse().ok()?;
-            Some(match unit {
-                'K' => n << 10,
-                'M' => n << 20,
-                'G' => n << 30,
-                'T' => n << 40,
-                _ => return None,
-            })
-        })
-        .collect()
-}
-
 /// The job's first node's figures in the report's JSON: (charged peak, needed peak).
 fn node_peaks(v: &serde_json::Value) -> (u64, u64) {
     let n = &v["summary"]["per_node"][0];

@@ -501,3 +501,23 @@ pub(crate) fn stored_comment(id: u32) -> String {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// The `--mem=` sizes a text (a summary, a note) suggests, in bytes.
+pub(crate) fn suggested_mem(summary: &str) -> Vec<u64> {
+    summary
+        .split("--mem=")
+        .skip(1)
+        .filter_map(|s| {
+            let n: String = s.chars().take_while(char::is_ascii_digit).collect();
+            let unit = s[n.len()..].chars().next()?;
+            let n: u64 = n.parse().ok()?;
+            Some(match unit {
+                'K' => n << 10,
+                'M' => n << 20,
+                'G' => n << 30,
+                'T' => n << 40,
+                _ => return None,
+            })
+        })
+        .collect()
+}

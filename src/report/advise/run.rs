@@ -1,0 +1,150 @@
+//! `gpu-tracker-report`'s advice commands: `--advise NAME|SCRIPT`, `--advice on|off`, and the
+//! two that `slurm/cli_filter.lua` and the submission run: `--advise-submission` and
+//! `--advise-refresh`. Each returns the program's exit status.
+
+use std::path::{Path, PathBuf};
+
+use super::history;
+use super::submit::{self, Context, Outcome};
+use super::{Key, Request};
+use crate::config::Config;
+use crate::report::settings::{self, Places};
+
+/// The site's settings, the cluster and the caller, as every advice command needs them.
+struct Site {
+    cfg: Config,
+    cluster: String,
+    uid: u32,
+}
+
+fn site() -> Result<Site, String> {
+    let found = settings::find(&Places::from_env(None)).map_err(|e| e.to_string())?;
+    Ok(Site {
+        cfg: found.config,
+        cluster: crate::slurmconf::this_cluster_dir(),
+        uid: crate::sys::uid(),
+    })
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// `--advise-submission NAME=VALUE...`: the note for the submission with these options, on
+/// stderr. Always exits 0: the submission goes on whatever happens here.
+pub fn submission(args: &[String]) -> u8 {
+    let fields = submit::parse_fields(args);
+    let mode = std::env::var("GPU_TRACKER_ADVICE").ok();
+    let why = mode.as_deref().is_some_and(|m| m.trim() == "why");
+    let say_why = |what: &str| {
+        if why {
+            eprintln!(
+                "{}no advice: {}",
+                super::note::PREFIX,
+                crate::text::terminal_safe(what)
+            );
+        }
+    };
+    let site = match site() {
+        Ok(s) => s,
+        Err(e) => {
+            say_why(&format!("the settings cannot be read: {e}"));
+            return 0;
+        }
+    };
+    if let Some(how) = submit::silenced(mode.as_deref(), submit::setting_file(site.uid).as_deref())
+    {
+        say_why(&format!("silenced ({how})"));
+        return 0;
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let cache = history::cache_path(site.uid, &site.cluster);
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gpu-tracker-report"));
+    let ctx = Context {
+        cfg: &site.cfg,
+        cluster: &site.cluster,
+        uid: site.uid,
+        cwd: &cwd,
+        cache: cache.as_deref(),
+        now: now(),
+        report: "gpu-tracker-report",
+    };
+    match submit::at_submission(&fields, &ctx, |wait| submit::ask_in_background(&exe, wait)) {
+        Outcome::Note(n) => eprint!("{}", crate::text::terminal_safe(&n)),
+        Outcome::Quiet(w) => say_why(&w),
+    }
+    0
+}
+
+/// `--advise-refresh`: asks Slurm's database for the caller's history into their cache.
+pub fn refresh() -> u8 {
+    let Ok(site) = site() else { return 1 };
+    let Some(path) = history::cache_path(site.uid, &site.cluster) else {
+        return 1;
+    };
+    match history::refresh(&path, site.uid, &site.cluster, &site.cfg.advise, now()) {
+        Ok(_) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// `--advice on|off`: the note at submission for the caller, for good.
+pub fn set_advice(value: &str) -> Result<String, String> {
+    let uid = crate::sys::uid();
+    let file = submit::setting_file(uid).ok_or("no home directory to keep the setting in")?;
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&file, format!("{value}\n")).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(format!(
+        "advice at submission {value} for you ({}); GPU_TRACKER_ADVICE=off silences one submission",
+        file.display()
+    ))
+}
+
+/// The key `--advise ARG` means: a path to a file (or anything with a `/`) is a batch script,
+/// anything else a job name.
+pub fn key_of_argument(arg: &str, cwd: &Path) -> Option<Key> {
+    if arg.contains('/') || Path::new(arg).is_file() {
+        history::absolute(cwd, arg).map(Key::Script)
+    } else {
+        Some(Key::Name(arg.to_string()))
+    }
+}
+
+/// `--advise ARG`: the advice, the matched runs, as text or JSON (`json`). Asks Slurm's
+/// database first unless it was asked within `advise.refresh_seconds`. Exit status 0, or 1
+/// when neither the database nor the cache has a history to look at.
+pub fn advise(arg: &str, json: bool) -> Result<(u8, String), String> {
+    let site = site()?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let key = key_of_argument(arg, &cwd).ok_or("a script path that cannot be made absolute")?;
+    let path = history::cache_path(site.uid, &site.cluster).ok_or("no home directory")?;
+    let cfg = &site.cfg.advise;
+    let mut notes = Vec::new();
+    let t = now();
+    let fresh = history::load(&path, site.uid, &site.cluster)
+        .is_some_and(|c| c.failed.is_none() && ((t - c.attempted) as f64) < cfg.refresh_seconds);
+    if !fresh {
+        match history::refresh(&path, site.uid, &site.cluster, cfg, t) {
+            Ok(true) => {}
+            Ok(false) => notes.push("another process is asking Slurm's database".to_string()),
+            Err(e) => notes.push(format!("Slurm's database: {e}; the history kept is used")),
+        }
+    }
+    let Some(cache) = history::load(&path, site.uid, &site.cluster) else {
+        return Err(format!("no history: {}", notes.join("; ")));
+    };
+    let runs = super::matching(&cache.runs, &key);
+    let advice = super::advise(&key, &runs, &Request::default(), cfg);
+    let text = if json {
+        super::note::to_json(advice.as_ref(), &key, &runs, &notes)
+    } else {
+        let mut t = super::note::report_text(advice.as_ref(), &key, &runs, cfg);
+        for n in &notes {
+            t.push_str(&format!("note: {n}\n"));
+        }
+        t
+    };
+    Ok((0, text))
+}

@@ -1,0 +1,214 @@
+//! Advice at submission (slurm/cli_filter.lua, which the test cluster installs): after a
+//! user's finished jobs of one name asked for far more than they used, the next submission of
+//! that name says so before the job id; another user never sees that history; and a stopped
+//! slurmdbd leaves the submission as quick as ever.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// `sbatch ARGS` as `user` (with `env` set), from the user's job directory: its stdout, its
+/// stderr, and how long it took.
+fn sbatch(user: &str, env: &[(&str, &str)], args: &[&str]) -> (String, String, Duration) {
+    cluster();
+    let dir = state_dir().join("jobs").join(user);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", user, "--", "env"])
+        .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+        .arg("sbatch")
+        .arg("-o")
+        .arg(dir.join("advise-%j.out"))
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(&dir);
+    let started = Instant::now();
+    let out = cmd.output().unwrap();
+    let took = started.elapsed();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "sbatch failed: {stderr}");
+    (stdout, stderr, took)
+}
+
+/// The job id in sbatch's "Submitted batch job N".
+fn job_id(stdout: &str) -> u32 {
+    stdout
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no job id: {stdout:?}"))
+}
+
+/// The `--time=` the note suggests, seconds.
+fn suggested_time(note: &str) -> u64 {
+    let t = note
+        .split("--time=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no --time in {note}"));
+    let parts: Vec<u64> = t
+        .rsplit(['-', ':'])
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("{t}")))
+        .collect();
+    parts
+        .iter()
+        .zip([1, 60, 3600, 86_400])
+        .map(|(v, s)| v * s)
+        .sum()
+}
+
+/// Stops slurmdbd (SIGSTOP: it keeps its port and answers nothing) until dropped.
+struct StoppedDbd(i32);
+
+impl StoppedDbd {
+    fn stop() -> StoppedDbd {
+        let text = std::fs::read_to_string(state_dir().join("run/slurmdbd.pid")).unwrap();
+        let pid: i32 = text.trim().parse().unwrap();
+        assert!(
+            Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        StoppedDbd(pid)
+    }
+}
+
+impl Drop for StoppedDbd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster with accounting (tests/run-all.sh) and root"]
+fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
+    let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // A name no earlier run of the suite used: the database keeps every run's jobs.
+    let name = format!(
+        "advise-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    let wrap = format!("{} --mb 100 --hold-ms 2000", hog());
+    let job = [
+        "--gpu-track",
+        "-J",
+        &name,
+        "--mem=4G",
+        "-t",
+        "30",
+        "--wrap",
+        &wrap,
+    ];
+    let first = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (out, _, _) = sbatch(USER, &[], &job);
+        ids.push(job_id(&out));
+    }
+    for id in &ids {
+        wait_while_in(*id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
+        assert!(
+            stored_comment(*id).starts_with("gpu-tracker:1:"),
+            "job {id}"
+        );
+        wait_end_in_database(*id);
+    }
+    // One question to Slurm's database per user in refresh_seconds (20 s by default).
+    if let Some(left) = Duration::from_secs(21).checked_sub(first.elapsed()) {
+        std::thread::sleep(left);
+    }
+    let (out, note, took) = sbatch(USER, &[], &job);
+    let fourth = job_id(&out);
+    println!("the note, as {USER} sees it ({took:?}):\n{note}");
+    assert!(
+        note.contains(&format!("3 past job(s) named \"{name}\"")),
+        "{note}"
+    );
+    assert!(note.contains("of 4G asked"), "{note}");
+    let mem = suggested_mem(&note);
+    assert!(!mem.is_empty() && mem[0] < 1 << 30, "{mem:?}: {note}");
+    let time = suggested_time(&note);
+    assert!(time < 30 * 60, "{time} s: {note}");
+    assert!(
+        note.lines().all(|l| l.starts_with("gpu-tracker: ")),
+        "{note}"
+    );
+    // The same, asked for: the table of the three, and JSON.
+    let (code, text, err) = report_as(USER, &["--advise", &name, "-f", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let mut listed: Vec<u64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["job"].as_u64().unwrap())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        ids.iter().map(|i| u64::from(*i)).collect::<Vec<_>>()
+    );
+    assert_eq!(v["advice"]["jobs"], 3, "{text}");
+    // Silenced for one submission.
+    let (_, quiet, _) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "off")], &job);
+    assert!(!quiet.contains("gpu-tracker"), "{quiet}");
+    // Another user with a job of the same name sees none of it.
+    let (_, theirs, _) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
+    assert!(
+        theirs.contains(&format!("0 finished tracked job(s) named \"{name}\"")),
+        "{theirs}"
+    );
+    let (code, text, err) = report_as("gtuser2", &["--advise", &name, "-f", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("\"runs\": []"), "{text}");
+    let _ = Command::new("scancel")
+        .arg(fourth.to_string())
+        .env("SLURM_CONF", slurm_conf())
+        .status();
+}
+
+#[test]
+#[ignore = "needs the local Slurm cluster with accounting (tests/run-all.sh) and root"]
+fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
+    // Every other test waits: none may meet the stopped database.
+    let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
+    // No history kept: this submission must ask the database.
+    let cache = std::path::Path::new("/home/gtuser2/.cache/gpu-tracker");
+    let _ = std::fs::remove_dir_all(cache);
+    let wrap = format!("{} --mb 10 --hold-ms 100", hog());
+    let job = [
+        "--gpu-track",
+        "-J",
+        "advise-nodb",
+        "-t",
+        "5",
+        "--wrap",
+        &wrap,
+    ];
+    let (_, _, usual) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "off")], &job);
+    let stopped = StoppedDbd::stop();
+    let (out, said, took) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
+    drop(stopped);
+    let id = job_id(&out);
+    println!("with slurmdbd stopped: {took:?} (silenced, running: {usual:?}): {said}");
+    assert!(said.contains("did not answer within 0.5 s"), "{said}");
+    // advise.wait_seconds (0.5 s) and sbatch's own time.
+    assert!(
+        took < usual + Duration::from_secs(2),
+        "{took:?} against {usual:?}"
+    );
+    wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
+}
