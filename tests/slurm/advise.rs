@@ -129,8 +129,10 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     if let Some(left) = Duration::from_secs(21).checked_sub(first.elapsed()) {
         std::thread::sleep(left);
     }
-    let (out, note, took) = sbatch(USER, &[], &job);
-    let fourth = job_id(&out);
+    // Held, as the submissions below: none of them runs and joins the history.
+    let held: Vec<&str> = std::iter::once("--hold").chain(job).collect();
+    let (out, note, took) = sbatch(USER, &[], &held);
+    let mut cancel = vec![job_id(&out).to_string()];
     println!("the note, as {USER} sees it ({took:?}):\n{note}");
     assert!(
         note.contains(&format!("3 past job(s) named \"{name}\"")),
@@ -163,10 +165,12 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     );
     assert_eq!(v["advice"]["jobs"], 3, "{text}");
     // Silenced for one submission.
-    let (_, quiet, _) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "off")], &job);
+    let (out, quiet, _) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "off")], &held);
+    cancel.push(job_id(&out).to_string());
     assert!(!quiet.contains("gpu-tracker"), "{quiet}");
     // Another user with a job of the same name sees none of it.
-    let (_, theirs, _) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
+    let (out, theirs, _) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &held);
+    cancel.push(job_id(&out).to_string());
     assert!(
         theirs.contains(&format!("0 finished tracked job(s) named \"{name}\"")),
         "{theirs}"
@@ -175,7 +179,7 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     assert_eq!(code, 0, "{err}");
     assert!(text.contains("\"runs\": []"), "{text}");
     let _ = Command::new("scancel")
-        .arg(fourth.to_string())
+        .args(&cancel)
         .env("SLURM_CONF", slurm_conf())
         .status();
 }

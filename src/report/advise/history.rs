@@ -64,9 +64,6 @@ pub struct Cache {
     /// Why the last question failed; `None`: it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
-    /// Submissions through the advice: the key's [`Key::id`] and when.
-    #[serde(default)]
-    pub submitted: Vec<(String, i64)>,
     /// The user's finished runs with a stored summary.
     #[serde(default)]
     pub runs: Vec<PastRun>,
@@ -83,9 +80,15 @@ impl Cache {
         }
     }
 
-    /// Why Slurm's database should be asked now for a submission of `key`; `None`: the cache
-    /// answers.
-    pub fn due(&self, key: &Key, now: i64, cfg: &AdviseConfig) -> Option<String> {
+    /// Why Slurm's database should be asked now for a submission of `key`, given the
+    /// submissions noted ([`note_submission`]); `None`: the cache answers.
+    pub fn due(
+        &self,
+        key: &Key,
+        now: i64,
+        cfg: &AdviseConfig,
+        submitted: &[(String, i64)],
+    ) -> Option<String> {
         let since_attempt = now - self.attempted;
         if self.failed.is_some() && since_attempt < FAILURE_BACKOFF_SECONDS {
             return None;
@@ -100,23 +103,13 @@ impl Cache {
             return Some("the history is over an hour old".into());
         }
         let id = key.id();
-        if self
-            .submitted
+        if submitted
             .iter()
             .any(|(k, t)| *k == id && *t >= self.fetched)
         {
             return Some("a job of this name was submitted since the history was fetched".into());
         }
         None
-    }
-
-    /// Notes a submission of `key` at `now`.
-    pub fn note_submission(&mut self, key: &Key, now: i64) {
-        let id = key.id();
-        self.submitted.retain(|(k, _)| *k != id);
-        self.submitted.push((id, now));
-        let extra = self.submitted.len().saturating_sub(MAX_SUBMISSIONS);
-        self.submitted.drain(..extra);
     }
 
     /// Takes in the runs of a question over `[since, now]`: each replaces the run of its job
@@ -173,8 +166,17 @@ pub fn load(path: &Path, uid: u32, cluster: &str) -> Option<Cache> {
     (c.version == CACHE_VERSION && c.uid == uid && c.cluster == cluster).then_some(c)
 }
 
-/// Writes `cache` to `path` whole (a new file, then a rename), making its directory (0700).
+/// Writes `cache` to `path` whole ([`write_whole`]).
 pub fn save(path: &Path, cache: &Cache) -> std::io::Result<()> {
+    write_whole(
+        path,
+        serde_json::to_string(cache).unwrap_or_default().as_bytes(),
+    )
+}
+
+/// Writes `bytes` to `path` whole (a new file, 0600, then a rename), making its directory
+/// (0700).
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let dir = path.parent().unwrap_or(Path::new("/"));
@@ -193,7 +195,7 @@ pub fn save(path: &Path, cache: &Cache) -> std::io::Result<()> {
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
-    f.write_all(serde_json::to_string(cache).unwrap_or_default().as_bytes())?;
+    f.write_all(bytes)?;
     drop(f);
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
@@ -213,6 +215,50 @@ pub fn lock(path: &Path, suffix: &str) -> std::io::Result<Option<std::fs::File>>
     Ok(crate::sys::try_lock(&f)?.then_some(f))
 }
 
+/// The file of the submissions noted beside the cache at `path`: a small one of its own, so
+/// that noting one does not rewrite the history.
+pub fn submissions_path(path: &Path) -> PathBuf {
+    path.with_extension("submitted")
+}
+
+/// The submissions noted beside the cache at `path`: each key's [`Key::id`] and when.
+pub fn submissions(path: &Path) -> Vec<(String, i64)> {
+    crate::sys::read_small_file(&submissions_path(path), 1 << 20, "the submissions noted")
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// Notes a submission of `key` at `now` beside the cache at `path`, under the cache's lock;
+/// the newest [`MAX_SUBMISSIONS`] are kept.
+pub fn note_submission(path: &Path, key: &Key, now: i64) -> std::io::Result<()> {
+    let _held = wait_for_lock(path)?;
+    let mut list = submissions(path);
+    let id = key.id();
+    list.retain(|(k, _)| *k != id);
+    list.push((id, now));
+    let extra = list.len().saturating_sub(MAX_SUBMISSIONS);
+    list.drain(..extra);
+    write_whole(
+        &submissions_path(path),
+        serde_json::to_string(&list).unwrap_or_default().as_bytes(),
+    )
+}
+
+/// The cache's lock, waited for up to 200 ms.
+fn wait_for_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    for _ in 0..20 {
+        if let Some(f) = lock(path, "lock")? {
+            return Ok(f);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::WouldBlock,
+        "the advice cache is locked",
+    ))
+}
+
 /// Changes the cache at `path` with `change` under its lock (waiting up to 200 ms for it):
 /// read, changed, written whole. A missing or unusable cache starts empty.
 pub fn update(
@@ -221,20 +267,7 @@ pub fn update(
     cluster: &str,
     change: impl FnOnce(&mut Cache),
 ) -> std::io::Result<Cache> {
-    let mut held = None;
-    for _ in 0..20 {
-        if let Some(f) = lock(path, "lock")? {
-            held = Some(f);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let Some(_held) = held else {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::WouldBlock,
-            "the advice cache is locked",
-        ));
-    };
+    let _held = wait_for_lock(path)?;
     let mut c = load(path, uid, cluster).unwrap_or_else(|| Cache::new(uid, cluster));
     change(&mut c);
     save(path, &c)?;

@@ -225,7 +225,7 @@ pub fn at_submission(
     let mut cache = history::load(path, ctx.uid, ctx.cluster);
     let mut said = String::new();
     let due = match &cache {
-        Some(c) => c.due(&key, ctx.now, cfg),
+        Some(c) => c.due(&key, ctx.now, cfg, &history::submissions(path)),
         None => Some("no history kept yet".into()),
     };
     if let Some(why) = due {
@@ -243,9 +243,7 @@ pub fn at_submission(
         cache = history::load(path, ctx.uid, ctx.cluster);
     }
     // The submission is noted for the next one (a job of this name may end before it).
-    let noted = history::update(path, ctx.uid, ctx.cluster, |c| {
-        c.note_submission(&key, ctx.now);
-    });
+    let noted = history::note_submission(path, &key, ctx.now);
     let cache = cache.unwrap_or_else(|| Cache::new(ctx.uid, ctx.cluster));
     if let Some(f) = cache.failed.as_deref() {
         said = format!("Slurm's database did not answer last time: {f}");

@@ -273,7 +273,8 @@ fn the_cache_asks_again_only_when_a_job_of_the_name_may_have_ended() {
     let cfg = AdviseConfig::default();
     let mut c = Cache::new(1001, "c");
     let t = 1_764_000_000;
-    assert!(c.due(&key(), t, &cfg).is_some(), "never fetched");
+    let mut noted: Vec<(String, i64)> = Vec::new();
+    assert!(c.due(&key(), t, &cfg, &noted).is_some(), "never fetched");
     c.attempted = t;
     c.merge(
         vec![run(1, GIB, 4 * GIB, 60.0)],
@@ -281,20 +282,26 @@ fn the_cache_asks_again_only_when_a_job_of_the_name_may_have_ended() {
         t,
         cfg.days,
     );
-    assert_eq!(c.due(&key(), t + 5, &cfg), None);
-    c.note_submission(&key(), t + 5);
+    assert_eq!(c.due(&key(), t + 5, &cfg, &noted), None);
+    noted.push((key().id(), t + 5));
     // Submitted since: asked again, but not within refresh_seconds of the last question.
-    assert_eq!(c.due(&key(), t + 10, &cfg), None);
-    assert!(c.due(&key(), t + 30, &cfg).is_some());
-    assert_eq!(c.due(&Key::Name("other".into()), t + 30, &cfg), None);
+    assert_eq!(c.due(&key(), t + 10, &cfg, &noted), None);
+    assert!(c.due(&key(), t + 30, &cfg, &noted).is_some());
+    assert_eq!(
+        c.due(&Key::Name("other".into()), t + 30, &cfg, &noted),
+        None
+    );
     // An hour old: asked again, from a little before the last answer.
-    assert!(c.due(&Key::Name("other".into()), t + 3600, &cfg).is_some());
+    assert!(
+        c.due(&Key::Name("other".into()), t + 3600, &cfg, &noted)
+            .is_some()
+    );
     assert_eq!(c.since(t + 3600, cfg.days), t - history::OVERLAP_SECONDS);
     // A failed question: not again for five minutes.
     c.attempted = t + 3600;
     c.failed = Some("sacct: error".into());
-    assert_eq!(c.due(&key(), t + 3700, &cfg), None);
-    assert!(c.due(&key(), t + 3600 + 300, &cfg).is_some());
+    assert_eq!(c.due(&key(), t + 3700, &cfg, &noted), None);
+    assert!(c.due(&key(), t + 3600 + 300, &cfg, &noted).is_some());
     // A newer answer replaces a run; runs older than the period go.
     let mut newer = run(1, 2 * GIB, 4 * GIB, 60.0);
     newer.end = t + 100;
@@ -400,8 +407,10 @@ fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
         "{n}"
     );
     // The submission is noted: the next one a while later asks Slurm's database.
-    let kept = history::load(&path, 1001, "c").unwrap();
-    assert_eq!(kept.submitted, vec![("n:train".to_string(), now)]);
+    assert_eq!(
+        history::submissions(&path),
+        vec![("n:train".to_string(), now)]
+    );
     let later = Context {
         now: now + 60,
         ..ctx
