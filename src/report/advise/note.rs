@@ -13,12 +13,13 @@ pub const PREFIX: &str = "gpu-tracker: ";
 
 /// A day, as the note gives it.
 fn day(t: i64) -> String {
+    local(t, "%Y-%m-%d")
+}
+
+/// Unix seconds `t` in local time, formatted.
+fn local(t: i64, format: &str) -> String {
     chrono::DateTime::from_timestamp(t, 0)
-        .map(|d| {
-            d.with_timezone(&chrono::Local)
-                .format("%Y-%m-%d")
-                .to_string()
-        })
+        .map(|d| d.with_timezone(&chrono::Local).format(format).to_string())
         .unwrap_or_else(|| "?".into())
 }
 
@@ -143,7 +144,7 @@ pub fn report_text(a: Option<&Advice>, key: &Key, runs: &[&PastRun], cfg: &Advis
     }
     out.push('\n');
     out.push_str(&format!(
-        "{:<12} {:<10} {:<13} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
+        "{:<12} {:<16} {:<13} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
         "JOB",
         "ENDED",
         "STATE",
@@ -169,9 +170,9 @@ pub fn report_text(a: Option<&Advice>, key: &Key, runs: &[&PastRun], cfg: &Advis
             "-".into()
         };
         out.push_str(&format!(
-            "{:<12} {:<10} {:<13} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
+            "{:<12} {:<16} {:<13} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
             job,
-            day(r.end),
+            local(r.end, "%Y-%m-%d %H:%M"),
             crate::text::clean_text(&r.state, 13),
             slurm_duration(r.elapsed),
             limit,

@@ -455,3 +455,41 @@ fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_table_lists_each_matched_run_newest_first_and_json_says_the_same() {
+    let history: Vec<PastRun> = (1..=2).map(|j| run(j, 100 * MIB, 4 * GIB, 8.0)).collect();
+    let runs = matching(&history, &key());
+    let cfg = AdviseConfig::default();
+    let a = advise(&key(), &runs, &Request::default(), &cfg);
+    let t = note::report_text(a.as_ref(), &key(), &runs, &cfg);
+    let rows: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("JOB"))
+        .skip(1)
+        .collect();
+    assert_eq!(rows.len(), 2, "{t}");
+    assert!(
+        rows[0].starts_with("2 ") && rows[1].starts_with("1 "),
+        "{t}"
+    );
+    assert!(
+        rows[0].contains("COMPLETED") && rows[0].contains("30:00"),
+        "{t}"
+    );
+    assert!(
+        t.contains("Worth changing: memory 256M instead of 4G"),
+        "{t}"
+    );
+    let j = note::to_json(a.as_ref(), &key(), &runs, &[]);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["schema"], note::ADVICE_SCHEMA);
+    assert_eq!(v["key"]["by"], "name");
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(v["advice"]["suggestion"]["mem"], "256M");
+    let none = note::report_text(None, &key(), &[], &cfg);
+    assert!(
+        none.starts_with("No finished tracked job named \"train\""),
+        "{none}"
+    );
+}
