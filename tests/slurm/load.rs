@@ -8,9 +8,32 @@ use std::time::{Duration, Instant};
 use crate::records::*;
 use crate::support::*;
 
-/// Open descriptors and threads of process `pid`.
+/// Open descriptors and threads of process `pid`, less the descriptors that come and go by
+/// design: the live state's directory and temporary file (held while a write is under way)
+/// and the sampler's files of processes still alive (closed at the sample after they end). A
+/// descriptor of a process that ended is counted: that one would be a leak.
 fn fds_and_threads(pid: u32) -> (usize, usize) {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let live = state_dir().join("live");
+    let passing = |target: &std::path::Path| {
+        if target.starts_with(&live) {
+            return true;
+        }
+        let alive = |p: &std::ffi::OsStr| {
+            p.to_str()
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+                && std::path::Path::new("/proc").join(p).exists()
+        };
+        target
+            .strip_prefix("/proc")
+            .ok()
+            .and_then(|rest| rest.iter().next())
+            .is_some_and(alive)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| !passing(&std::fs::read_link(e.path()).unwrap_or_default()))
+            .count()
+    });
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let threads = status
         .lines()
