@@ -221,10 +221,10 @@ fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
     let id = job_id(&out);
     println!("with slurmdbd stopped: {took:?} (silenced, running: {usual:?}): {said}");
     assert!(said.contains("did not answer within 0.5 s"), "{said}");
-    // advise.wait_seconds (0.5 s) and sbatch's own time.
-    assert!(
-        took < usual + Duration::from_secs(2),
-        "{took:?} against {usual:?}"
-    );
+    // It waited advise.wait_seconds (the line above says so), not for the database: sacct
+    // alone would wait for slurmdbd's answer at least Slurm's MessageTimeout (10 s). The
+    // rest is sbatch's own time, which a busy guest stretches to seconds (3.8 s seen beside
+    // the load test on 26.05): how long it adds is measured in bench/submit_advice.py.
+    assert!(took < Duration::from_secs(10), "{took:?} against {usual:?}");
     wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
 }
