@@ -3,7 +3,8 @@
 //!
 //! Slurm's database is asked for the user's own jobs only (`sacct -u <uid>`, rows of another
 //! uid dropped), never more often than `advise.refresh_seconds` for one user, and only when the
-//! cache is older than an hour or a job of the same name was submitted since it was fetched:
+//! cache is older than an hour or a job of the same name was submitted before (it may have
+//! ended since):
 //! after the first question of the day, each one asks only for the jobs that ended since the
 //! last (`-S`). A failed question is not asked again for five minutes. Figures come only from
 //! the stored summaries (`AdminComment`, which only Slurm's administrators and the site's
@@ -102,12 +103,11 @@ impl Cache {
         if now - self.fetched >= MAX_AGE_SECONDS {
             return Some("the history is over an hour old".into());
         }
+        // A job of this name submitted before may have ended since the last answer: which
+        // one the answer saw is not known (a submission is noted before Slurm gives its id).
         let id = key.id();
-        if submitted
-            .iter()
-            .any(|(k, t)| *k == id && *t >= self.fetched)
-        {
-            return Some("a job of this name was submitted since the history was fetched".into());
+        if submitted.iter().any(|(k, _)| *k == id) {
+            return Some("a job of this name was submitted before and may have ended".into());
         }
         None
     }

@@ -283,8 +283,9 @@ fn the_cache_asks_again_only_when_a_job_of_the_name_may_have_ended() {
         cfg.days,
     );
     assert_eq!(c.due(&key(), t + 5, &cfg, &noted), None);
-    noted.push((key().id(), t + 5));
-    // Submitted since: asked again, but not within refresh_seconds of the last question.
+    // Submitted before, even a moment before the answer: asked again, but not within
+    // refresh_seconds of the last question.
+    noted.push((key().id(), t - 1));
     assert_eq!(c.due(&key(), t + 10, &cfg, &noted), None);
     assert!(c.due(&key(), t + 30, &cfg, &noted).is_some());
     assert_eq!(
