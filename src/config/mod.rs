@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use advise::{AdviseConfig, GpuType};
+pub use paths::lexical;
 
 use crate::units::{
     MAX_AGE_DAYS, MAX_CHECKPOINT_SECONDS, MAX_INTERVAL_SECONDS, MIN_CHECKPOINT_SECONDS,

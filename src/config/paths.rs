@@ -51,7 +51,7 @@ impl Config {
 }
 
 /// `path` with `.` and `..` taken out as words (a trailing `/` too).
-fn lexical(path: &Path) -> PathBuf {
+pub fn lexical(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in path.components() {

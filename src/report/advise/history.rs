@@ -178,12 +178,8 @@ pub fn save(path: &Path, cache: &Cache) -> std::io::Result<()> {
 /// (0700).
 fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = make_dir(path)?;
     let tmp = dir.join(format!(
         ".{}.{}",
         path.file_name().unwrap_or_default().to_string_lossy(),
@@ -200,6 +196,17 @@ fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// Makes the directory of `path` (0700) where it is missing; returns it.
+fn make_dir(path: &Path) -> std::io::Result<&Path> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    Ok(dir)
 }
 
 /// The lock file beside the cache: `suffix` `lock` for a change of the cache, `refresh` for a
@@ -285,14 +292,7 @@ pub fn refresh(
     now: i64,
 ) -> Result<bool, String> {
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    if let Some(dir) = path.parent() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io)?;
-    }
+    make_dir(path).map_err(io)?;
     let Some(_asking) = lock(path, "refresh").map_err(io)? else {
         return Ok(false);
     };
@@ -447,7 +447,6 @@ pub fn script_of(name: &str, workdir: &str, submit: &str) -> Option<String> {
 /// `word` as an absolute path, against `dir` where it is relative, with `.` and `..` taken
 /// out as words.
 pub fn absolute(dir: &Path, word: &str) -> Option<String> {
-    use std::path::Component;
     let joined = if word.starts_with('/') {
         PathBuf::from(word)
     } else if dir.is_absolute() {
@@ -455,15 +454,9 @@ pub fn absolute(dir: &Path, word: &str) -> Option<String> {
     } else {
         return None;
     };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    Some(out.to_string_lossy().into_owned())
+    Some(
+        crate::config::lexical(&joined)
+            .to_string_lossy()
+            .into_owned(),
+    )
 }

@@ -86,28 +86,13 @@ fn mem_bytes(v: &str) -> Option<u64> {
         .and_then(|n| n.checked_mul(mult))
 }
 
-/// A Slurm duration (`M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`) as seconds; `None` for
-/// `UNLIMITED` and anything else.
+/// A Slurm duration (`M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`) as seconds, read as the
+/// run file reads time limits; `None` for `UNLIMITED`, 0 and anything else.
 pub fn duration_seconds(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (days, rest) = match v.split_once('-') {
-        Some((d, r)) => (d.parse::<u64>().ok()?, r),
-        None => (0, v),
-    };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(|p| p.parse::<u64>().ok())
-        .collect::<Option<_>>()?;
-    let (h, m, s) = match (v.contains('-'), &parts[..]) {
-        (false, &[m]) => (0, m, 0),
-        (false, &[m, s]) => (0, m, s),
-        (_, &[h, m, s]) => (h, m, s),
-        (true, &[h]) => (h, 0, 0),
-        (true, &[h, m]) => (h, m, 0),
-        _ => return None,
-    };
-    let total = days * 86_400 + h * 3600 + m * 60 + s;
-    (total > 0).then_some(total)
+    crate::step::run::parse_time_limit(v)
+        .ok()
+        .flatten()
+        .filter(|s| *s > 0)
 }
 
 /// GPUs in a `--gres` or `--gpus` value: `gres:gpu:2`, `gres/gpu:a100:2`, `gpu`, `a100:2`,
