@@ -111,7 +111,6 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
         "--wrap",
         &wrap,
     ];
-    let first = Instant::now();
     let mut ids = Vec::new();
     for _ in 0..3 {
         let (out, _, _) = sbatch(USER, &[], &job);
@@ -125,10 +124,11 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
         );
         wait_end_in_database(*id);
     }
-    // One question to Slurm's database per user in refresh_seconds (20 s by default).
-    if let Some(left) = Duration::from_secs(21).checked_sub(first.elapsed()) {
-        std::thread::sleep(left);
-    }
+    // One question to Slurm's database per user in refresh_seconds (20 s by default), and
+    // other tests' submissions as this user ask too: one of them may have asked while only
+    // two of the three had ended. Past refresh_seconds from now, the next question is asked
+    // (a job of this name was submitted before) or was asked after all three had ended.
+    std::thread::sleep(Duration::from_secs(21));
     // Held, as the submissions below: none of them runs and joins the history.
     let held: Vec<&str> = std::iter::once("--hold").chain(job).collect();
     let (out, mut note, took) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "why")], &held);
