@@ -126,6 +126,7 @@ fn record_json(job: u32, node: &str, step: &str, name: &str) -> String {
         timeline: None,
         events: Vec::new(),
         events_dropped: 0,
+        pressure: None,
     }
     .to_json()
 }

@@ -121,6 +121,7 @@ impl Fake {
             timeline: None,
             events: Vec::new(),
             events_dropped: 0,
+            pressure: None,
         };
         std::fs::write(dir.join("n1.batch.json"), r.to_json()).unwrap();
     }

@@ -7,6 +7,7 @@ mod member;
 pub mod needed;
 pub mod own;
 pub mod parse;
+pub mod pressure;
 
 use std::io;
 use std::path::{Path, PathBuf};

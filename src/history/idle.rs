@@ -22,6 +22,10 @@ pub struct GpuIdle {
     pub longest_seconds: f64,
     /// Whether it was ever busy.
     pub ever_busy: bool,
+    /// What the step's tasks waited for while the GPU was idle (cgroup v2's pressure stall
+    /// figures). Absent without them, and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<super::pressure::IdleWaits>,
 }
 
 impl GpuIdle {
@@ -48,6 +52,8 @@ pub(super) struct IdleTracker {
     longest: f64,
     alerted: bool,
     last_energy: Option<(f64, u64)>,
+    /// The stall over the idle intervals that had a pressure reading.
+    pub(super) waits: Option<super::pressure::IdleWaits>,
 }
 
 impl IdleTracker {
@@ -113,6 +119,12 @@ impl IdleTracker {
             in_gaps_seconds: round3((self.idle - at_start - at_end).max(0.0)),
             longest_seconds: round3(self.longest),
             ever_busy: self.first_busy.is_some(),
+            waits: self.waits.map(|w| super::pressure::IdleWaits {
+                seconds: round3(w.seconds),
+                cpu_seconds: round3(w.cpu_seconds),
+                memory_seconds: round3(w.memory_seconds),
+                io_seconds: round3(w.io_seconds),
+            }),
         })
     }
 }

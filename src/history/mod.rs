@@ -12,6 +12,7 @@
 mod event;
 mod idle;
 pub mod mark;
+pub mod pressure;
 mod timeline;
 
 pub use event::{AlertRules, Event};
@@ -64,6 +65,8 @@ pub struct Observation {
     pub oom_kills: Option<u64>,
     /// Times the memory limit was hit so far (cgroup).
     pub limit_hits: Option<u64>,
+    /// The step cgroup's pressure stall counters (cgroup v2), when read.
+    pub pressure: Option<crate::cgroup::pressure::PressureTotals>,
 }
 
 /// Builds a step's [`Timeline`], events and idle figures from its samples.
@@ -80,6 +83,7 @@ pub struct Recorder {
     last_cpu: Option<(f64, f64)>,
     last_oom: Option<u64>,
     last_hits: Option<u64>,
+    last_pressure: Option<(f64, crate::cgroup::pressure::PressureTotals)>,
     memory_alerted: bool,
     /// Per GPU: since when it has been slowed down (thermal, power), while it is.
     slowed: Vec<Option<f64>>,
@@ -109,6 +113,7 @@ impl Recorder {
             last_cpu: None,
             last_oom: None,
             last_hits: None,
+            last_pressure: None,
             memory_alerted: false,
             slowed: Vec::new(),
             pending_alerts: Vec::new(),
@@ -173,11 +178,23 @@ impl Recorder {
         }
         self.counters(o);
         self.memory_alert(o);
+        let stall = self.stall(o);
         let mut gpus = Vec::with_capacity(o.gpus.len());
         for (i, g) in o.gpus.iter().enumerate() {
-            gpus.push(self.gpu(i, o.unix, g));
+            gpus.push(self.gpu(i, o.unix, g, stall.as_ref()));
         }
-        self.timeline.add(t, o.memory_bytes as f64, cores, gpus);
+        self.timeline
+            .add(t, o.memory_bytes as f64, cores, gpus, stall);
+    }
+
+    /// The pressure stall since the previous reading of the counters.
+    fn stall(&mut self, o: &Observation) -> Option<pressure::BucketStall> {
+        let now = o.pressure?;
+        let (t0, before) = self.last_pressure.replace((o.unix, now))?;
+        let dt = o.unix - t0;
+        (dt > 1e-3)
+            .then(|| pressure::BucketStall::between(&before, &now, dt))
+            .flatten()
     }
 
     fn counters(&mut self, o: &Observation) {
@@ -249,7 +266,13 @@ impl Recorder {
         }
     }
 
-    fn gpu(&mut self, i: usize, unix: f64, g: &GpuObservation) -> GpuStat {
+    fn gpu(
+        &mut self,
+        i: usize,
+        unix: f64,
+        g: &GpuObservation,
+        stall: Option<&pressure::BucketStall>,
+    ) -> GpuStat {
         let id = self.gpu_ids.get(i).copied().unwrap_or(i as u32);
         let Some(tr) = self.idle.get_mut(i) else {
             return GpuStat::default();
@@ -258,6 +281,11 @@ impl Recorder {
             return GpuStat::default();
         }
         let power = tr.power(unix, g.energy_mj);
+        if let (Some(u), Some(s)) = (g.utilization_percent, stall)
+            && u < self.rules.gpu_idle_percent
+        {
+            tr.waits.get_or_insert_default().add(s);
+        }
         let alert = g.utilization_percent.and_then(|u| {
             tr.utilization(
                 unix,
@@ -408,6 +436,7 @@ pub(crate) mod tests {
             }],
             oom_kills: Some(0),
             limit_hits: Some(0),
+            pressure: None,
         }
     }
 

@@ -95,6 +95,10 @@ pub struct Bucket {
     pub cpu_cores: Option<Stat>,
     /// The GPUs, in the order of [`Timeline::gpus`].
     pub gpus: Vec<GpuStat>,
+    /// The step's pressure stall over the bucket (cgroup v2): the counters' changes added up.
+    /// Absent without them (cgroup v1, `psi=0`), and in records of earlier builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<super::pressure::BucketStall>,
 }
 
 /// The bounded timeline of a step.
@@ -118,7 +122,14 @@ pub struct Timeline {
 impl Timeline {
     /// Adds one sample at `t` seconds since the start (merging buckets while it is past the
     /// last one the bound allows).
-    pub(super) fn add(&mut self, t: f64, mem: f64, cores: Option<f64>, gpus: Vec<GpuStat>) {
+    pub(super) fn add(
+        &mut self,
+        t: f64,
+        mem: f64,
+        cores: Option<f64>,
+        gpus: Vec<GpuStat>,
+        stall: Option<super::pressure::BucketStall>,
+    ) {
         let mut idx = (t / self.bucket_seconds).floor() as u64;
         while idx >= MAX_BUCKETS as u64 {
             merge_pairs(self);
@@ -131,6 +142,7 @@ impl Timeline {
             memory_bytes: Stat::one(mem),
             cpu_cores: cores.map(Stat::one),
             gpus,
+            stall,
         };
         match self.buckets.last_mut() {
             Some(b) if (b.t - start).abs() < 1e-9 => {
@@ -146,6 +158,7 @@ fn merge_bucket(b: &mut Bucket, n: u32, other: Bucket) {
     let m = other.samples;
     b.memory_bytes = b.memory_bytes.merge(n, other.memory_bytes, m);
     b.cpu_cores = merge_opt(b.cpu_cores, n, other.cpu_cores, m);
+    b.stall = super::pressure::add_opt(b.stall, other.stall);
     if b.gpus.len() < other.gpus.len() {
         b.gpus.resize(other.gpus.len(), GpuStat::default());
     }

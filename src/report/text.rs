@@ -562,6 +562,7 @@ mod tests {
                 in_gaps_seconds: gaps,
                 longest_seconds: start,
                 ever_busy: busy,
+                waits: None,
             },
             share_percent: start + gaps + end,
         };

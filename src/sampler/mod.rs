@@ -196,6 +196,8 @@ impl Sampler {
             gpus: self.gpu.last_readings().to_vec(),
             oom_kills: None,
             limit_hits: None,
+            // Not read for a command outside Slurm: its cgroup is rarely its own.
+            pressure: None,
         }
     }
 

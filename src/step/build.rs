@@ -349,6 +349,10 @@ pub(super) fn build(inner: &Inner, acc: &Acc, complete: bool) -> StepRecord {
         timeline: Some(timeline),
         events,
         events_dropped,
+        pressure: Some(
+            sh.pressure
+                .figures(inner.start_time.timestamp_millis() as f64 / 1000.0),
+        ),
     }
 }
 

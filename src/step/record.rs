@@ -48,6 +48,10 @@ pub struct StepRecord {
     /// Events not kept (beyond the bounds). Added without a version change: records of earlier builds lack it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub events_dropped: u64,
+    /// The step's pressure stall figures (cgroup v2), or why there are none. Added without a
+    /// version change: records of earlier builds lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<crate::history::pressure::StepPressure>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -554,6 +558,7 @@ pub(crate) mod tests_support {
             timeline: None,
             events: Vec::new(),
             events_dropped: 0,
+            pressure: None,
         }
     }
 }

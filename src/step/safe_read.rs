@@ -431,6 +431,7 @@ mod tests {
     /// The bound holds a record far larger than any the plugin writes.
     #[test]
     fn the_largest_record_fits_the_bound() {
+        use crate::history::pressure::{BucketStall, StallPair, StepPressure};
         use crate::history::{Bucket, Event, GpuStat, Stat, Timeline};
         use crate::step::record::{StepGpu, TaskRecord};
         let mut r = crate::step::record::tests_support::record("node-with-a-long-name-001", "12");
@@ -440,6 +441,10 @@ mod tests {
             max: 123_456_789_012.345_67,
         };
         let s = Some(stat);
+        let pair = StallPair {
+            some: 123_456.789_012,
+            full: Some(123_456.789_012),
+        };
         let gpus = 64;
         r.gpus = (0..gpus)
             .map(|i| StepGpu {
@@ -470,9 +475,16 @@ mod tests {
                         };
                         gpus
                     ],
+                    stall: Some(BucketStall {
+                        seconds: 123_456.789_012,
+                        cpu: pair,
+                        memory: pair,
+                        io: pair,
+                    }),
                 })
                 .collect(),
         });
+        r.pressure = Some(StepPressure::unavailable("x".repeat(300)));
         r.events = (0..crate::history::MAX_EVENTS)
             .map(|i| {
                 let mut e = Event::new("mark", format!("phase {i}: {}", "x".repeat(200)));

@@ -133,6 +133,9 @@ pub(super) fn sample(
             all_members.extend(p);
         }
     }
+    let pressure = step_cg
+        .as_ref()
+        .map(|c| (crate::clock::unix_now(), c.pressure()));
     // CPU: the cgroup's counter when there is one, else the tasks' sampled sum.
     let cpu_now = step_reading
         .and_then(|r| r.cpu_ns)
@@ -150,6 +153,9 @@ pub(super) fn sample(
 
     let step_known = {
         let mut sh = inner.lock();
+        if let Some((unix, p)) = pressure.clone() {
+            sh.pressure.observe(unix, p, false);
+        }
         if let Some(r) = step_reading {
             sh.last_step = Some(r);
             if sh.final_step.is_none() {
@@ -220,10 +226,10 @@ pub(super) fn sample(
     observe(
         inner,
         acc,
-        step_reading,
-        job_reading,
+        (step_reading, job_reading),
         step_mem.total(),
         cpu_now,
+        pressure.and_then(|(_, p)| p.ok()),
     );
     let us = t0.elapsed().as_secs_f64() * 1e6;
     acc.samples += 1;
@@ -237,10 +243,10 @@ pub(super) fn sample(
 fn observe(
     inner: &Inner,
     acc: &mut Acc,
-    step: Option<CgroupReading>,
-    job: Option<CgroupReading>,
+    (step, job): (Option<CgroupReading>, Option<CgroupReading>),
     sampled: u64,
     cpu_now: f64,
+    pressure: Option<crate::cgroup::pressure::PressureTotals>,
 ) {
     let unix = crate::clock::unix_now();
     let batch = inner.setup.step.id == "batch";
@@ -272,6 +278,7 @@ fn observe(
             gpus: Vec::new(),
             oom_kills: step.and_then(|r| r.oom_kills),
             limit_hits: step.and_then(|r| r.limit_hits),
+            pressure,
         },
     );
 }

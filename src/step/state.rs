@@ -49,6 +49,8 @@ pub(super) struct Shared {
     /// Its latest reading: at every sample, and when the step's last task ended.
     pub(super) job_reading: Option<CgroupReading>,
     pub(super) last_step: Option<CgroupReading>,
+    /// The step cgroup's pressure stall counters (cgroup v2), up to the final reading.
+    pub(super) pressure: crate::history::pressure::PressureWatch,
     /// The peak of what the kernel could not reclaim, over the step cgroup's readings (until
     /// the final one) and over the job cgroup's (those `job_reading` takes).
     pub(super) step_needed: NeededPeak,

@@ -249,6 +249,9 @@ impl StepTracker {
                 sh.final_step = Some(r);
                 sh.step_needed.observe(&r);
             }
+            if let Some(p) = sh.step_cgroup.as_ref().map(|c| c.pressure()) {
+                sh.pressure.observe(unix_now(), p, true);
+            }
             if let Some(r) = sh.job_cgroup.as_ref().and_then(|c| c.read().ok()) {
                 sh.job_reading = Some(r);
                 sh.job_needed.observe(&r);

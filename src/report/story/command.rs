@@ -56,6 +56,11 @@ pub fn command_record(
         timeline: Some(story.timeline.clone()),
         events: story.events.clone(),
         events_dropped: story.events_dropped,
+        pressure: Some(crate::history::pressure::StepPressure::unavailable(
+            "gpu-tracker -e does not read pressure stall figures: the command's cgroup is \
+             rarely its own"
+                .into(),
+        )),
     }
 }
 

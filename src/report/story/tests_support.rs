@@ -59,6 +59,7 @@ pub fn rec_gpu(
             gpus: vec![gpu(i)],
             oom_kills: None,
             limit_hits: None,
+            pressure: None,
         });
     }
     for (t, n) in marks {
