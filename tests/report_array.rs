@@ -117,6 +117,7 @@ fn write_task(root: &Path, t: &Task) {
         timeline: None,
         events: Vec::new(),
         events_dropped: 0,
+        pressure: None,
     };
     let dir = root.join(t.job.to_string());
     std::fs::create_dir_all(&dir).unwrap();
