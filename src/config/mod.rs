@@ -153,6 +153,14 @@ pub struct Config {
     /// `failed` when at least this many tasks exited non-zero or were killed; 0 turns the
     /// class off.
     pub class_failed_tasks: u32,
+    /// `cpu-starved` when some task of the job waited for a core at least this percent of the
+    /// time (cgroup v2's pressure stall figures); 0 turns the class off.
+    pub class_cpu_starved_percent: f64,
+    /// `io-bound` when some task waited for I/O at least this percent of the time; 0: off.
+    pub class_io_bound_percent: f64,
+    /// `memory-throttled` when some task stalled on memory at least this percent of the time;
+    /// 0: off.
+    pub class_memory_throttled_percent: f64,
     /// The advice at submission (`[advise]`).
     pub advise: AdviseConfig,
 }
@@ -193,6 +201,9 @@ impl Default for Config {
             class_cpu_low_percent: 25.0,
             class_oom_kills: 1,
             class_failed_tasks: 1,
+            class_cpu_starved_percent: 40.0,
+            class_io_bound_percent: 30.0,
+            class_memory_throttled_percent: 10.0,
             advise: AdviseConfig::default(),
         }
     }
@@ -383,6 +394,24 @@ impl Config {
             (
                 "class_cpu_low_percent",
                 c.class_cpu_low_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_cpu_starved_percent",
+                c.class_cpu_starved_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_io_bound_percent",
+                c.class_io_bound_percent,
+                100.0,
+                " percent",
+            ),
+            (
+                "class_memory_throttled_percent",
+                c.class_memory_throttled_percent,
                 100.0,
                 " percent",
             ),

@@ -7,12 +7,15 @@ use super::figures::{Advice, GpuSummary, OomEvent, Summary};
 
 /// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
 /// are shown in the summary's `Classes:` line only.
-pub const ADVICE_OF_CLASS: [(&str, &[&str]); 7] = [
+pub const ADVICE_OF_CLASS: [(&str, &[&str]); 10] = [
     ("gpu-unused", &["gpu-idle"]),
     ("gpu-low", &["gpu-low-use", "gpu-few-sms"]),
     ("mem-over", &["memory-over-requested"]),
     ("time-over", &["time-over-requested"]),
     ("cpu-low", &["cpu-idle"]),
+    ("cpu-starved", &["cpu-starved"]),
+    ("io-bound", &["io-bound"]),
+    ("memory-throttled", &["memory-throttled"]),
     ("oom", &["oom"]),
     ("timeout", &["time-limit"]),
 ];
@@ -261,6 +264,7 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
             ),
         });
     }
+    out.extend(super::pressure::advice(s));
     out
 }
 

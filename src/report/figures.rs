@@ -84,6 +84,11 @@ pub struct Summary {
     /// Each allocated GPU's idle time.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_idle: Vec<super::story::IdleGpu>,
+    /// What the job's tasks waited for (cgroup v2's pressure stall figures), and the
+    /// bottleneck it names. Absent where no record has pressure figures (earlier builds, and
+    /// summaries read back from Slurm's database).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<super::pressure::figures::JobPressure>,
     /// The events that matter (alerts, OOM kills, limit hits, lost GPUs, failed tasks), at
     /// most [`MAX_SUMMARY_EVENTS`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -248,6 +253,9 @@ pub struct StepSummary {
     /// `needed_peak_bytes`), when the record has it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub needed_peak_bytes: Option<u64>,
+    /// The step's pressure stall figures (the record's), when the record has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<crate::history::pressure::StepPressure>,
 }
 
 /// A task that did not exit 0.
@@ -289,8 +297,9 @@ pub struct JobClass {
 /// One piece of advice.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
-    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `gpu-few-sms`, `cpu-idle`, `oom`,
-    /// `time-limit` or `time-over-requested`.
+    /// `memory-over-requested`, `gpu-idle`, `gpu-low-use`, `gpu-few-sms`, `cpu-idle`,
+    /// `cpu-starved`, `io-bound`, `memory-throttled`, `oom`, `time-limit` or
+    /// `time-over-requested`.
     pub code: &'static str,
     /// What to do, for people.
     pub message: String,

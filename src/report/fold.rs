@@ -130,6 +130,7 @@ pub struct JobFold {
     events: Option<EventFold>,
     idle: BTreeMap<(String, String), IdleGpu>,
     runs: RunFold,
+    pressure: super::pressure::figures::PressureFold,
     /// The earliest timeline start and the latest timeline end (Unix seconds).
     t0: Option<f64>,
     t_end: Option<f64>,
@@ -203,6 +204,7 @@ impl JobFold {
         self.add_node(r);
         self.add_step(r);
         self.runs.add(r);
+        self.pressure.add(r);
         self.tasks.add(r);
         self.events
             .get_or_insert_with(|| EventFold::new(MAX_SUMMARY_EVENTS))
@@ -355,6 +357,7 @@ impl JobFold {
                 .as_ref()
                 .map(|x| x.restart_count.saturating_add(1)),
             needed_peak_bytes: r.memory.needed_peak_bytes,
+            pressure: r.pressure.clone(),
         };
         let kills = r.memory.oom_kills.unwrap_or(0);
         let oom = (kills > 0).then(|| OomEvent {
@@ -482,6 +485,7 @@ impl JobFold {
         super::nodes::complete(&mut s, &self.tasks);
         s.phases = phases;
         s.gpu_idle = self.idle.into_values().collect();
+        s.pressure = self.pressure.finish();
         if let (Some(t0), Some(ev)) = (self.t0, self.events) {
             let (events, count) = ev.important(t0);
             s.events_more = count.saturating_sub(events.len() as u64);

@@ -28,6 +28,7 @@ mod memory_tests;
 mod merge;
 pub mod nodes;
 pub mod plot;
+pub mod pressure;
 pub mod runs;
 pub mod settings;
 pub mod site;

@@ -36,6 +36,7 @@ impl Summary {
     /// where a summary is finished (with the built-in rules); again with the site's rules,
     /// where the caller has the site's settings.
     pub fn set_classes(&mut self, rules: &super::classes::ClassRules) {
+        super::pressure::explain(self, rules.pressure_percents());
         self.classes = super::classes::classify(self, rules);
         self.advice = super::advice::advise(self, rules);
     }

@@ -412,6 +412,9 @@ pub fn render(s: &Summary, problems: &[Problem], o: &TextOptions) -> String {
         per_node_table(w, s, o);
     }
     super::gpu_text::gpu_section(w, s, &|b| o.mem(b));
+    if let Some(line) = s.pressure.as_ref().and_then(|p| p.explanation.as_ref()) {
+        let _ = writeln!(w, "Pressure:      {line}");
+    }
     if !s.steps.is_empty() && (s.steps.len() > 1 || s.nodes.len() > 1 || o.tasks) {
         let _ = writeln!(w, "Steps:");
         let _ = writeln!(
