@@ -48,7 +48,8 @@ pub struct Args {
     #[arg(long = "tasks")]
     pub tasks: bool,
     /// Print the job's timeline instead of the summary: memory, CPU and each GPU over time
-    /// (each bucket's min, mean and max), as csv or json.
+    /// (each bucket's min, mean and max) and the pressure stall where the kernel keeps it, as
+    /// csv or json.
     #[arg(long = "timeline", value_name = "FORMAT", value_parser = ["csv", "json"],
           requires = "job", conflicts_with_all = ["events", "plot"])]
     pub timeline: Option<String>,
@@ -57,8 +58,9 @@ pub struct Args {
     #[arg(long = "events", value_name = "FORMAT", value_parser = ["csv", "json"],
           requires = "job", conflicts_with = "plot")]
     pub events: Option<String>,
-    /// Draw memory, CPU and each GPU's memory and utilization over time, phases and events
-    /// marked, one line per node, to FILE (.svg or .png), instead of printing the summary.
+    /// Draw memory, CPU, the pressure stall (where the kernel keeps it) and each GPU's memory
+    /// and utilization over time, phases and events marked, one line per node, to FILE (.svg
+    /// or .png), instead of printing the summary.
     #[arg(long = "plot", value_name = "FILE", requires = "job")]
     pub plot: Option<PathBuf>,
     /// List the jobs of this user (name or uid).

@@ -4,7 +4,7 @@
 use plotters::style::RGBColor;
 
 use super::data::{PlotData, PlotGpu};
-use super::style::{GIB, series_color};
+use super::style::{GIB, STALL_COLORS, series_color};
 
 /// The unit of the time axis, picked from the span.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,10 +40,14 @@ pub(super) enum Stroke {
     /// A solid line through the readings.
     Solid,
     /// A dashed line through the readings: a second figure of the same device (SM activity
-    /// beside utilization), in the device's colour.
+    /// beside utilization), in the device's colour; or a second node's figure where the colour
+    /// names the figure (the pressure panel).
     Dashed,
     /// A dashed horizontal line across the plot: a bound (a memory limit, a GPU's memory).
     Level,
+    /// A dotted line through the readings: a third node's figure where the colour names the
+    /// figure (the pressure panel).
+    Dotted,
 }
 
 /// One series of a panel, in the panel's units.
@@ -166,12 +170,47 @@ pub(super) fn panels(data: &PlotData, unit: TimeUnit, x_range: (f64, f64)) -> Ve
         Panel::new("Memory (GiB)", "GiB", memory),
         Panel::new("CPU (cores busy)", "cores", cpu),
     ];
+    // The node's waits beside its memory and cores, above the GPUs.
+    panels.extend(stall_panel(data, unit));
     let gpus: Vec<&PlotGpu> = data.lines.iter().flat_map(|l| &l.gpus).collect();
     if !gpus.is_empty() {
         // GPU colours continue after the nodes' so a GPU is never mistaken for a node.
         panels.extend(gpu_panels(&gpus, data.lines.len(), unit, x_range));
     }
     panels
+}
+
+/// The pressure panel: the share of time some task waited for CPU, memory and I/O, a colour
+/// each; with several nodes, each node's three lines in a stroke of its own (solid, dashed,
+/// dotted, then again). `None` where no node had pressure figures (cgroup v1, `psi=0`): no
+/// panel rather than one flat at 0.
+fn stall_panel(data: &PlotData, unit: TimeUnit) -> Option<Panel> {
+    const NAMES: [&str; 3] = ["CPU", "memory", "I/O"];
+    const STROKES: [Stroke; 3] = [Stroke::Solid, Stroke::Dashed, Stroke::Dotted];
+    let several = data.lines.len() > 1;
+    let measured = data
+        .lines
+        .iter()
+        .filter(|l| l.stall.iter().any(|s| !s.is_empty()));
+    let mut series = Vec::new();
+    for (i, line) in measured.enumerate() {
+        for ((name, color), points) in NAMES.iter().zip(STALL_COLORS).zip(&line.stall) {
+            series.push(Series {
+                label: if several {
+                    format!("{} {name}", line.label)
+                } else {
+                    (*name).to_string()
+                },
+                color,
+                points: clean(points, unit, 1.0),
+                stroke: STROKES[i % STROKES.len()],
+            });
+        }
+    }
+    (!series.is_empty()).then(|| Panel {
+        y_fixed: Some(100.0),
+        ..Panel::new("Pressure stall (% of time some task waited)", "%", series)
+    })
 }
 
 /// The GPU memory and GPU utilization panels. Utilization carries each GPU's SM activity as a

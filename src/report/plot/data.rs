@@ -25,6 +25,10 @@ pub struct PlotLine {
     pub memory_limit: Option<f64>,
     /// CPU use: (t, cores busy).
     pub cpu: Vec<(f64, f64)>,
+    /// Share of the time in which some task waited for CPU, memory and I/O (cgroup v2's
+    /// pressure stall figures): (t, percent 0..100), in that order; empty where the node had
+    /// no pressure figures (cgroup v1, `psi=0`), so no line is drawn rather than one at 0.
+    pub stall: [Vec<(f64, f64)>; 3],
     /// The GPUs of this node the job used.
     pub gpus: Vec<PlotGpu>,
 }

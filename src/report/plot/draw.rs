@@ -125,11 +125,16 @@ pub(super) fn draw_panel<DB: DrawingBackend>(
     let x_per_px = (x1 - x0) / f64::from((px1 - px0).max(1));
     for (i, s) in panel.series.iter().enumerate() {
         let style = s.color.stroke_width(2);
-        if s.stroke == Stroke::Dashed && s.points.len() > 1 {
+        if matches!(s.stroke, Stroke::Dashed | Stroke::Dotted) && s.points.len() > 1 {
+            let (dash, gap) = if s.stroke == Stroke::Dotted {
+                (DOT, DOT_GAP)
+            } else {
+                (DASH, DASH_GAP)
+            };
             chart.draw_series(DashedLineSeries::new(
                 s.points.iter().copied(),
-                DASH,
-                DASH_GAP,
+                dash,
+                gap,
                 style,
             ))?;
         } else if s.stroke == Stroke::Level {
@@ -296,6 +301,10 @@ mod tests {
             "memory 92% of limit",
             "GPU 0 idle 20 s",
             "time since start (s)",
+            "Pressure stall (% of time some task waited)",
+            "vm CPU",
+            "vm memory",
+            "vm I/O",
         ] {
             assert!(
                 texts.iter().any(|t| t == want),
@@ -303,6 +312,8 @@ mod tests {
             );
         }
         assert!(!texts.iter().any(|t| t == "no samples"));
+        // vm-2 had no pressure figures: no line of it, rather than one at 0.
+        assert!(!texts.iter().any(|t| t.starts_with("vm-2 CPU")));
         // Solid series are 2 px polylines: memory and CPU for two nodes, GPU memory and
         // utilization for one GPU (the legend's samples come on top).
         let thick = svg
@@ -347,6 +358,30 @@ mod tests {
         assert!(!texts.iter().any(|t| t.starts_with("GPU memory")));
         assert!(!texts.iter().any(|t| t.starts_with("GPU utilization")));
         assert!(!texts.iter().any(|t| t == "vm GPU 0"));
+    }
+
+    #[test]
+    fn no_pressure_figures_mean_no_pressure_panel() {
+        if !font_available() {
+            return;
+        }
+        let mut data = sample_data();
+        data.lines.truncate(1);
+        let texts = svg_texts(&draw_svg(&data, "one.svg"));
+        // One node: the figures' names alone, in their colours.
+        for want in ["CPU", "memory", "I/O"] {
+            assert!(texts.iter().any(|t| t == want), "no {want:?} in {texts:?}");
+        }
+        let with = Layout::new(&data);
+        for line in &mut data.lines {
+            line.stall = Default::default();
+        }
+        let texts = svg_texts(&draw_svg(&data, "nopressure.svg"));
+        assert!(!texts.iter().any(|t| t.starts_with("Pressure")));
+        assert!(!texts.iter().any(|t| t == "I/O"));
+        let without = Layout::new(&data);
+        assert_eq!(without.panels.len() + 1, with.panels.len());
+        assert!(without.height < with.height);
     }
 
     #[test]

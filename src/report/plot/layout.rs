@@ -122,6 +122,7 @@ pub(super) fn time_span(data: &PlotData) -> (f64, f64) {
     let mut times: Vec<f64> = Vec::new();
     for line in &data.lines {
         times.extend(line.memory.iter().chain(&line.cpu).map(|p| p.0));
+        times.extend(line.stall.iter().flatten().map(|p| p.0));
         for gpu in &line.gpus {
             let series = gpu
                 .memory

@@ -64,6 +64,14 @@ pub(super) fn draw_legend<DB: DrawingBackend>(
                     color.stroke_width(2),
                 ))?;
             }
+            Sample::Line(color, Stroke::Dotted) => {
+                area.draw(&DashedPathElement::new(
+                    vec![(x0, y), (x0 + sample_w, y)],
+                    DOT,
+                    DOT_GAP - 1,
+                    color.stroke_width(2),
+                ))?;
+            }
             Sample::Line(color, Stroke::Dashed | Stroke::Level) => {
                 area.draw(&DashedPathElement::new(
                     vec![(x0, y), (x0 + sample_w, y)],

@@ -1,7 +1,9 @@
 //! Drawing a job's resource usage over time to an SVG or PNG file (`--plot`).
 //!
 //! One image about 1200 px wide: a title, then panels stacked on one shared time axis: memory,
-//! CPU cores busy, and (when the job had GPUs) GPU memory and GPU utilization. Each panel has
+//! CPU cores busy, (when a node had pressure stall figures, cgroup v2) the share of time some
+//! task waited for CPU, memory and I/O, and (when the job had GPUs) GPU memory and GPU
+//! utilization. Each panel has
 //! its own legend to the right of the plot, so the labels never cover the data. The GPU
 //! utilization panel also draws each GPU's SM activity (dashed, where the GPU measures it),
 //! shades the times a GPU was slowed down and marks each Xid error. Phases marked

@@ -46,6 +46,9 @@ pub(super) const LEGEND_ROW_H: i32 = 21;
 /// Dash length and gap of dashed lines, in pixels.
 pub(super) const DASH: u32 = 9;
 pub(super) const DASH_GAP: u32 = 6;
+/// Dot length and gap of dotted lines, in pixels.
+pub(super) const DOT: u32 = 2;
+pub(super) const DOT_GAP: u32 = 4;
 /// Dash length and the space between dashes of dashed lines that share a height.
 pub(super) const SHARED_DASH: u32 = 8;
 pub(super) const SHARED_GAP: u32 = 4;
@@ -62,6 +65,14 @@ pub(super) const SERIES_COLORS: &[RGBColor] = &[
     RGBColor(23, 190, 207),
     RGBColor(188, 189, 34),
     RGBColor(0, 0, 128),
+];
+
+/// The pressure panel's colours for CPU, memory and I/O: told apart from each other and from
+/// the events' colours.
+pub(super) const STALL_COLORS: [RGBColor; 3] = [
+    RGBColor(0, 128, 128),
+    RGBColor(199, 21, 133),
+    RGBColor(75, 0, 130),
 ];
 
 pub(super) fn series_color(i: usize) -> RGBColor {

@@ -10,7 +10,8 @@ use super::output::draw;
 use super::style::GIB;
 
 /// A two-node job over four minutes: one GPU on `vm` (SM activity from 30 s, slowed down
-/// from 100 s to 130 s, Xid 79 at 200 s), three phases, two alerts.
+/// from 100 s to 130 s, Xid 79 at 200 s), pressure stall figures on `vm` only, three phases,
+/// two alerts.
 pub fn sample_data() -> PlotData {
     let ts: Vec<f64> = (0..=48).map(|i| f64::from(i) * 5.0).collect();
     let ramp = |t: f64, peak: f64| peak * (1.0 - (-t / 60.0).exp());
@@ -22,6 +23,7 @@ pub fn sample_data() -> PlotData {
             .iter()
             .map(|&t| (t, cores * (0.6 + 0.4 * (t / 20.0).sin().abs())))
             .collect(),
+        stall: Default::default(),
         gpus,
     };
     // Busy (`high`) from 60 s to 180 s, else `low`.
@@ -49,12 +51,21 @@ pub fn sample_data() -> PlotData {
         xids: vec![(200.0, 79)],
         slowdowns: vec![(100.0, 130.0)],
     };
+    // Pressure on vm (vm-2 has none: cgroup v1): waiting for I/O while loading, for a core
+    // now and then, for memory near the end.
+    let mut vm = node("vm", 3.7, 3.0, vec![gpu]);
+    vm.stall = [
+        ts.iter()
+            .map(|&t| (t, 8.0 + 6.0 * (t / 15.0).sin()))
+            .collect(),
+        ts.iter()
+            .map(|&t| (t, ((t - 180.0) * 1.2).max(0.0)))
+            .collect(),
+        ts.iter().map(|&t| busy(t, 3.0, 70.0)).collect(),
+    ];
     PlotData {
         title: "Job 4242 (train) on vm, vm-2".to_string(),
-        lines: vec![
-            node("vm", 3.7, 3.0, vec![gpu]),
-            node("vm-2", 2.5, 1.5, vec![]),
-        ],
+        lines: vec![vm, node("vm-2", 2.5, 1.5, vec![])],
         phases: vec![
             PlotPhase {
                 name: "load".to_string(),

@@ -1,7 +1,8 @@
 //! The `--timeline` and `--events` exports, as CSV and JSON.
 
 use super::events::{events, job_start, round3};
-use crate::history::Stat;
+use crate::history::pressure::{BucketStall, StallPair, percent};
+use crate::history::{Stat, Timeline};
 use crate::step::record::StepRecord;
 use crate::units::saturating_sum;
 
@@ -35,9 +36,43 @@ fn stat3(s: Option<&Stat>) -> [String; 3] {
     ]
 }
 
+/// The stall columns of the CSV export: the seconds the figures cover, then for CPU, memory
+/// and I/O the `some` and `full` stall seconds and their shares of those seconds.
+const STALL_COLUMNS: &str = "stall_seconds,\
+     cpu_stall_some_seconds,cpu_stall_some_percent,cpu_stall_full_seconds,cpu_stall_full_percent,\
+     memory_stall_some_seconds,memory_stall_some_percent,memory_stall_full_seconds,\
+     memory_stall_full_percent,io_stall_some_seconds,io_stall_some_percent,\
+     io_stall_full_seconds,io_stall_full_percent";
+
+/// A bucket's stall cells (see [`STALL_COLUMNS`]): all empty without pressure figures, a
+/// `full` pair empty where the kernel gives none; never 0 for "no data".
+fn stall_cells(stall: Option<&BucketStall>) -> String {
+    let Some(st) = stall else {
+        return ",".repeat(12);
+    };
+    let share = |v: f64| Some(percent(v, st.seconds));
+    let pair = |p: &StallPair| {
+        [
+            num(Some(p.some)),
+            num(share(p.some)),
+            num(p.full),
+            num(p.full.and_then(share)),
+        ]
+        .join(",")
+    };
+    [
+        num(Some(st.seconds)),
+        pair(&st.cpu),
+        pair(&st.memory),
+        pair(&st.io),
+    ]
+    .join(",")
+}
+
 /// The `--timeline csv` export: one row per bucket of each step on each node, and per GPU
 /// when the step has GPUs (the step's columns repeat on each GPU's row). A figure the GPU did
-/// not give (SM activity before Hopper) is an empty cell, never 0.
+/// not give (SM activity before Hopper) is an empty cell, never 0; so are the pressure stall
+/// columns, last, where the step's cgroup had no pressure figures (cgroup v1, `psi=0`).
 pub fn timeline_csv(records: &[StepRecord]) -> String {
     let mut out = String::from(
         "node,step,t_start,t_end,samples,memory_min_bytes,memory_mean_bytes,memory_max_bytes,\
@@ -45,8 +80,10 @@ pub fn timeline_csv(records: &[StepRecord]) -> String {
          gpu_memory_mean_bytes,gpu_memory_max_bytes,gpu_util_min_percent,\
          gpu_util_mean_percent,gpu_util_max_percent,gpu_power_min_watts,gpu_power_mean_watts,\
          gpu_power_max_watts,gpu_sm_active_min_percent,gpu_sm_active_mean_percent,\
-         gpu_sm_active_max_percent\n",
+         gpu_sm_active_max_percent,",
     );
+    out.push_str(STALL_COLUMNS);
+    out.push('\n');
     let Some(t0) = job_start(records) else {
         return out;
     };
@@ -65,10 +102,11 @@ pub fn timeline_csv(records: &[StepRecord]) -> String {
             let m = stat3(Some(&b.memory_bytes));
             let c = stat3(b.cpu_cores.as_ref());
             let base = [head.join(","), m.join(","), c.join(",")].join(",");
+            let stall = stall_cells(b.stall.as_ref());
             if b.gpus.is_empty() {
                 out.push_str(&base);
                 out.push_str(&",".repeat(14));
-                out.push('\n');
+                out.push_str(&format!(",{stall}\n"));
             }
             for (g, uuid) in b.gpus.iter().zip(&tl.gpus) {
                 let index = r
@@ -86,7 +124,7 @@ pub fn timeline_csv(records: &[StepRecord]) -> String {
                     stat3(g.power_watts.as_ref()).join(","),
                     stat3(g.sm_active_percent.as_ref()).join(","),
                 ];
-                out.push_str(&format!("{base},{}\n", cols.join(",")));
+                out.push_str(&format!("{base},{},{stall}\n", cols.join(",")));
             }
         }
     }
@@ -95,7 +133,10 @@ pub fn timeline_csv(records: &[StepRecord]) -> String {
 
 /// The `--timeline json` export: each step's timeline, with its node and step and its offset
 /// from the job's start. Every GPU of every bucket has `sm_active_percent`, `null` where the
-/// GPU gave none (the record leaves it out): a reader sees "no data", never a missing column.
+/// GPU gave none (the record leaves it out); every bucket has `stall` (as in the record) and
+/// `stall_percent` (each resource's `[some, full]` share of the stall's seconds), both `null`
+/// where the step's cgroup had no pressure figures: a reader sees "no data", never a missing
+/// key.
 pub fn timeline_json(job_id: u32, records: &[StepRecord]) -> String {
     let t0 = job_start(records);
     let steps: Vec<serde_json::Value> = records
@@ -107,7 +148,7 @@ pub fn timeline_json(job_id: u32, records: &[StepRecord]) -> String {
                 "step": r.step.id,
                 "offset_seconds": round3(tl.start_unix - t0.unwrap_or(tl.start_unix)),
                 "elapsed_seconds": r.step.elapsed_seconds,
-                "timeline": with_null_sm_activity(serde_json::to_value(tl).unwrap_or_default()),
+                "timeline": for_export(tl),
             }))
         })
         .collect();
@@ -119,17 +160,45 @@ pub fn timeline_json(job_id: u32, records: &[StepRecord]) -> String {
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
 }
 
-/// `timeline` (a serialized [`crate::history::Timeline`]) with `sm_active_percent: null` in
-/// each bucket's GPUs that lack it.
-fn with_null_sm_activity(mut timeline: serde_json::Value) -> serde_json::Value {
+/// `tl` serialized, with `sm_active_percent: null` in each bucket's GPUs that lack it, and
+/// each bucket's `stall` and `stall_percent` (`null` without pressure figures).
+fn for_export(tl: &Timeline) -> serde_json::Value {
+    let mut timeline = serde_json::to_value(tl).unwrap_or_default();
     let buckets = timeline["buckets"].as_array_mut().into_iter().flatten();
-    for gpu in buckets.flat_map(|b| b["gpus"].as_array_mut().into_iter().flatten()) {
-        if let Some(g) = gpu.as_object_mut() {
-            g.entry("sm_active_percent")
-                .or_insert(serde_json::Value::Null);
+    for (json, b) in buckets.zip(&tl.buckets) {
+        let Some(bucket) = json.as_object_mut() else {
+            continue;
+        };
+        let gpus = bucket.get_mut("gpus").and_then(|g| g.as_array_mut());
+        for gpu in gpus.into_iter().flatten() {
+            if let Some(g) = gpu.as_object_mut() {
+                g.entry("sm_active_percent")
+                    .or_insert(serde_json::Value::Null);
+            }
         }
+        bucket.entry("stall").or_insert(serde_json::Value::Null);
+        bucket.insert("stall_percent".into(), stall_percent(b.stall.as_ref()));
     }
     timeline
+}
+
+/// A bucket's `stall_percent`: `{"cpu": [some, full], "memory": ..., "io": ...}`, each the
+/// share of the stall's seconds in percent (`full` `null` where the kernel gives none).
+fn stall_percent(stall: Option<&BucketStall>) -> serde_json::Value {
+    let Some(st) = stall else {
+        return serde_json::Value::Null;
+    };
+    let pair = |p: &StallPair| {
+        serde_json::json!([
+            percent(p.some, st.seconds),
+            p.full.map(|f| percent(f, st.seconds))
+        ])
+    };
+    serde_json::json!({
+        "cpu": pair(&st.cpu),
+        "memory": pair(&st.memory),
+        "io": pair(&st.io),
+    })
 }
 
 /// The `--events csv` export.
@@ -170,7 +239,7 @@ pub fn events_json(job_id: u32, records: &[StepRecord]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests_support::{health_rec, rec};
+    use super::super::tests_support::{health_rec, rec, stall_rec};
     use super::*;
 
     #[test]
@@ -188,8 +257,8 @@ mod tests {
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 1 + 5);
         let head: Vec<&str> = lines[0].split(',').collect();
-        assert_eq!(head.len(), 25);
-        assert!(lines.iter().skip(1).all(|l| l.split(',').count() == 25));
+        assert_eq!(head.len(), 38);
+        assert!(lines.iter().skip(1).all(|l| l.split(',').count() == 38));
         assert!(
             lines[3].starts_with(
                 "vm,batch,2,3,1,10,10,10,0.5,0.5,0.5,0,GPU-vm-batch,20,20,20,90,90,90"
@@ -221,15 +290,16 @@ mod tests {
         let csv = timeline_csv(std::slice::from_ref(&a));
         let lines: Vec<&str> = csv.lines().collect();
         assert!(
-            lines[0].ends_with(
-                "gpu_sm_active_min_percent,gpu_sm_active_mean_percent,gpu_sm_active_max_percent"
+            lines[0].contains(
+                ",gpu_sm_active_min_percent,gpu_sm_active_mean_percent,gpu_sm_active_max_percent,"
             ),
             "{}",
             lines[0]
         );
         // 2 s: 42%; 7 s: the GPU gave none, so no figure at all (never 0).
-        assert!(lines[3].ends_with(",42,42,42"), "{}", lines[3]);
-        assert!(lines[8].ends_with(",,,"), "{}", lines[8]);
+        let sm = |l: &str| l.split(',').skip(22).take(3).collect::<Vec<_>>().join(",");
+        assert_eq!(sm(lines[3]), "42,42,42");
+        assert_eq!(sm(lines[8]), ",,");
         let j: serde_json::Value =
             serde_json::from_str(&timeline_json(5, std::slice::from_ref(&a))).unwrap();
         let buckets = &j["steps"][0]["timeline"]["buckets"];
@@ -258,5 +328,51 @@ mod tests {
             .filter_map(|e| e["kind"].as_str())
             .collect();
         assert_eq!(kinds, ["gpu_xid", "gpu_slowdown", "gpu_slowdown_end"]);
+    }
+
+    #[test]
+    fn stall_columns_are_each_buckets_pressure_and_empty_or_null_without_it() {
+        // Each second: 0.2 s waiting for a core, 0.5 s for I/O, none for memory.
+        let a = stall_rec(
+            "vm",
+            "batch",
+            100.0,
+            4,
+            |i| Some([200_000 * u64::from(i), 0, 500_000 * u64::from(i)]),
+            &[],
+        );
+        let v1 = stall_rec("vm-2", "batch", 100.0, 4, |_| None, &[]);
+        let csv = timeline_csv(&[a.clone(), v1.clone()]);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert!(
+            lines[0].ends_with(
+                ",gpu_sm_active_max_percent,stall_seconds,cpu_stall_some_seconds,\
+                 cpu_stall_some_percent,cpu_stall_full_seconds,cpu_stall_full_percent,\
+                 memory_stall_some_seconds,memory_stall_some_percent,\
+                 memory_stall_full_seconds,memory_stall_full_percent,io_stall_some_seconds,\
+                 io_stall_some_percent,io_stall_full_seconds,io_stall_full_percent"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines.iter().all(|l| l.split(',').count() == 38), "{csv}");
+        // The first sample has no interval before it: no figures, as on the node without.
+        assert!(lines[1].ends_with(&",".repeat(13)), "{}", lines[1]);
+        assert!(
+            lines[3].ends_with(",1,0.2,20,0.1,10,0,0,0,0,0.5,50,0.25,25"),
+            "{}",
+            lines[3]
+        );
+        assert!(lines[6..].iter().all(|l| l.ends_with(&",".repeat(13))));
+        let j: serde_json::Value = serde_json::from_str(&timeline_json(5, &[a, v1])).unwrap();
+        let first = &j["steps"][0]["timeline"]["buckets"];
+        assert!(first[0]["stall"].is_null() && first[0]["stall_percent"].is_null());
+        assert_eq!(first[2]["stall"]["io"], serde_json::json!([0.5, 0.25]));
+        assert_eq!(
+            first[2]["stall_percent"],
+            serde_json::json!({"cpu": [20.0, 10.0], "memory": [0.0, 0.0], "io": [50.0, 25.0]})
+        );
+        let v1_bucket = j["steps"][1]["timeline"]["buckets"][2].as_object().unwrap();
+        assert!(v1_bucket["stall"].is_null() && v1_bucket["stall_percent"].is_null());
     }
 }

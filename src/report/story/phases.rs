@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::events::{events, job_start, record_end, round3};
+use crate::history::pressure::{BucketStall, percent};
 use crate::history::{Bucket, GpuIdle, Stat};
 use crate::step::record::StepRecord;
 
@@ -28,6 +29,15 @@ pub struct Phase {
     pub gpus: Vec<PhaseGpu>,
     /// Buckets the figures come from (0: no sample fell in the phase).
     pub buckets: u32,
+    /// Share of the phase's time in which some task waited for a core, percent: the stall
+    /// seconds of every step's buckets in the phase over the seconds they cover (the steps'
+    /// shares weighted by time). `None` (JSON `null`) where no bucket in the phase had
+    /// pressure figures (cgroup v1, `psi=0`): no data, never 0.
+    pub cpu_stall_percent: Option<f64>,
+    /// The same for memory (reclaim, refaults, swap).
+    pub memory_stall_percent: Option<f64>,
+    /// The same for block I/O.
+    pub io_stall_percent: Option<f64>,
 }
 
 /// One GPU in a phase.
@@ -155,6 +165,8 @@ struct PhaseSums {
     cpu_max: BTreeMap<String, f64>,
     gpus: BTreeMap<(String, String), GpuSums>,
     count: u32,
+    /// The stall of every step's buckets in the phase, added (exact: stall seconds add up).
+    stall: Option<BucketStall>,
 }
 
 impl PhaseFold {
@@ -205,6 +217,9 @@ impl PhaseSums {
             if let Some(c) = &b.cpu_cores {
                 cpu.add(c, w);
             }
+            if let Some(st) = b.stall {
+                self.stall = Some(self.stall.map_or(st, |sum| sum.plus(st)));
+            }
             let uuids = r.timeline.as_ref().map_or(&[][..], |t| &t.gpus[..]);
             for (g, uuid) in b.gpus.iter().zip(uuids) {
                 let index = r
@@ -240,6 +255,10 @@ impl PhaseSums {
 
     fn phase(self, name: String, s: f64, e: f64) -> Phase {
         let means: Vec<f64> = self.cpu_mean.values().flatten().copied().collect();
+        let stall = self
+            .stall
+            .filter(|st| st.seconds > 0.0)
+            .map(|st| st.some().map(|some| percent(some, st.seconds)));
         Phase {
             name,
             start: round3(s),
@@ -260,6 +279,9 @@ impl PhaseSums {
                 })
                 .collect(),
             buckets: self.count,
+            cpu_stall_percent: stall.map(|p| p[0]),
+            memory_stall_percent: stall.map(|p| p[1]),
+            io_stall_percent: stall.map(|p| p[2]),
         }
     }
 }
@@ -315,7 +337,7 @@ pub fn idle_gpus(records: &[StepRecord]) -> Vec<IdleGpu> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests_support::{health_rec, rec};
+    use super::super::tests_support::{health_rec, rec, stall_rec};
     use super::*;
 
     #[test]
@@ -397,5 +419,61 @@ mod tests {
         assert_eq!(second.sm_active_text(), "n/a");
         let j = serde_json::to_value(second).unwrap();
         assert!(j["sm_active_mean_percent"].is_null(), "{j}");
+    }
+
+    #[test]
+    fn phases_give_the_share_of_their_time_stalled_where_pressure_was_measured() {
+        // Each second up to 10 s: 0.2 s waiting for a core, 0.5 s for I/O; after: 0.6 s for a
+        // core. The counters are cumulative microseconds.
+        let step = |i: u32| -> [u64; 3] {
+            if i <= 10 {
+                [200_000, 0, 500_000]
+            } else {
+                [600_000, 0, 0]
+            }
+        };
+        let totals = move |i: u32| {
+            Some(
+                (1..=i)
+                    .map(step)
+                    .fold([0; 3], |a, s| [a[0] + s[0], a[1] + s[1], a[2] + s[2]]),
+            )
+        };
+        let marks = [(0.0, "load"), (10.0, "train")];
+        let a = stall_rec("vm", "batch", 0.0, 20, totals, &marks);
+        // A node without pressure figures (cgroup v1) adds nothing, not zeros.
+        let v1 = stall_rec("vm-2", "batch", 0.0, 20, |_| None, &[]);
+        let p = phases(&[a.clone(), v1.clone()]);
+        let shares = |p: &Phase| {
+            [
+                p.cpu_stall_percent,
+                p.memory_stall_percent,
+                p.io_stall_percent,
+            ]
+        };
+        // load: the buckets of 1..9 s (the first sample has no interval before it).
+        assert_eq!(shares(&p[0]), [Some(20.0), Some(0.0), Some(50.0)]);
+        // train: 10..19 s, the first of them still in the slow start.
+        assert_eq!(shares(&p[1]), [Some(56.0), Some(0.0), Some(5.0)]);
+        // Two steps of a node: their stall seconds over their seconds (a mean by time).
+        let calm = stall_rec("vm", "0", 0.0, 20, |_| Some([0; 3]), &[]);
+        let p = phases(&[a, calm]);
+        assert_eq!(shares(&p[0]), [Some(10.0), Some(0.0), Some(25.0)]);
+        // No bucket with pressure figures: null, never 0.
+        let mut only_v1 = v1;
+        only_v1
+            .events
+            .extend(stall_rec("vm", "x", 0.0, 1, |_| None, &marks).events);
+        let p = phases(&[only_v1]);
+        assert_eq!(p.len(), 2);
+        assert_eq!(shares(&p[0]), [None, None, None]);
+        let j = serde_json::to_value(&p[0]).unwrap();
+        for k in [
+            "cpu_stall_percent",
+            "memory_stall_percent",
+            "io_stall_percent",
+        ] {
+            assert!(j[k].is_null(), "{k}: {j}");
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::events::{events, job_start};
 use super::health::{gpu_health, is_health_event};
 use super::phases::phases;
+use crate::history::pressure::BucketStall;
 use crate::report::plot::{EventKind, PlotData, PlotEvent, PlotGpu, PlotLine, PlotPhase};
 use crate::step::record::StepRecord;
 
@@ -14,7 +15,8 @@ use crate::step::record::StepRecord;
 type GpuPoints = (u32, Option<f64>, BTreeMap<i64, [f64; 3]>);
 
 /// What `--plot` draws: per node, each step's buckets added (memory: each bucket's highest
-/// reading; CPU: its mean), each GPU (memory: highest; utilization and SM activity: mean; its
+/// reading; CPU: its mean; the share of time stalled: the steps' stall seconds over their
+/// seconds), each GPU (memory: highest; utilization and SM activity: mean; its
 /// Xid errors and slowdowns), the phases, and the events that matter. Points sit at bucket
 /// middles, in seconds since the job's start.
 pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
@@ -66,10 +68,13 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
         };
         let mut memory = Vec::new();
         let mut cpu = Vec::new();
+        let mut stall: [Vec<(f64, f64)>; 3] = Default::default();
         let mut gpu_points: BTreeMap<String, GpuPoints> = BTreeMap::new();
         for &k in &times {
             let t = k as f64 / 1000.0;
             let (mut m, mut c, mut any_c) = (0.0, 0.0, false);
+            // The steps' stall seconds over their seconds, as the phases take it.
+            let mut st: Option<BucketStall> = None;
             for (off, end, w, tl) in &spans {
                 let Some(b) = at(t, *off, *end, *w, tl) else {
                     continue;
@@ -78,6 +83,9 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
                 if let Some(cc) = b.cpu_cores {
                     c += cc.mean;
                     any_c = true;
+                }
+                if let Some(s) = b.stall {
+                    st = Some(st.map_or(s, |sum| sum.plus(s)));
                 }
                 for (g, uuid) in b.gpus.iter().zip(&tl.gpus) {
                     let rec = recs
@@ -107,6 +115,11 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
             memory.push((t, m));
             if any_c {
                 cpu.push((t, c));
+            }
+            if let Some(st) = st.filter(|s| s.seconds > 0.0) {
+                for (series, some) in stall.iter_mut().zip(st.some()) {
+                    series.push((t, (100.0 * some / st.seconds).clamp(0.0, 100.0)));
+                }
             }
         }
         let gpus = gpu_points
@@ -145,6 +158,7 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
                 .max()
                 .map(|l| l as f64),
             cpu,
+            stall,
             gpus,
         });
     }
@@ -218,7 +232,7 @@ pub fn plot_data(records: &[StepRecord], title: &str) -> PlotData {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests_support::health_rec;
+    use super::super::tests_support::{health_rec, stall_rec};
     use super::*;
 
     #[test]
@@ -253,5 +267,26 @@ mod tests {
             ["GPU 0 Xid 79", "GPU 0 slowed down", "GPU 0 full clocks"]
         );
         assert_eq!(d.events[0].kind, EventKind::Failure);
+    }
+
+    #[test]
+    fn the_share_of_time_stalled_is_the_nodes_steps_stall_over_their_time() {
+        // vm's batch step waits 0.8 s of each second for I/O, its step 0 not at all; vm-2
+        // has no pressure figures.
+        let io = |i: u32| Some([0, 0, 800_000 * u64::from(i)]);
+        let batch = stall_rec("vm", "batch", 100.0, 4, io, &[]);
+        let calm = stall_rec("vm", "0", 100.0, 4, |_| Some([0; 3]), &[]);
+        let v1 = stall_rec("vm-2", "batch", 100.0, 4, |_| None, &[]);
+        let d = plot_data(&[batch.clone(), v1], "t");
+        let (vm, vm2) = (&d.lines[0], &d.lines[1]);
+        // The first sample has no interval before it: the line starts at the second bucket.
+        assert_eq!(
+            vm.stall[2],
+            [(1.5, 80.0), (2.5, 80.0), (3.5, 80.0), (4.0, 80.0)]
+        );
+        assert!(vm.stall[0].iter().all(|p| p.1 == 0.0));
+        assert!(vm2.stall.iter().all(|s| s.is_empty()), "{:?}", vm2.stall);
+        let d = plot_data(&[batch, calm], "t");
+        assert!(d.lines[0].stall[2].iter().all(|p| p.1 == 40.0));
     }
 }

@@ -1,5 +1,6 @@
 //! Records with timelines, for the tests of [`super`].
 
+use crate::cgroup::pressure::{PressureTotals, Stall};
 use crate::history::{AlertRules, GpuObservation, Observation, Recorder};
 use crate::step::record::{StepGpu, StepRecord, tests_support as test_support};
 
@@ -47,19 +48,76 @@ pub fn rec_gpu(
     gpu: impl Fn(u32) -> GpuObservation,
     marks: &[(f64, &str)],
 ) -> StepRecord {
+    build(
+        node,
+        step,
+        start,
+        secs,
+        &|i| (mem(i), gpu(i)),
+        &|_| None,
+        marks,
+    )
+}
+
+/// Like [`rec`] (memory 100 bytes, the GPU always busy), with the step cgroup's pressure
+/// counters at second `t` from `stall(t)`: `[cpu, memory, io]` `some` microseconds since the
+/// start, each `full` half of it; `None` for no reading (cgroup v1).
+pub fn stall_rec(
+    node: &str,
+    step: &str,
+    start: f64,
+    secs: u32,
+    stall: impl Fn(u32) -> Option<[u64; 3]>,
+    marks: &[(f64, &str)],
+) -> StepRecord {
+    let totals = |i: u32| {
+        stall(i).map(|[cpu, memory, io]| {
+            let s = |us: u64| Stall {
+                some_us: us,
+                full_us: Some(us / 2),
+            };
+            PressureTotals {
+                cpu: s(cpu),
+                memory: s(memory),
+                io: s(io),
+            }
+        })
+    };
+    build(
+        node,
+        step,
+        start,
+        secs,
+        &|i| (100, busy_gpu(i, true)),
+        &totals,
+        marks,
+    )
+}
+
+/// The record of [`rec_gpu`]: memory and the GPU's reading at second `t` from `reading(t)`.
+fn build(
+    node: &str,
+    step: &str,
+    start: f64,
+    secs: u32,
+    reading: &dyn Fn(u32) -> (u64, GpuObservation),
+    pressure: &dyn Fn(u32) -> Option<PressureTotals>,
+    marks: &[(f64, &str)],
+) -> StepRecord {
     let mut r = test_support::record(node, step);
     let mut h = Recorder::new(start, 1.0, AlertRules::default());
     h.set_gpus(vec![format!("GPU-{node}-{step}")], vec![0]);
     for i in 0..=secs {
+        let (mem, gpu) = reading(i);
         h.observe(&Observation {
             unix: start + f64::from(i),
-            memory_bytes: mem(i),
+            memory_bytes: mem,
             alert_memory_bytes: None,
             cpu_seconds: Some(f64::from(i) * 0.5),
-            gpus: vec![gpu(i)],
+            gpus: vec![gpu],
             oom_kills: None,
             limit_hits: None,
-            pressure: None,
+            pressure: pressure(i),
         });
     }
     for (t, n) in marks {
