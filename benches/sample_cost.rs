@@ -7,8 +7,8 @@
 //! and what was read. The plugin's reader reads in turns within a time budget
 //! (`step::procs`): it is warmed up until it has read every process twice, as in a step that
 //! has run for a while. The tree is walked through `children` files (no cgroup), the costlier
-//! listing. Options: `--procs 1,100,1000,5000`, `--samples 30`, `--interval 0.1`,
-//! `--out FILE.json`.
+//! listing. Last, the step's three pressure stall files (see `pressure_row`). Options:
+//! `--procs 1,100,1000,5000`, `--samples 30`, `--interval 0.1`, `--out FILE.json`.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -197,11 +197,58 @@ fn main() {
         }
         end(tree);
     }
+    rows.extend(pressure_row(a.samples, interval));
     let json = format!("[\n  {}\n]\n", rows.join(",\n  "));
     if let Some(p) = a.out {
         std::fs::write(&p, json).expect("writing the results");
         println!("written to {p}");
     }
+}
+
+/// The step's pressure stall reading: `cpu.pressure`, `memory.pressure` and `io.pressure`
+/// read as the plugin reads them at every sample. The kernel writes a cgroup's files with the
+/// same code as the machine's `/proc/pressure/*`, which this machine has even where its
+/// cgroups are v1: a directory of links to those stands for the step's cgroup. `None` (and a
+/// line saying so) without `/proc/pressure`.
+fn pressure_row(samples: usize, interval: Duration) -> Option<String> {
+    use gpu_tracker::cgroup::{Cgroup, Version};
+    let dir = std::env::temp_dir().join(format!("gpu-tracker-psi-bench.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).ok()?;
+    for r in ["cpu", "memory", "io"] {
+        std::os::unix::fs::symlink(
+            format!("/proc/pressure/{r}"),
+            dir.join(format!("{r}.pressure")),
+        )
+        .ok()?;
+    }
+    let cg = Cgroup {
+        version: Version::V2,
+        memory_dir: dir.clone(),
+        cpu_dir: None,
+    };
+    let ok = cg.pressure();
+    let row = match ok {
+        Ok(_) => {
+            let (wall, cpu) = time(samples, interval, || {
+                std::hint::black_box(cg.pressure().ok());
+            });
+            println!(
+                "{:>6}  {:>8}  {wall:>12.1} {cpu:>12.1}  3 files",
+                "-", "pressure"
+            );
+            Some(format!(
+                "{{\"sampler\": \"pressure\", \"files\": 3, \"median_us\": {wall:.1}, \
+                 \"median_cpu_us\": {cpu:.1}, \"samples\": {samples}}}"
+            ))
+        }
+        Err(e) => {
+            println!("pressure: not measured: {e}");
+            None
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    row
 }
 
 fn reads_json(

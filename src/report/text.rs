@@ -230,6 +230,9 @@ fn story(w: &mut String, s: &Summary, o: &TextOptions) {
                     gpus.join("; ")
                 }
             );
+            if let Some(waits) = super::pressure::phase_waits(p) {
+                let _ = writeln!(w, "  {:<20} {waits}", "");
+            }
         }
     }
     let idle: Vec<_> = s

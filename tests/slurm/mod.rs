@@ -12,6 +12,7 @@ mod mig;
 mod needed;
 mod nodes;
 mod nvml;
+mod pressure;
 mod report;
 mod security;
 mod settings;

@@ -161,6 +161,19 @@ pub fn classes(s: &Summary, limits: [f64; 3]) -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// What a phase's tasks waited for, for the summary's phase table: `None` without figures.
+pub fn phase_waits(p: &super::story::Phase) -> Option<String> {
+    let shares = [
+        p.cpu_stall_percent?,
+        p.memory_stall_percent?,
+        p.io_stall_percent?,
+    ];
+    Some(format!(
+        "waited for {} {:.0}%, {} {:.0}%, {} {:.0}% of the phase",
+        WAITED_FOR[0], shares[0], WAITED_FOR[1], shares[1], WAITED_FOR[2], shares[2]
+    ))
+}
+
 /// The advice of the pressure classes the job is in.
 pub fn advice(s: &Summary) -> Vec<Advice> {
     let Some(p) = &s.pressure else {
