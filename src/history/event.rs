@@ -8,7 +8,8 @@ pub struct Event {
     /// Seconds since [`crate::history::Timeline::start_unix`].
     pub t: f64,
     /// `task_start`, `task_exit`, `oom_kill`, `memory_limit_hit`, `gpu_lost`, `gpu_xid`,
-    /// `gpu_slowdown`, `gpu_slowdown_end`, `mark`, `alert_memory` or `alert_gpu_idle`.
+    /// `gpu_slowdown`, `gpu_slowdown_end`, `mark`, `alert_memory`, `alert_gpu_idle`, or
+    /// `stall_cpu`, `stall_memory`, `stall_io` (a stretch of heavy pressure stall).
     pub kind: String,
     /// The task (its id in the step), for task events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,7 +44,8 @@ impl Event {
     /// Whether a summary shows it (task starts and clean exits it does not).
     pub fn important(&self) -> bool {
         match self.kind.as_str() {
-            "task_start" | "mark" => false,
+            // The summary's Pressure line says what the stall stretches add up to.
+            "task_start" | "mark" | "stall_cpu" | "stall_memory" | "stall_io" => false,
             // A task that exited 0 is not news; a non-zero code or a signal (no code) is.
             "task_exit" => self.value != Some(0.0),
             _ => true,

@@ -27,6 +27,8 @@ pub const MAX_EVENTS: usize = 500;
 pub const MAX_TASK_EVENTS: usize = 200;
 /// Most phase marks kept per step.
 pub const MAX_MARKS: usize = 200;
+/// Most stall events (`stall_cpu`, `stall_memory`, `stall_io`) kept per step.
+pub const MAX_STALL_EVENTS: usize = 50;
 
 /// One GPU's reading in an [`Observation`]; `None`: not reported, or the device is lost.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -84,6 +86,8 @@ pub struct Recorder {
     last_oom: Option<u64>,
     last_hits: Option<u64>,
     last_pressure: Option<(f64, crate::cgroup::pressure::PressureTotals)>,
+    stretches: pressure::StallStretches,
+    stall_events: usize,
     memory_alerted: bool,
     /// Per GPU: since when it has been slowed down (thermal, power), while it is.
     slowed: Vec<Option<f64>>,
@@ -114,6 +118,8 @@ impl Recorder {
             last_oom: None,
             last_hits: None,
             last_pressure: None,
+            stretches: pressure::StallStretches::default(),
+            stall_events: 0,
             memory_alerted: false,
             slowed: Vec::new(),
             pending_alerts: Vec::new(),
@@ -141,15 +147,18 @@ impl Recorder {
         e.t = self.rel(unix);
         let task = matches!(e.kind.as_str(), "task_start" | "task_exit");
         let mark = e.kind == "mark";
+        let stall = pressure::STALL_EVENTS.contains(&e.kind.as_str());
         if self.events.len() >= MAX_EVENTS
             || (task && self.task_events >= MAX_TASK_EVENTS)
             || (mark && self.marks >= MAX_MARKS)
+            || (stall && self.stall_events >= MAX_STALL_EVENTS)
         {
             self.dropped += 1;
             return;
         }
         self.task_events += usize::from(task);
         self.marks += usize::from(mark);
+        self.stall_events += usize::from(stall);
         self.events.push(e);
     }
 
@@ -192,9 +201,27 @@ impl Recorder {
         let now = o.pressure?;
         let (t0, before) = self.last_pressure.replace((o.unix, now))?;
         let dt = o.unix - t0;
-        (dt > 1e-3)
+        let stall = (dt > 1e-3)
             .then(|| pressure::BucketStall::between(&before, &now, dt))
-            .flatten()
+            .flatten()?;
+        for (i, start, share) in self.stretches.observe(o.unix, &stall) {
+            let what = ["a core", "memory", "I/O"][i];
+            self.event(
+                start,
+                Event {
+                    value: Some(share),
+                    ..Event::new(
+                        pressure::STALL_EVENTS[i],
+                        format!(
+                            "the tasks waited for {what} {share:.0}% of the time for {:.0} s and \
+                             more",
+                            pressure::STALL_EVENT_SECONDS
+                        ),
+                    )
+                },
+            );
+        }
+        Some(stall)
     }
 
     fn counters(&mut self, o: &Observation) {

@@ -274,6 +274,46 @@ impl PressureWatch {
     }
 }
 
+/// A resource whose tasks waited at least this share of every interval ...
+pub const STALL_EVENT_SHARE: f64 = 0.5;
+/// ... for this many seconds in a row becomes an event (`stall_cpu`, `stall_memory`,
+/// `stall_io`), once per such stretch.
+pub const STALL_EVENT_SECONDS: f64 = 10.0;
+/// The event kinds, in the order of [`crate::cgroup::pressure::RESOURCES`].
+pub const STALL_EVENTS: [&str; 3] = ["stall_cpu", "stall_memory", "stall_io"];
+
+/// Stretches of heavy stall, per resource: when each began, the stall and time in it so far,
+/// and whether it was told.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StallStretches {
+    open: [Option<(f64, f64, f64)>; 3],
+    told: [bool; 3],
+}
+
+impl StallStretches {
+    /// Takes the stall `s` of the interval ending at `unix`. Returns, for each resource whose
+    /// stretch has just lasted [`STALL_EVENT_SECONDS`], its index, the stretch's start and the
+    /// share of it the tasks waited (percent).
+    pub(super) fn observe(&mut self, unix: f64, s: &BucketStall) -> Vec<(usize, f64, f64)> {
+        let mut out = Vec::new();
+        for (i, some) in s.some().into_iter().enumerate() {
+            if s.seconds <= 0.0 || some / s.seconds < STALL_EVENT_SHARE {
+                self.open[i] = None;
+                self.told[i] = false;
+                continue;
+            }
+            let (start, stall, secs) = self.open[i].unwrap_or((unix - s.seconds, 0.0, 0.0));
+            let now = (start, stall + some, secs + s.seconds);
+            self.open[i] = Some(now);
+            if !self.told[i] && now.2 >= STALL_EVENT_SECONDS {
+                self.told[i] = true;
+                out.push((i, start, percent(now.1, now.2)));
+            }
+        }
+        out
+    }
+}
+
 /// `part` of `whole` in percent, to a tenth; 0 for no time.
 pub fn percent(part: f64, whole: f64) -> f64 {
     if whole > 0.0 {
@@ -370,6 +410,39 @@ mod tests {
         let waits = story.idle[0].clone().unwrap().waits.unwrap();
         assert_eq!(waits.seconds, 10.0);
         assert_eq!(waits.percents(), Some([0.0, 0.0, 80.0]));
+    }
+
+    #[test]
+    fn ten_seconds_of_heavy_stall_become_one_event_per_stretch() {
+        use crate::history::{AlertRules, Recorder};
+        let mut r = Recorder::new(0.0, 1.0, AlertRules::default());
+        // I/O: 0.9 s of every second for 15 s, then calm for 3 s, then heavy again for 12 s.
+        // CPU: never over half.
+        let (mut io, mut cpu) = (0, 0);
+        for i in 0..=30u64 {
+            if i > 0 && !(16..=18).contains(&i) {
+                io += 900_000;
+            }
+            cpu += 200_000;
+            let mut o = crate::history::tests::obs(i as f64, 100, 0.0, None);
+            o.pressure = Some(totals(cpu, 0, io));
+            r.observe(&o);
+        }
+        let ev: Vec<(String, f64, Option<f64>)> = r
+            .finish(30.0)
+            .events
+            .into_iter()
+            .filter(|e| e.kind.starts_with("stall_"))
+            .map(|e| (e.kind, e.t, e.value))
+            .collect();
+        // Each at the start of its stretch: the interval from 0 s, and the one from 18 s.
+        assert_eq!(
+            ev,
+            [
+                ("stall_io".to_string(), 0.0, Some(90.0)),
+                ("stall_io".to_string(), 18.0, Some(90.0)),
+            ]
+        );
     }
 
     #[test]
