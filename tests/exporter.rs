@@ -64,6 +64,7 @@ fn state(job: u32, step: &str, gpus: usize) -> LiveState {
             seconds: Some(100.5),
             cores_busy: Some(3.5),
         },
+        pressure: None,
         gpus: (0..gpus)
             .map(|g| LiveGpu {
                 vendor: gpu_tracker::gpu::Vendor::Nvidia,

@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::state::Acc;
+use crate::cgroup::pressure::{PressureTotals, Stall, Unavailable};
 
 /// What the file is.
 pub const SCHEMA: &str = "gpu-tracker/live";
@@ -65,6 +66,11 @@ pub struct LiveState {
     pub memory: LiveMemory,
     /// The step's CPU use.
     pub cpu: LiveCpu,
+    /// The step cgroup's pressure stall counters (cgroup v2 PSI), or why the kernel keeps
+    /// none. `None`: the step has no cgroup, none was read yet, or an earlier build wrote the
+    /// file.
+    #[serde(default)]
+    pub pressure: Option<LivePressure>,
     /// The step's GPUs on this node (a lost GPU is left out).
     pub gpus: Vec<LiveGpu>,
 }
@@ -87,6 +93,110 @@ pub struct LiveCpu {
     pub seconds: Option<f64>,
     /// Cores busy over the latest interval.
     pub cores_busy: Option<f64>,
+}
+
+/// The step cgroup's pressure stall counters at the latest sample: each resource's time in
+/// which some (or all) of the step's runnable tasks waited for it, since the cgroup was made
+/// with the step. Either `unavailable` says why there are none, or all three resources are
+/// given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePressure {
+    /// Why the kernel keeps no counters for the step; `None` when they were read.
+    #[serde(default)]
+    pub unavailable: Option<PressureMissing>,
+    /// CPU: runnable tasks that waited for a core.
+    #[serde(default)]
+    pub cpu: Option<LiveStall>,
+    /// Memory: tasks stalled in reclaim, refaults or swap.
+    #[serde(default)]
+    pub memory: Option<LiveStall>,
+    /// I/O: tasks waiting for block I/O.
+    #[serde(default)]
+    pub io: Option<LiveStall>,
+}
+
+/// One resource's stall counters as the kernel keeps them (`total=`), microseconds: integers,
+/// so that they stay exact and no file can make one negative or not a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveStall {
+    /// Time in which at least one task waited.
+    pub some_us: u64,
+    /// Time in which every runnable task waited; `None` where the kernel gives no `full` line
+    /// (CPU before Linux 5.13).
+    #[serde(default)]
+    pub full_us: Option<u64>,
+}
+
+/// Why a step has no pressure counters, as the file names it (`cgroup_v1`, `psi_off`,
+/// `unreadable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PressureMissing {
+    /// cgroup v1 keeps no pressure per cgroup.
+    CgroupV1,
+    /// The kernel's pressure stall information is off (`psi=0`, `cgroup_disable=pressure`).
+    PsiOff,
+    /// The files could not be read, or did not read as the kernel writes them.
+    Unreadable,
+    /// A reason this build does not know (a later build's), or a file that gives neither a
+    /// reason nor all three resources.
+    #[serde(other)]
+    Unknown,
+}
+
+impl PressureMissing {
+    /// Its name in the file, and the exporter's `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PressureMissing::CgroupV1 => "cgroup_v1",
+            PressureMissing::PsiOff => "psi_off",
+            PressureMissing::Unreadable => "unreadable",
+            PressureMissing::Unknown => "unknown",
+        }
+    }
+}
+
+impl From<Stall> for LiveStall {
+    fn from(s: Stall) -> LiveStall {
+        LiveStall {
+            some_us: s.some_us,
+            full_us: s.full_us,
+        }
+    }
+}
+
+impl LivePressure {
+    /// The counters of a reading, or why there are none.
+    pub fn of(r: &Result<PressureTotals, Unavailable>) -> LivePressure {
+        match r {
+            Ok(t) => LivePressure {
+                unavailable: None,
+                cpu: Some(t.cpu.into()),
+                memory: Some(t.memory.into()),
+                io: Some(t.io.into()),
+            },
+            Err(e) => LivePressure {
+                unavailable: Some(match e {
+                    Unavailable::CgroupV1 => PressureMissing::CgroupV1,
+                    Unavailable::Off(_) => PressureMissing::PsiOff,
+                    Unavailable::Unreadable(_) => PressureMissing::Unreadable,
+                }),
+                ..LivePressure::default()
+            },
+        }
+    }
+
+    /// The counters in the order of [`crate::cgroup::pressure::RESOURCES`], or why there are
+    /// none. A file that names a reason, or lacks a resource, has none.
+    pub fn counters(&self) -> Result<[LiveStall; 3], PressureMissing> {
+        if let Some(why) = self.unavailable {
+            return Err(why);
+        }
+        match (self.cpu, self.memory, self.io) {
+            (Some(c), Some(m), Some(i)) => Ok([c, m, i]),
+            _ => Err(PressureMissing::Unknown),
+        }
+    }
 }
 
 /// One GPU of the step, as of its latest reading.
@@ -221,6 +331,7 @@ pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64
             seconds: l.cpu_seconds,
             cores_busy: l.cores_busy,
         },
+        pressure: l.pressure.as_ref().map(LivePressure::of),
         gpus,
     }
 }

@@ -47,6 +47,7 @@ fn the_state_is_what_the_sample_left() {
         memory_limit_bytes: Some(8 << 30),
         cpu_seconds: Some(123.5),
         cores_busy: Some(7.5),
+        pressure: None,
     };
     let devs: Vec<GpuInfo> = (0..2)
         .map(|i| GpuInfo {
@@ -105,6 +106,7 @@ fn the_state_is_what_the_sample_left() {
             "alloc_cpus",
             "memory",
             "cpu",
+            "pressure",
             "gpus"
         ]
     );
@@ -120,6 +122,112 @@ fn the_state_is_what_the_sample_left() {
     );
     assert_eq!(empty.memory, LiveMemory::default());
     assert!(empty.gpus.is_empty());
+    assert_eq!(empty.pressure, None);
+}
+
+#[test]
+fn the_state_carries_the_pressure_counters_or_why_there_are_none() {
+    use crate::cgroup::pressure::Stall;
+    let mut acc = Acc::new(std::time::Duration::from_secs(1));
+    acc.latest.pressure = Some(Ok(PressureTotals {
+        cpu: Stall {
+            some_us: 7_000_000,
+            full_us: None,
+        },
+        memory: Stall {
+            some_us: 0,
+            full_us: Some(0),
+        },
+        io: Stall {
+            some_us: 3_250_000,
+            full_us: Some(2_000_001),
+        },
+    }));
+    let s = state_of(&identity(), &acc, 5.0, 10.0);
+    let p = s.pressure.unwrap();
+    let [cpu, memory, io] = p.counters().unwrap();
+    assert_eq!((cpu.some_us, cpu.full_us), (7_000_000, None));
+    assert_eq!(memory.full_us, Some(0));
+    assert_eq!((io.some_us, io.full_us), (3_250_000, Some(2_000_001)));
+    // The kernel's integers, exactly, and no reason.
+    let v = serde_json::to_value(&s).unwrap();
+    assert_eq!(
+        v["pressure"],
+        serde_json::json!({
+            "unavailable": null,
+            "cpu": {"some_us": 7_000_000, "full_us": null},
+            "memory": {"some_us": 0, "full_us": 0},
+            "io": {"some_us": 3_250_000, "full_us": 2_000_001}
+        })
+    );
+    assert_eq!(
+        parse(v.to_string().as_bytes()),
+        Parsed::State(Box::new(s.clone()))
+    );
+
+    // Why not, in a word the file names.
+    for (why, word) in [
+        (Unavailable::CgroupV1, "cgroup_v1"),
+        (Unavailable::Off("no io.pressure".into()), "psi_off"),
+        (Unavailable::Unreadable("EIO".into()), "unreadable"),
+    ] {
+        acc.latest.pressure = Some(Err(why));
+        let s = state_of(&identity(), &acc, 5.0, 10.0);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["pressure"]["unavailable"], word, "{v}");
+        assert!(v["pressure"]["cpu"].is_null(), "{v}");
+        let p = s.pressure.unwrap();
+        assert_eq!(p.counters().unwrap_err().as_str(), word);
+        assert_eq!(parse(v.to_string().as_bytes()), Parsed::State(Box::new(s)));
+    }
+}
+
+#[test]
+fn a_file_without_pressure_or_with_odd_pressure_is_read_with_care() {
+    let mut acc = Acc::new(std::time::Duration::from_secs(1));
+    acc.latest.pressure = Some(Err(Unavailable::CgroupV1));
+    let s = state_of(&identity(), &acc, 5.0, 10.0);
+    let v = serde_json::to_value(&s).unwrap();
+    // An earlier build's file: no field at all.
+    let mut old = v.clone();
+    old.as_object_mut().unwrap().remove("pressure");
+    match parse(old.to_string().as_bytes()) {
+        Parsed::State(o) => assert_eq!(o.pressure, None),
+        other => panic!("{other:?}"),
+    }
+    let with = |p: serde_json::Value| {
+        let mut v = v.clone();
+        v["pressure"] = p;
+        parse(v.to_string().as_bytes())
+    };
+    let pressure_of = |p: Parsed| match p {
+        Parsed::State(s) => s.pressure.unwrap(),
+        other => panic!("{other:?}"),
+    };
+    // A reason of a later build: known to be one, not which.
+    let later = pressure_of(with(serde_json::json!({"unavailable": "psi_asleep"})));
+    assert_eq!(later.counters(), Err(PressureMissing::Unknown));
+    // A resource missing, or a reason beside counters: no counters.
+    let part = pressure_of(with(serde_json::json!({"cpu": {"some_us": 1}})));
+    assert_eq!(part.cpu.unwrap().full_us, None);
+    assert_eq!(part.counters(), Err(PressureMissing::Unknown));
+    let stall = serde_json::json!({"some_us": 1, "full_us": 1});
+    let both =
+        serde_json::json!({"unavailable": "psi_off", "cpu": stall, "memory": stall, "io": stall});
+    assert_eq!(
+        pressure_of(with(both)).counters(),
+        Err(PressureMissing::PsiOff)
+    );
+    // A counter that is negative, fractional or not a number is no live state.
+    for bad in [
+        serde_json::json!(-1),
+        serde_json::json!(1.5),
+        serde_json::json!("7"),
+        serde_json::json!(1e30),
+    ] {
+        let p = serde_json::json!({"cpu": {"some_us": bad}, "memory": stall, "io": stall});
+        assert!(matches!(with(p), Parsed::Bad(_)), "{bad}");
+    }
 }
 
 #[test]
