@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use gpu_tracker::exporter::Exporter;
 use gpu_tracker::exporter::metrics::Format;
-use gpu_tracker::step::live::{LiveCpu, LiveGpu, LiveMemory, LiveState, SCHEMA, SCHEMA_VERSION};
+use gpu_tracker::step::live::{
+    LiveCpu, LiveGpu, LiveMemory, LivePressure, LiveStall, LiveState, SCHEMA, SCHEMA_VERSION,
+};
 
 struct Args {
     steps: usize,
@@ -77,6 +79,21 @@ fn state(i: usize, gpus: usize, now: f64) -> LiveState {
             seconds: Some(45_678.123_456),
             cores_busy: Some(11.987_654),
         },
+        pressure: Some(LivePressure {
+            unavailable: None,
+            cpu: Some(LiveStall {
+                some_us: 123_456_789,
+                full_us: Some(23_456_789),
+            }),
+            memory: Some(LiveStall {
+                some_us: 3_456_789,
+                full_us: Some(1_234_567),
+            }),
+            io: Some(LiveStall {
+                some_us: 45_678_901,
+                full_us: Some(12_345_678),
+            }),
+        }),
         gpus: (0..gpus)
             .map(|g| LiveGpu {
                 vendor: gpu_tracker::gpu::Vendor::Nvidia,

@@ -22,7 +22,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use gpu_tracker::step::live::{LiveCpu, LiveGpu, LiveMemory, LiveState, SCHEMA, SCHEMA_VERSION};
+use gpu_tracker::step::live::{
+    LiveCpu, LiveGpu, LiveMemory, LivePressure, LiveStall, LiveState, SCHEMA, SCHEMA_VERSION,
+};
 
 /// What Debian's Prometheus 2.42 sends in `Accept` when it scrapes.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
@@ -64,6 +66,22 @@ fn state(job: u32, step: &str, gpus: usize) -> LiveState {
             seconds: Some(100.5),
             cores_busy: Some(3.5),
         },
+        // As the plugin writes it on cgroup v2 with PSI on, before Linux 5.13 (no CPU `full`).
+        pressure: Some(LivePressure {
+            unavailable: None,
+            cpu: Some(LiveStall {
+                some_us: 12_500_000,
+                full_us: None,
+            }),
+            memory: Some(LiveStall {
+                some_us: 250_000,
+                full_us: Some(100_000),
+            }),
+            io: Some(LiveStall {
+                some_us: 3_000_001,
+                full_us: Some(2_000_000),
+            }),
+        }),
         gpus: (0..gpus)
             .map(|g| LiveGpu {
                 vendor: gpu_tracker::gpu::Vendor::Nvidia,
@@ -198,7 +216,10 @@ fn value(text: &str, series: &str) -> Option<String> {
 fn each_running_step_is_served_and_its_series_end_with_its_file() {
     let t = live_dir("exporter-e2e");
     let dir = t.join("live");
-    put(&dir, &state(7, "batch", 0));
+    // An earlier plugin's state, without pressure.
+    let mut batch = serde_json::to_value(state(7, "batch", 0)).unwrap();
+    batch.as_object_mut().unwrap().remove("pressure");
+    std::fs::write(dir.join("c1.7.batch.n1.json"), batch.to_string()).unwrap();
     let seven_0 = put(&dir, &state(7, "0", 2));
     let s = Server::start(&dir);
     let m = s.metrics();
@@ -226,6 +247,31 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
     );
     // No SM activity was measured: no series, not a 0.
     assert!(!m.contains("gpu_tracker_gpu_sm_active_ratio{"), "{m}");
+    // The step's pressure stall counters, the kernel's microseconds as seconds.
+    let stall = |resource: &str, kind: &str| {
+        value(
+            &m,
+            &format!(
+                "gpu_tracker_step_pressure_stall_seconds_total{{{l},resource=\"{resource}\",kind=\"{kind}\"}}"
+            ),
+        )
+    };
+    assert_eq!(stall("cpu", "some").as_deref(), Some("12.5"));
+    assert_eq!(stall("cpu", "full"), None, "no full line for CPU");
+    assert_eq!(stall("memory", "full").as_deref(), Some("0.1"));
+    assert_eq!(stall("io", "some").as_deref(), Some("3.000001"));
+    assert_eq!(
+        value(&m, &format!("gpu_tracker_step_pressure_available{{{l}}}")).as_deref(),
+        Some("1")
+    );
+    // The batch step's state says nothing of pressure: no series, neither 0 nor available.
+    assert_eq!(
+        m.lines()
+            .filter(|s| s.starts_with("gpu_tracker_step_pressure"))
+            .count(),
+        6,
+        "{m}"
+    );
     assert!(m.contains(
         r#"gpu_tracker_cpus_allocated{jobid="7",step="batch",user="alice",node="n1",cluster="c1"} 8"#
     ));

@@ -647,6 +647,8 @@ fn a_running_steps_live_state_is_kept_for_the_exporter_and_removed_when_it_ends(
         s.cpu.seconds.is_some() && s.memory.current_bytes.is_some(),
         "{s:?}"
     );
+    // No step cgroup here (no cgroup root): no pressure counters, and no reason made up.
+    assert_eq!(s.pressure, None);
     let g = &s.gpus[0];
     assert_eq!((g.index, g.uuid.as_str()), (0, UUID));
     assert_eq!(g.memory_total_bytes, 1 << 30);

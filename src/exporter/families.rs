@@ -2,12 +2,16 @@
 //! value comes from. Names are without `_total`: [`super::metrics`] adds it where a format
 //! wants it.
 
-use crate::step::live::{LiveGpu, LiveState};
+use crate::cgroup::pressure::RESOURCES;
+use crate::step::live::{LiveGpu, LiveState, PressureMissing};
 
-/// Series of a step, without its GPUs.
+/// Series of a step, without its GPUs and its pressure.
 pub const SERIES_PER_STEP: usize = 7;
 /// Series of each GPU of a step.
 pub const SERIES_PER_GPU: usize = 6;
+/// Most pressure series of a step: a stall counter for each resource, `some` and `full`, and
+/// whether the step has them.
+pub const PRESSURE_SERIES_PER_STEP: usize = 2 * RESOURCES.len() + 1;
 
 /// A family's type.
 #[derive(Clone, Copy, PartialEq)]
@@ -54,6 +58,8 @@ pub(super) enum Value {
     Int(u64),
     /// A float.
     Float(f64),
+    /// Microseconds, written as seconds exactly (`7.25`, `0.000001`).
+    Micros(u64),
 }
 
 impl std::fmt::Display for Value {
@@ -66,6 +72,13 @@ impl std::fmt::Display for Value {
             }
             // `{:?}` keeps a float short (`1e-7`, `12.5`) and exact.
             Value::Float(v) => write!(f, "{v:?}"),
+            // In decimal, so that no rounding of a float changes the kernel's count.
+            Value::Micros(us) => {
+                let frac = format!("{:06}", us % 1_000_000);
+                let frac = frac.trim_end_matches('0');
+                let frac = if frac.is_empty() { "0" } else { frac };
+                write!(f, "{}.{frac}", us / 1_000_000)
+            }
         }
     }
 }
@@ -224,3 +237,56 @@ pub(super) const DIR_ERRORS: Family = counter(
     None,
     "Scrapes at which the live directory was not read whole, by reason, since the exporter started.",
 );
+
+/// The step's pressure stall counters.
+pub(super) const PRESSURE_STALL: Family = counter(
+    "gpu_tracker_step_pressure_stall_seconds",
+    Some("seconds"),
+    "Time in which some (kind some) or all (kind full) of the step's runnable tasks on the node waited for the resource since its cgroup was made: the kernel's pressure stall counters (cgroup v2). No sample where the kernel keeps none.",
+);
+/// Whether the step has them.
+pub(super) const PRESSURE_AVAILABLE: Family = gauge(
+    "gpu_tracker_step_pressure_available",
+    None,
+    "1 when the step's pressure stall counters are exported; 0 when the kernel keeps none for its cgroup, by reason (cgroup_v1, psi_off, unreadable, unknown).",
+);
+
+/// The step's pressure stall samples, as (`resource`, `kind`, value): `some` of each resource,
+/// and `full` where the kernel gives it; none where the step has no counters.
+pub(super) fn stall_samples(s: &LiveState) -> Vec<(&'static str, &'static str, Value)> {
+    let Some(Ok(counters)) = s.pressure.map(|p| p.counters()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(2 * RESOURCES.len());
+    for (resource, c) in RESOURCES.into_iter().zip(counters) {
+        out.push((resource, "some", Value::Micros(c.some_us)));
+        if let Some(full) = c.full_us {
+            out.push((resource, "full", Value::Micros(full)));
+        }
+    }
+    out
+}
+
+/// Whether the step's pressure counters are exported: `Ok` (1), `Err(why)` (0, by `reason`);
+/// `None` (no sample) where its state says nothing of them: no step cgroup, no reading yet, or
+/// a plugin of an earlier build.
+pub(super) fn pressure_available(s: &LiveState) -> Option<Result<(), PressureMissing>> {
+    s.pressure.map(|p| p.counters().map(|_| ()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Value;
+
+    #[test]
+    fn microseconds_are_written_as_seconds_exactly() {
+        let w = |us| Value::Micros(us).to_string();
+        assert_eq!(w(0), "0.0");
+        assert_eq!(w(1), "0.000001");
+        assert_eq!(w(7_250_000), "7.25");
+        assert_eq!(w(3_000_000), "3.0");
+        // Past a float's exact integers in microseconds: still every digit.
+        assert_eq!(w(u64::MAX), "18446744073709.551615");
+        assert_eq!(w(9_007_199_254_740_993), "9007199254.740993");
+    }
+}

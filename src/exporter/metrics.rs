@@ -11,22 +11,25 @@
 //! a step's series end (Prometheus marks them stale) at the first scrape after its file is gone.
 //!
 //! Labels: `jobid`, `step`, `user`, `node`, `cluster`, and `gpu` (Slurm's index), `uuid` and
-//! `vendor` (`nvidia`, `amd`) on GPU series. Their values are cleaned (control characters replaced, at most
-//! [`MAX_LABEL_CHARS`]) and escaped (`\\`, `"`, newline). Per step: [`SERIES_PER_STEP`]
-//! series, plus [`SERIES_PER_GPU`] per GPU.
+//! `vendor` (`nvidia`, `amd`) on GPU series; `resource` (`cpu`, `memory`, `io`) and `kind`
+//! (`some`, `full`) on pressure stall series, and `reason` on a step's pressure that is not
+//! available. Their values are cleaned (control characters replaced, at most
+//! [`MAX_LABEL_CHARS`]) and escaped (`\\`, `"`, newline); `resource`, `kind` and `reason` take
+//! only this build's own words. Per step: [`SERIES_PER_STEP`] series, at most
+//! [`PRESSURE_SERIES_PER_STEP`] of pressure, plus [`SERIES_PER_GPU`] per GPU.
 
 use std::fmt::Write;
 
 use super::families::{
-    DIR_ERRORS, DIR_READABLE, DURATION, Family, GPU_FAMILIES, Kind, SKIPPED, STEP_FAMILIES, STEPS,
-    Value,
+    DIR_ERRORS, DIR_READABLE, DURATION, Family, GPU_FAMILIES, Kind, PRESSURE_AVAILABLE,
+    PRESSURE_STALL, SKIPPED, STEP_FAMILIES, STEPS, Value, pressure_available, stall_samples,
 };
 use super::read::{DirError, Skip};
 use crate::step::live::LiveState;
 
 /// Most characters of a label value.
 pub const MAX_LABEL_CHARS: usize = 128;
-pub use super::families::{SERIES_PER_GPU, SERIES_PER_STEP};
+pub use super::families::{PRESSURE_SERIES_PER_STEP, SERIES_PER_GPU, SERIES_PER_STEP};
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +144,24 @@ pub fn render_steps(states: &[LiveState], format: Format) -> String {
             if let Some(v) = value(s) {
                 sample(&mut out, f, l, v);
             }
+        }
+    }
+    head(&mut out, &PRESSURE_STALL, format);
+    for (s, l) in states.iter().zip(&labels) {
+        for (resource, kind, v) in stall_samples(s) {
+            let l = format!("{l},resource=\"{resource}\",kind=\"{kind}\"");
+            sample(&mut out, &PRESSURE_STALL, &l, v);
+        }
+    }
+    head(&mut out, &PRESSURE_AVAILABLE, format);
+    for (s, l) in states.iter().zip(&labels) {
+        match pressure_available(s) {
+            Some(Ok(())) => sample(&mut out, &PRESSURE_AVAILABLE, l, Value::Int(1)),
+            Some(Err(why)) => {
+                let l = format!("{l},reason=\"{}\"", why.as_str());
+                sample(&mut out, &PRESSURE_AVAILABLE, &l, Value::Int(0));
+            }
+            None => {}
         }
     }
     let gpu_labels: Vec<Vec<String>> = states
@@ -341,7 +362,8 @@ mod tests {
                 );
             }
         }
-        assert_eq!(typed.len(), SERIES_PER_STEP + SERIES_PER_GPU + 5);
+        // The step's, its pressure's two, its GPUs', the exporter's own.
+        assert_eq!(typed.len(), SERIES_PER_STEP + 2 + SERIES_PER_GPU + 5);
     }
 
     #[test]
@@ -392,6 +414,91 @@ mod tests {
         assert_eq!(
             Format::OpenMetrics.content_type(),
             "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        );
+    }
+
+    #[test]
+    fn pressure_counters_are_the_kernels_seconds_by_resource_and_kind_and_absent_when_unknown() {
+        use crate::step::live::{LivePressure, LiveStall, PressureMissing};
+        let stall = |some_us, full_us| Some(LiveStall { some_us, full_us });
+        let mut psi = state(42, "batch", 100.0);
+        psi.pressure = Some(LivePressure {
+            unavailable: None,
+            // CPU before Linux 5.13: no full line.
+            cpu: stall(7_250_000, None),
+            memory: stall(0, Some(0)),
+            io: stall(123_456_789_012, Some(1)),
+        });
+        let mut v1 = state(43, "0", 100.0);
+        v1.pressure = Some(LivePressure::of(&Err(
+            crate::cgroup::pressure::Unavailable::CgroupV1,
+        )));
+        let mut unread = state(44, "0", 100.0);
+        unread.pressure = Some(LivePressure {
+            unavailable: None,
+            cpu: stall(1, Some(1)),
+            ..LivePressure::default()
+        });
+        // An earlier plugin's state, or a step without a cgroup: nothing said either way.
+        let older = state(45, "0", 100.0);
+        let states = [psi, v1, unread, older];
+        let t = render(&states);
+        let l = "jobid=\"42\",step=\"batch\",user=\"alice\",node=\"n1\",cluster=\"c1\"";
+        let name = "gpu_tracker_step_pressure_stall_seconds_total";
+        assert_eq!(
+            samples(&t, name),
+            [
+                format!("{name}{{{l},resource=\"cpu\",kind=\"some\"}} 7.25"),
+                format!("{name}{{{l},resource=\"memory\",kind=\"some\"}} 0.0"),
+                format!("{name}{{{l},resource=\"memory\",kind=\"full\"}} 0.0"),
+                format!("{name}{{{l},resource=\"io\",kind=\"some\"}} 123456.789012"),
+                format!("{name}{{{l},resource=\"io\",kind=\"full\"}} 0.000001"),
+            ],
+            "{t}"
+        );
+        assert!(t.contains(
+            "# TYPE gpu_tracker_step_pressure_stall_seconds counter\n\
+             # UNIT gpu_tracker_step_pressure_stall_seconds seconds\n\
+             # HELP gpu_tracker_step_pressure_stall_seconds Time in which some"
+        ));
+        let avail = "gpu_tracker_step_pressure_available";
+        assert_eq!(
+            samples(&t, avail),
+            [
+                format!("{avail}{{{l}}} 1"),
+                format!(
+                    "{avail}{{jobid=\"43\",step=\"0\",user=\"alice\",node=\"n1\",cluster=\"c1\",reason=\"cgroup_v1\"}} 0"
+                ),
+                format!(
+                    "{avail}{{jobid=\"44\",step=\"0\",user=\"alice\",node=\"n1\",cluster=\"c1\",reason=\"unknown\"}} 0"
+                ),
+            ]
+        );
+        assert_eq!(PressureMissing::PsiOff.as_str(), "psi_off");
+        let of_42 = t
+            .lines()
+            .filter(|s| s.starts_with("gpu_tracker_step_pressure") && s.contains("jobid=\"42\""));
+        assert_eq!(of_42.count(), PRESSURE_SERIES_PER_STEP - 1, "no CPU full");
+        // No step without counters has a stall series: never a 0 that means unknown.
+        for job in [43, 44, 45] {
+            assert!(
+                !t.lines()
+                    .any(|s| s.starts_with(name) && s.contains(&format!("jobid=\"{job}\""))),
+                "{job}: {t}"
+            );
+        }
+        // The text format: the same samples, the counter declared with `_total`.
+        let text = render_as(&states, Format::Text);
+        assert!(text.contains(&format!(
+            "# TYPE {name} counter\n{name}{{{l},resource=\"cpu\",kind=\"some\"}} 7.25\n"
+        )));
+        assert!(text.contains("# TYPE gpu_tracker_step_pressure_available gauge\n"));
+        // Nothing of pressure at all: the families are declared, with no sample.
+        let t = render(&states[3..]);
+        assert!(t.contains("# TYPE gpu_tracker_step_pressure_available gauge\n"));
+        assert!(
+            !t.lines()
+                .any(|l| l.starts_with("gpu_tracker_step_pressure"))
         );
     }
 

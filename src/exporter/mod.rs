@@ -157,6 +157,7 @@ pub(crate) mod testing {
             alloc_cpus: Some(4),
             memory: LiveMemory::default(),
             cpu: LiveCpu::default(),
+            pressure: None,
             gpus: Vec::new(),
         }
     }

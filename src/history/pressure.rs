@@ -268,6 +268,19 @@ impl PressureWatch {
         self.last
     }
 
+    /// What a running step shows after reading `r` (observed already): the last good reading
+    /// (the final one once the last task ended, when the cgroup may be gone), else why `r`
+    /// failed.
+    pub fn shown(
+        &self,
+        r: Result<PressureTotals, Unavailable>,
+    ) -> Result<PressureTotals, Unavailable> {
+        match self.last {
+            Some((_, t)) => Ok(t),
+            None => r,
+        }
+    }
+
     /// The record's figures for a step that started at `start_unix`.
     pub fn figures(&self, start_unix: f64) -> StepPressure {
         StepPressure::from_reading(start_unix, self.last, self.why.clone())
@@ -358,6 +371,10 @@ mod tests {
         assert_eq!(cpu.full_percent, Some(17.5));
         assert_eq!(p.memory.unwrap().some_percent, 0.0);
         assert_eq!(p.io.unwrap().some_percent, 5.0);
+        // A running step shows the final reading, not the failure of one taken after it.
+        let gone = Err(Unavailable::Off("no cpu.pressure".into()));
+        w.observe(130.0, gone.clone(), false);
+        assert_eq!(w.shown(gone), Ok(totals(7_000_000, 0, 1_000_000)));
     }
 
     #[test]
@@ -375,6 +392,15 @@ mod tests {
         assert_eq!(back, p);
         let none = PressureWatch::default().figures(0.0);
         assert!(none.why.unwrap().contains("no reading"));
+        // Nothing good yet: a running step shows why.
+        assert_eq!(
+            w.shown(Err(Unavailable::CgroupV1)),
+            Err(Unavailable::CgroupV1)
+        );
+        w.observe(2.0, Ok(totals(5, 0, 0)), false);
+        let failed = Err(Unavailable::Unreadable("EIO".into()));
+        w.observe(3.0, failed.clone(), false);
+        assert_eq!(w.shown(failed), Ok(totals(5, 0, 0)), "the last good one");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::state::Acc;
+use crate::cgroup::pressure::{PressureTotals, Stall, Unavailable};
 
 /// What the file is.
 pub const SCHEMA: &str = "gpu-tracker/live";
@@ -65,6 +66,11 @@ pub struct LiveState {
     pub memory: LiveMemory,
     /// The step's CPU use.
     pub cpu: LiveCpu,
+    /// The step cgroup's pressure stall counters (cgroup v2 PSI), or why the kernel keeps
+    /// none. `None`: the step has no cgroup, none was read yet, or an earlier build wrote the
+    /// file.
+    #[serde(default)]
+    pub pressure: Option<LivePressure>,
     /// The step's GPUs on this node (a lost GPU is left out).
     pub gpus: Vec<LiveGpu>,
 }
@@ -87,6 +93,110 @@ pub struct LiveCpu {
     pub seconds: Option<f64>,
     /// Cores busy over the latest interval.
     pub cores_busy: Option<f64>,
+}
+
+/// The step cgroup's pressure stall counters at the latest sample: each resource's time in
+/// which some (or all) of the step's runnable tasks waited for it, since the cgroup was made
+/// with the step. Either `unavailable` says why there are none, or all three resources are
+/// given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LivePressure {
+    /// Why the kernel keeps no counters for the step; `None` when they were read.
+    #[serde(default)]
+    pub unavailable: Option<PressureMissing>,
+    /// CPU: runnable tasks that waited for a core.
+    #[serde(default)]
+    pub cpu: Option<LiveStall>,
+    /// Memory: tasks stalled in reclaim, refaults or swap.
+    #[serde(default)]
+    pub memory: Option<LiveStall>,
+    /// I/O: tasks waiting for block I/O.
+    #[serde(default)]
+    pub io: Option<LiveStall>,
+}
+
+/// One resource's stall counters as the kernel keeps them (`total=`), microseconds: integers,
+/// so that they stay exact and no file can make one negative or not a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveStall {
+    /// Time in which at least one task waited.
+    pub some_us: u64,
+    /// Time in which every runnable task waited; `None` where the kernel gives no `full` line
+    /// (CPU before Linux 5.13).
+    #[serde(default)]
+    pub full_us: Option<u64>,
+}
+
+/// Why a step has no pressure counters, as the file names it (`cgroup_v1`, `psi_off`,
+/// `unreadable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PressureMissing {
+    /// cgroup v1 keeps no pressure per cgroup.
+    CgroupV1,
+    /// The kernel's pressure stall information is off (`psi=0`, `cgroup_disable=pressure`).
+    PsiOff,
+    /// The files could not be read, or did not read as the kernel writes them.
+    Unreadable,
+    /// A reason this build does not know (a later build's), or a file that gives neither a
+    /// reason nor all three resources.
+    #[serde(other)]
+    Unknown,
+}
+
+impl PressureMissing {
+    /// Its name in the file, and the exporter's `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PressureMissing::CgroupV1 => "cgroup_v1",
+            PressureMissing::PsiOff => "psi_off",
+            PressureMissing::Unreadable => "unreadable",
+            PressureMissing::Unknown => "unknown",
+        }
+    }
+}
+
+impl From<Stall> for LiveStall {
+    fn from(s: Stall) -> LiveStall {
+        LiveStall {
+            some_us: s.some_us,
+            full_us: s.full_us,
+        }
+    }
+}
+
+impl LivePressure {
+    /// The counters of a reading, or why there are none.
+    pub fn of(r: &Result<PressureTotals, Unavailable>) -> LivePressure {
+        match r {
+            Ok(t) => LivePressure {
+                unavailable: None,
+                cpu: Some(t.cpu.into()),
+                memory: Some(t.memory.into()),
+                io: Some(t.io.into()),
+            },
+            Err(e) => LivePressure {
+                unavailable: Some(match e {
+                    Unavailable::CgroupV1 => PressureMissing::CgroupV1,
+                    Unavailable::Off(_) => PressureMissing::PsiOff,
+                    Unavailable::Unreadable(_) => PressureMissing::Unreadable,
+                }),
+                ..LivePressure::default()
+            },
+        }
+    }
+
+    /// The counters in the order of [`crate::cgroup::pressure::RESOURCES`], or why there are
+    /// none. A file that names a reason, or lacks a resource, has none.
+    pub fn counters(&self) -> Result<[LiveStall; 3], PressureMissing> {
+        if let Some(why) = self.unavailable {
+            return Err(why);
+        }
+        match (self.cpu, self.memory, self.io) {
+            (Some(c), Some(m), Some(i)) => Ok([c, m, i]),
+            _ => Err(PressureMissing::Unknown),
+        }
+    }
 }
 
 /// One GPU of the step, as of its latest reading.
@@ -221,6 +331,7 @@ pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64
             seconds: l.cpu_seconds,
             cores_busy: l.cores_busy,
         },
+        pressure: l.pressure.as_ref().map(LivePressure::of),
         gpus,
     }
 }
@@ -260,165 +371,4 @@ pub fn parse(bytes: &[u8]) -> Parsed {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gpu::{GpuInfo, GpuReading, GpuSource};
-    use crate::sampler::Timepoint;
-    use crate::units::Units;
-    use std::collections::HashSet;
-
-    fn identity() -> Identity {
-        Identity {
-            cluster: "Big Iron".into(),
-            job_id: 4242,
-            step: "batch".into(),
-            user: "alice".into(),
-            uid: 1001,
-            node: "gpu/07\u{1b}".into(),
-            stepd_pid: 999,
-            started_at: 1_700_000_000.5,
-            alloc_cpus: Some(8),
-        }
-    }
-
-    /// Two GPUs; NVML's index 0 is Slurm's 1 and the reverse.
-    struct Two(Vec<GpuInfo>);
-
-    impl GpuSource for Two {
-        fn devices(&self) -> &[GpuInfo] {
-            &self.0
-        }
-        fn read(&mut self, i: usize) -> Option<GpuReading> {
-            Some(GpuReading {
-                used: Some(5 << 30),
-                utilization: Some(if i == 0 { 97 } else { 0 }),
-                energy_mj: Some(1_000_000 * (i as u64 + 1)),
-                processes: vec![(10, Some(3 << 30)), (77, Some(1 << 30))],
-                ..GpuReading::default()
-            })
-        }
-    }
-
-    #[test]
-    fn the_state_is_what_the_sample_left() {
-        let mut acc = Acc::new(std::time::Duration::from_secs(1));
-        acc.latest = super::super::state::Latest {
-            memory_bytes: Some(3 << 30),
-            memory_peak_bytes: Some(4 << 30),
-            memory_limit_bytes: Some(8 << 30),
-            cpu_seconds: Some(123.5),
-            cores_busy: Some(7.5),
-        };
-        let devs: Vec<GpuInfo> = (0..2)
-            .map(|i| GpuInfo {
-                uuid: format!("GPU-{i}"),
-                memory_total: 80 << 30,
-                ..GpuInfo::for_test(i, Some(i))
-            })
-            .collect();
-        acc.gpu_devices = vec![(Some(1), devs[0].clone()), (Some(0), devs[1].clone())];
-        let mut src = Two(devs);
-        let members: HashSet<u32> = [10].into();
-        for _ in 0..2 {
-            acc.gpu.sample(
-                &mut src,
-                0,
-                &members,
-                None,
-                1.0,
-                &Units::default(),
-                &mut Timepoint::default(),
-                &mut Vec::new(),
-            );
-        }
-        let s = state_of(&identity(), &acc, 5.0, 1_700_000_100.25);
-        assert_eq!(s.schema, "gpu-tracker/live");
-        assert_eq!((s.job_id, s.step.as_str(), s.uid), (4242, "batch", 1001));
-        assert_eq!((s.written_at, s.interval_seconds), (1_700_000_100.25, 5.0));
-        assert_eq!(s.memory.peak_bytes, Some(4 << 30));
-        assert_eq!(s.cpu.cores_busy, Some(7.5));
-        assert_eq!(s.gpus.len(), 2);
-        let g = &s.gpus[0];
-        // Slurm's index; only the step's process (pid 10) counted; energy since the first.
-        assert_eq!((g.index, g.uuid.as_str()), (1, "GPU-0"));
-        assert_eq!(g.memory_used_bytes, Some(3 << 30));
-        assert_eq!(g.utilization_percent, Some(97.0));
-        assert_eq!((g.sm_active_percent, g.energy_joules), (None, Some(0.0)));
-        assert_eq!(s.gpus[1].index, 0);
-        // No command line, path or environment: the whole file, field by field.
-        let v: serde_json::Value = serde_json::to_value(&s).unwrap();
-        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "schema",
-                "schema_version",
-                "cluster",
-                "job_id",
-                "step",
-                "user",
-                "uid",
-                "node",
-                "stepd_pid",
-                "written_at",
-                "started_at",
-                "interval_seconds",
-                "alloc_cpus",
-                "memory",
-                "cpu",
-                "gpus"
-            ]
-        );
-        // A sampler slowed down past the live interval: the file says when the next comes.
-        acc.pace.current = std::time::Duration::from_secs(60);
-        assert_eq!(state_of(&identity(), &acc, 5.0, 0.0).interval_seconds, 60.0);
-        // Before any sample: nothing known, nothing made up.
-        let empty = state_of(
-            &identity(),
-            &Acc::new(std::time::Duration::from_secs(1)),
-            5.0,
-            0.0,
-        );
-        assert_eq!(empty.memory, LiveMemory::default());
-        assert!(empty.gpus.is_empty());
-    }
-
-    #[test]
-    fn the_file_name_is_file_safe() {
-        assert_eq!(identity().file_name(), "big_iron.4242.batch.gpu_07_.json");
-        let unnamed = Identity {
-            cluster: String::new(),
-            node: "..".into(),
-            step: "0".into(),
-            ..identity()
-        };
-        assert_eq!(unnamed.file_name(), "default.4242.0._...json");
-        assert!(!unnamed.file_name().contains('/'));
-    }
-
-    #[test]
-    fn files_parse_or_say_why_not() {
-        let mut acc = Acc::new(std::time::Duration::from_secs(1));
-        acc.latest.cpu_seconds = Some(1.0);
-        let s = state_of(&identity(), &acc, 5.0, 10.0);
-        let bytes = serde_json::to_vec(&s).unwrap();
-        assert_eq!(parse(&bytes), Parsed::State(Box::new(s.clone())));
-        // Half written.
-        assert!(matches!(parse(&bytes[..bytes.len() / 2]), Parsed::Bad(_)));
-        assert!(matches!(parse(b""), Parsed::Bad(_)));
-        // A later version, readable or not.
-        let mut v = serde_json::to_value(&s).unwrap();
-        v["schema_version"] = 2.into();
-        assert_eq!(parse(v.to_string().as_bytes()), Parsed::Newer(2));
-        v["memory"] = "elsewhere".into();
-        assert_eq!(parse(v.to_string().as_bytes()), Parsed::Newer(2));
-        // Another schema (a record, say).
-        v["schema"] = "gpu-tracker/step".into();
-        v["schema_version"] = 1.into();
-        assert!(matches!(parse(v.to_string().as_bytes()), Parsed::Bad(_)));
-        // A field added by a later build of the same version is ignored.
-        let mut v = serde_json::to_value(&s).unwrap();
-        v["new_figure"] = 1.into();
-        assert!(matches!(parse(v.to_string().as_bytes()), Parsed::State(_)));
-    }
-}
+mod tests;

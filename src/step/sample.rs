@@ -151,10 +151,12 @@ pub(super) fn sample(
     }
     work.last_cpu = Some((now, cpu_now));
 
-    let step_known = {
+    let (step_known, pressure_now) = {
         let mut sh = inner.lock();
+        let mut pressure_now = None;
         if let Some((unix, p)) = pressure.clone() {
-            sh.pressure.observe(unix, p, false);
+            sh.pressure.observe(unix, p.clone(), false);
+            pressure_now = Some(sh.pressure.shown(p));
         }
         if let Some(r) = step_reading {
             sh.last_step = Some(r);
@@ -186,7 +188,7 @@ pub(super) fn sample(
                 acc.largest_hwm = acc.largest_hwm.max(f.hwm);
             }
         }
-        sh.last_step
+        (sh.last_step, pressure_now)
     };
     // For the live state: as the record has them, as of this sample.
     let memory_now = step_known
@@ -202,6 +204,7 @@ pub(super) fn sample(
             .or(job_reading.and_then(|r| r.limit)),
         cpu_seconds: Some(cpu_now),
         cores_busy,
+        pressure: pressure_now,
     };
 
     let mut unavailable = None;

@@ -11,6 +11,7 @@ use super::procs::ProcReader;
 use super::record::StepRecord;
 use super::setup::StepSetup;
 use crate::cgroup::needed::NeededPeak;
+use crate::cgroup::pressure::{PressureTotals, Unavailable};
 use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
@@ -65,8 +66,8 @@ pub(super) struct Shared {
     pub(super) events: Vec<(f64, Event)>,
 }
 
-/// The step's memory and CPU as of the latest sample: what its live state shows.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// The step's memory, CPU and pressure as of the latest sample: what its live state shows.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Latest {
     /// Memory in use: the step cgroup's (page cache included), else its processes' sampled sum.
     pub(super) memory_bytes: Option<u64>,
@@ -78,6 +79,9 @@ pub(super) struct Latest {
     pub(super) cpu_seconds: Option<f64>,
     /// Cores busy over the latest interval.
     pub(super) cores_busy: Option<f64>,
+    /// The step cgroup's pressure stall counters: the last good reading (the final one once
+    /// the last task ended), else why the latest failed; `None` without a step cgroup.
+    pub(super) pressure: Option<Result<PressureTotals, Unavailable>>,
 }
 
 /// What the sampler thread accumulates: the figures the record is built from. A copy is
@@ -117,7 +121,7 @@ pub(super) struct Acc {
     pub(super) stopped: Option<bool>,
     /// What the step's history was told so far.
     pub(super) history: HistoryFeed,
-    /// Memory and CPU at the latest sample.
+    /// Memory, CPU and pressure at the latest sample.
     pub(super) latest: Latest,
 }
 

@@ -170,6 +170,8 @@ fn prometheus_gets_openmetrics_and_other_clients_the_text_format_promtool_accept
     assert!(head.contains("\r\nVary: Accept\r\n"), "{head}");
     let families = check_openmetrics(&om).unwrap_or_else(|e| panic!("{e}\n{om}"));
     assert!(families.iter().any(|f| f == "gpu_tracker_cpu_seconds"));
+    // The steps' pressure stall counters are among what the strict reading took.
+    assert!(om.contains("\ngpu_tracker_step_pressure_stall_seconds_total{jobid=\"21\""));
     assert!(
         om.contains("# UNIT gpu_tracker_cpu_seconds seconds\n"),
         "{om}"

@@ -296,6 +296,37 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         &format!("gpu_tracker_gpu_utilization_ratio{{{job}}}"),
     );
     assert!(!util.is_empty(), "utilization of the job's GPU");
+    // Its pressure: the stall counters where the node's kernel keeps them for the step's
+    // cgroup (cgroup v2, PSI on), else a 0 that says why, and no counter at all.
+    let batch = format!("{job},step=\"batch\"");
+    let available = query(
+        prom_port,
+        &format!("gpu_tracker_step_pressure_available{{{batch}}}"),
+    );
+    assert_eq!(available.len(), 1, "{available:?}");
+    let stalls = query(
+        prom_port,
+        &format!("gpu_tracker_step_pressure_stall_seconds_total{{{batch}}}"),
+    );
+    eprintln!("pressure: {available:?} {stalls:?}");
+    if value(&available[0]) == 1.0 {
+        let mut some: Vec<&str> = stalls
+            .iter()
+            .filter(|s| s["metric"]["kind"] == "some")
+            .filter_map(|s| s["metric"]["resource"].as_str())
+            .collect();
+        some.sort();
+        assert_eq!(some, ["cpu", "io", "memory"], "{stalls:?}");
+    } else {
+        let reason = available[0]["metric"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            ["cgroup_v1", "psi_off", "unreadable"].contains(&reason),
+            "{available:?}"
+        );
+        assert!(stalls.is_empty(), "{stalls:?}");
+    }
     // No command line, path or environment in any label of the job's series.
     for s in query(prom_port, &format!("{{{job}}}")) {
         for (k, v) in s["metric"].as_object().unwrap() {
@@ -356,8 +387,9 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         }
         panels_with_data += usize::from(any);
     }
-    // All but SM activity (the simulated GPUs of the default partition have no GPM) and power
-    // (a rate needs two energy readings a minute apart: the job may be younger).
+    // All but SM activity (the simulated GPUs of the default partition have no GPM), power
+    // (a rate needs two energy readings a minute apart: the job may be younger) and, where the
+    // node's kernel keeps no pressure for the step's cgroup, the time stalled.
     assert!(panels_with_data >= 4, "{panels_with_data} panels with data");
     // No state file was skipped but stale ones: a step whose slurmstepd was killed (the
     // faults test does it) leaves its last file, which must not be exported as running.

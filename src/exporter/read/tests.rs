@@ -17,11 +17,18 @@ fn states_are_read_and_every_bad_file_is_counted_by_why() {
     let put = |name: &str, s: &LiveState| {
         std::fs::write(d.join(name), serde_json::to_vec(s).unwrap()).unwrap();
     };
-    put("c1.2.0.n1.json", &state(2, "0", now - 1.0));
+    // An earlier build's state, without the pressure field: read.
+    let mut v = serde_json::to_value(state(2, "0", now - 1.0)).unwrap();
+    v.as_object_mut().unwrap().remove("pressure");
+    std::fs::write(d.join("c1.2.0.n1.json"), v.to_string()).unwrap();
     put("c1.1.batch.n1.json", &state(1, "batch", now - 2.0));
     // Half written (a writer that skipped the rename): bad_json.
     let whole = serde_json::to_vec(&state(3, "0", now)).unwrap();
     std::fs::write(d.join("c1.3.0.n1.json"), &whole[..whole.len() / 2]).unwrap();
+    // A pressure counter below 0: bad_json.
+    let mut v = serde_json::to_value(state(11, "0", now)).unwrap();
+    v["pressure"] = serde_json::json!({"cpu": {"some_us": -1}});
+    std::fs::write(d.join("c1.11.0.n1.json"), v.to_string()).unwrap();
     // Stale: 3 intervals of 5 s and 30 s ago, and a bit.
     put("c1.4.0.n1.json", &state(4, "0", now - 46.0));
     // A later version.
@@ -61,7 +68,7 @@ fn states_are_read_and_every_bad_file_is_counted_by_why() {
         .collect();
     assert_eq!(got, [(1, "batch", now - 0.5), (2, "0", now - 1.0)]);
     let count = |k: Skip| s.skipped[k.index()];
-    assert_eq!(count(Skip::BadJson), 1);
+    assert_eq!(count(Skip::BadJson), 2);
     assert_eq!(count(Skip::Stale), 1);
     assert_eq!(count(Skip::NewerSchema), 1);
     assert_eq!(count(Skip::TooLarge), 1);
