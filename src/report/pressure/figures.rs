@@ -61,6 +61,8 @@ pub(super) struct CpuHint {
     pub(super) share: f64,
     pub(super) threads: Option<u64>,
     pub(super) cpus_per_task: Option<f64>,
+    /// CPU time over elapsed × CPUs, percent.
+    pub(super) busy_percent: f64,
 }
 
 /// One record's figures while the job is folded.
@@ -116,6 +118,7 @@ impl PressureFold {
                 share,
                 threads: r.tasks.iter().filter_map(|t| t.max_threads).max(),
                 cpus_per_task: (cpus > 0).then(|| f64::from(cpus) / f64::from(tasks)),
+                busy_percent: r.cpu.utilization_percent,
             },
             at_limit: r
                 .memory

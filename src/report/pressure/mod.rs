@@ -16,6 +16,10 @@ pub const GPU_IDLE_EXPLAINED_PERCENT: f64 = 20.0;
 /// ... over at least this many idle seconds.
 pub const GPU_IDLE_EXPLAINED_SECONDS: f64 = 10.0;
 
+/// A step that kept its CPUs at least this busy (percent) while its tasks waited for a core
+/// had more work than cores; under it, something outside the step held them.
+pub const BUSY_ENOUGH_PERCENT: f64 = 75.0;
+
 /// The resources, as the summary names them.
 const WAITED_FOR: [&str; 3] = ["a core", "memory", "I/O"];
 /// The class of each resource.
@@ -55,6 +59,12 @@ fn idle_gpu(s: &Summary) -> Option<(String, f64, [f64; 3])> {
 fn remedy(p: &JobPressure, i: usize) -> String {
     match i {
         0 => match p.cpu_hint {
+            // Its CPUs mostly idle while its tasks waited for them: something outside the
+            // job ran there, and more of them would not help.
+            Some(CpuHint { busy_percent, .. }) if busy_percent < BUSY_ENOUGH_PERCENT => format!(
+                "their CPU(s) were only {busy_percent:.0}% busy with the job's own work: \
+                 something outside the job (the kernel, another job) ran on its cores"
+            ),
             Some(CpuHint {
                 threads: Some(t),
                 cpus_per_task: Some(c),
@@ -241,6 +251,7 @@ mod tests {
         r.tasks[0].max_threads = Some(threads);
         r.step.alloc_cpus = Some(cpus);
         r.step.local_tasks = Some(1);
+        r.cpu.utilization_percent = 100.0;
         r
     }
 
@@ -267,6 +278,19 @@ mod tests {
         assert_eq!(tags(&s), ["cpu-starved"]);
         let a = s.advice.iter().find(|a| a.code == "cpu-starved").unwrap();
         assert!(a.message.contains("-c 4"), "{}", a.message);
+        // Waiting for a core it hardly used: not the job's threads, and no -c to ask for.
+        let mut r = rec("batch", 30.0, [15.0, 0.0, 0.3], 2, 1);
+        r.cpu.utilization_percent = 30.0;
+        let s = summary(&[r]);
+        let line = s.pressure.as_ref().unwrap().explanation.clone().unwrap();
+        assert!(
+            line.ends_with(
+                "only 30% busy with the job's own work: something outside the job (the kernel, \
+                 another job) ran on its cores"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("-c"), "{line}");
         // Just under the threshold: named as neither, and no class.
         let calm = summary(&[rec("batch", 30.0, [11.9, 0.0, 0.0], 4, 1)]);
         let p = calm.pressure.as_ref().unwrap();
