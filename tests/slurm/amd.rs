@@ -72,19 +72,23 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
     wait_started(id);
 
     // Live: the exporter serves the held GPU's 1 GiB, labelled as AMD's, while the job runs.
-    let mut live = None;
+    // Every figure below is read from one scrape, the first that shows the GPU held: on a
+    // busy guest the job may have ended by the next.
+    let mut text = String::new();
     wait_until(
-        "the held AMD GPU's memory from the exporter",
+        "the held AMD GPU's memory and CU occupancy from the exporter",
         Duration::from_secs(40),
         || {
-            live = series(&exporter_once(), "gpu_tracker_gpu_memory_bytes", id, 0)
-                .filter(|(_, v)| *v >= GIB as f64);
-            live.is_some()
+            text = exporter_once();
+            let held = |family, at_least: f64| {
+                series(&text, family, id, 0).is_some_and(|(_, v)| v >= at_least)
+            };
+            held("gpu_tracker_gpu_memory_bytes", GIB as f64)
+                && held("gpu_tracker_gpu_cu_occupancy_ratio", f64::MIN_POSITIVE)
         },
     );
-    let (labels, _) = live.unwrap();
+    let (labels, _) = series(&text, "gpu_tracker_gpu_memory_bytes", id, 0).unwrap();
     assert!(labels.contains("vendor=\"amd\""), "{labels}");
-    let text = exporter_once();
     let busy = series(&text, "gpu_tracker_gpu_utilization_ratio", id, 0);
     assert!(
         busy.is_some_and(|(_, v)| (0.0..=1.0).contains(&v)),
