@@ -4,42 +4,23 @@
 
 mod common;
 
-use common::TempDir;
 use gpu_tracker::step::record::*;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const GIB: u64 = 1 << 30;
 
-/// A settings file naming a spool in a temp dir; records go to cluster `t`.
-struct Site {
-    dir: TempDir,
-}
+use common::ReportSite as Site;
 
 impl Site {
-    fn new(tag: &str) -> Site {
-        let dir = TempDir::new(tag);
-        std::fs::create_dir_all(dir.join("spool/t")).unwrap();
-        std::fs::write(
-            dir.join("gpu-tracker.toml"),
-            format!("spool_dir = {:?}\n", dir.join("spool").to_str().unwrap()),
-        )
-        .unwrap();
-        Site { dir }
-    }
-
     fn cluster(&self) -> PathBuf {
         self.dir.join("spool/t")
     }
 
     /// Runs the report on cluster `t` with `args`, as user `uid` when given.
     fn report(&self, args: &[&str], uid: Option<u32>) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"));
-        c.args(["--cluster", "t"])
-            .args(args)
-            .env("GPU_TRACKER_CONFIG", self.dir.join("gpu-tracker.toml"))
-            .env_remove("GPU_TRACKER_SPOOL");
+        let mut c = self.command(args);
         if let Some(u) = uid {
             c.uid(u).gid(u);
         }

@@ -8,34 +8,19 @@
 
 mod common;
 
-use common::TempDir;
 use gpu_tracker::cgroup::pressure::{PressureTotals, Stall};
 use gpu_tracker::history::{AlertRules, GpuObservation, Observation, Recorder};
 use gpu_tracker::step::record::*;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 const GIB: u64 = 1 << 30;
 /// The job's start, Unix seconds.
 const START: f64 = 1_795_000_000.0;
 
-/// A settings file naming a spool in a temp dir; records go to cluster `t`.
-struct Site {
-    dir: TempDir,
-}
+use common::ReportSite as Site;
 
 impl Site {
-    fn new(tag: &str) -> Site {
-        let dir = TempDir::new(tag);
-        std::fs::create_dir_all(dir.join("spool/t")).unwrap();
-        std::fs::write(
-            dir.join("gpu-tracker.toml"),
-            format!("spool_dir = {:?}\n", dir.join("spool").to_str().unwrap()),
-        )
-        .unwrap();
-        Site { dir }
-    }
-
     /// Writes `rec` as its job's batch record on node `gpu-1`, with the job's directory and
     /// instance file.
     fn add(&self, rec: &StepRecord) {
@@ -51,13 +36,7 @@ impl Site {
     }
 
     fn report(&self, args: &[&str]) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"))
-            .args(["--cluster", "t"])
-            .args(args)
-            .env("GPU_TRACKER_CONFIG", self.dir.join("gpu-tracker.toml"))
-            .env_remove("GPU_TRACKER_SPOOL")
-            .output()
-            .unwrap();
+        let out = self.command(args).output().unwrap();
         assert!(
             out.status.success(),
             "{args:?}: {}",

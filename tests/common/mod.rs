@@ -161,3 +161,32 @@ pub fn promtool_check(text: &str) -> (bool, String) {
     );
     (out.status.success(), said)
 }
+
+/// A settings file naming a spool in a temp dir, for `gpu-tracker-report` over records that a
+/// test writes to its cluster `t`.
+pub struct ReportSite {
+    pub dir: TempDir,
+}
+
+impl ReportSite {
+    pub fn new(tag: &str) -> ReportSite {
+        let dir = TempDir::new(tag);
+        std::fs::create_dir_all(dir.join("spool/t")).unwrap();
+        std::fs::write(
+            dir.join("gpu-tracker.toml"),
+            format!("spool_dir = {:?}\n", dir.join("spool").to_str().unwrap()),
+        )
+        .unwrap();
+        ReportSite { dir }
+    }
+
+    /// `gpu-tracker-report --cluster t ARGS` under these settings, not yet run.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"));
+        c.args(["--cluster", "t"])
+            .args(args)
+            .env("GPU_TRACKER_CONFIG", self.dir.join("gpu-tracker.toml"))
+            .env_remove("GPU_TRACKER_SPOOL");
+        c
+    }
+}
