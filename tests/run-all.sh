@@ -88,9 +88,12 @@ done
 # CPUs wait on their jobs most of the time, and each part has a cluster of its own.
 declare -A pid
 echo "run-all: the real-Slurm suite on Slurm $release here and in ${suites[*]:-no guest}, at once (logs: $logs/)"
+# Each test's time is printed beside its result (libtest's --report-time; RUSTC_BOOTSTRAP lets
+# the stable toolchain's test harness take that option), and the slowest are listed at the end:
+# what to make cheaper when the run grows.
 timed "host: real-Slurm suite (Slurm $release, cgroup v1)" \
-    cargo test --locked --features spank --test slurm -- --include-ignored "${host_skips[@]}" "$@" \
-    >"$logs/host.log" 2>&1 &
+    env RUSTC_BOOTSTRAP=1 cargo test --locked --features spank --test slurm -- --include-ignored \
+    -Z unstable-options --report-time "${host_skips[@]}" "$@" >"$logs/host.log" 2>&1 &
 pid[host]=$!
 # The guests run niced: a job here that spins (a test compares a busy task with an idle one) gets
 # its CPU first, and the emulated CPUs take what is left. Inside a guest nothing changes: its
@@ -129,6 +132,12 @@ for p in host "${suites[@]}"; do
     echo "================ run-all: the real-Slurm suite, $p (exit $rc): $logs/$p.log"
     cat "$logs/$p.log"
     if ((rc == 0)); then results+=("$p: passed"); else results+=("$p: FAILED"); status=1; fi
+done
+# The slowest tests of each part (a guest's two passes together).
+for p in host "${suites[@]}"; do
+    echo "run-all: the slowest tests of $p:"
+    sed -nE 's/^test (real_slurm::)?([^ ]+) \.\.\. ([a-zA-Z]+) <([0-9.]+)s>$/\4 \2 (\3)/p' "$logs/$p.log" |
+        sort -rn | head -n 8 | awk '{ printf "  %6.0f s  %s %s\n", $1, $2, $3 }'
 done
 for s in "${skipped[@]}"; do results+=("skipped: $s"); done
 summary=""
