@@ -367,8 +367,14 @@ def table(res):
         out += ["", "| processes | sampler | one sample, µs (median) | µs per process |",
                 "|---|---|---|---|"]
         for r in sc:
+            if "procs" not in r:
+                continue  # a row of its own kind (the pressure files), below
             out.append(f"| {r['procs']} | {r['sampler']} | {r['median_cpu_us']:.0f} | "
                        f"{r['per_process_us']:.2f} |")
+        for r in sc:
+            if r.get("sampler") == "pressure":
+                out += ["", f"The step's {r['files']} pressure stall files, read once: "
+                        f"{r['median_us']:.0f} µs wall, {r['median_cpu_us']:.0f} µs CPU (medians)."]
     pl = res["plugin"]
     if "skipped" in pl:
         out += ["", f"Plugin: not measured ({pl['skipped']})."]

@@ -441,9 +441,19 @@ pub(crate) fn assert_job_unharmed(job: &Job, name: &str, marker: &str) -> String
     out
 }
 
-/// The one line the plugin logs for a step recorded with faults, naming `what`.
-pub(crate) fn assert_fault_logged(lines: &[String], id: u32, step: &str, what: &str) {
+/// The one line the plugin logs in slurmd's log (after `mark`) for a step recorded with faults,
+/// naming `what`. Waits up to 15 s for it: slurmstepd may log after the job has left the queue.
+pub(crate) fn assert_fault_logged(mark: u64, id: u32, step: &str, what: &str) {
     let head = format!("job {id} step {step}: recorded with faults:");
+    let mut lines = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(15) {
+        lines = plugin_lines_since(mark);
+        if lines.iter().any(|l| l.contains(&head)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let found: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
     assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
     assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
