@@ -77,7 +77,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
          {h} --mb 20 --hold-ms 600000 --marker SIMAMD0_HOLD &\n\
          holder=$!\n\
          sleep 8\n\
-         for _ in $(seq 900); do [ -e '{r}' ] && break; sleep 0.1; done\n\
+         for _ in $(seq 180); do [ -e '{r}' ] && break; sleep 0.5; done\n\
          kill $holder; wait $holder\n\
          sleep 1\n"
     );
