@@ -214,13 +214,21 @@ pub struct Tracker {
 impl Tracker {
     /// Starts tracking the calling process and its descendants.
     pub fn start(opts: TrackerOptions) -> Result<Tracker, TrackerError> {
-        let target = this_process();
-        opts.validate()?;
-        let tf = match &opts.tracking_file {
-            Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
-            None => None,
+        let (gpu, tf) = open_sources(&opts)?;
+        Tracker::start_for(opts, this_process(), gpu, tf)
+    }
+
+    /// Starts tracking another process `pid` and its descendants from this one (the Python
+    /// API's `process_id=`): nothing of the calling process is counted.
+    pub fn start_process(opts: TrackerOptions, pid: u32) -> Result<Tracker, TrackerError> {
+        let (gpu, tf) = open_sources(&opts)?;
+        let target = Target {
+            main: pid,
+            tree_roots: vec![pid],
+            exclude: vec![],
+            cgroup: None,
+            in_process: false,
         };
-        let gpu = gpu::open_lazily(&opts.gpu);
         Tracker::start_for(opts, target, gpu, tf)
     }
 
@@ -321,6 +329,16 @@ impl Drop for TrackerGuard {
             }
         }
     }
+}
+
+/// Checks the options, then opens the tracking file and starts opening the GPUs.
+fn open_sources(opts: &TrackerOptions) -> Result<(LazyGpu, Option<TrackingFile>), TrackerError> {
+    opts.validate()?;
+    let tf = match &opts.tracking_file {
+        Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
+        None => None,
+    };
+    Ok((gpu::open_lazily(&opts.gpu), tf))
 }
 
 /// The calling process and its descendants, tracked from inside it.

@@ -224,6 +224,12 @@ impl ResourceUsage {
     }
 }
 
+/// The text report of any usage tree in JSON form (the Python API renders `gpu_tracker`'s keys
+/// alone this way).
+pub fn render_text(tree: &serde_json::Value) -> String {
+    text::render(tree)
+}
+
 impl std::fmt::Display for ResourceUsage {
     /// The text report: the same tree and labels as `gpu_tracker`'s text output.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
