@@ -45,7 +45,7 @@ def leaves(d, pre=''):
 
 
 def test_exports_and_version():
-    for name in ('Tracker', 'SubTracker', 'sub_track', 'SubTrackingAnalyzer', 'mark'):
+    for name in ('Tracker', 'SubTracker', 'sub_track', 'SubTrackingAnalyzer', 'TrackingComparison', 'mark'):
         assert hasattr(gput, name), name
     assert gput.__version__[0].isdigit()
 

@@ -119,3 +119,22 @@ def test_an_unfinished_call_is_left_out(scratch):
     with open('u.csv', 'w') as f:
         f.write('process_id,code_block_name,position,timestamp\n1,x,0,10.0\n1,x,1,11.5\n1,x,0,12.0\n')
     assert gput.SubTrackingAnalyzer(None, 'u.csv').load_timestamp_pairs('x') == [(10.0, 11.5)]
+
+
+def test_comparing_two_runs(scratch):
+    import pickle
+    for run in ('A', 'B'):
+        session(f't{run}.csv', f's{run}.csv')
+        res = gput.SubTrackingAnalyzer(f't{run}.csv', f's{run}.csv').sub_tracking_results()
+        with open(f'{run}.pkl', 'wb') as f:
+            pickle.dump(res, f)
+    cmp = gput.TrackingComparison(file_path_map={'A': 'A.pkl', 'B': 'B.pkl'})
+    res = cmp.compare(statistic='max')
+    doc = res.to_json()
+    assert set(doc['overall_resource_usage']['main_ram']) == {'A', 'B'}
+    assert set(doc['code_block_resource_usage']['main_ram']) == {'block', 'fn'}
+    times = doc['code_block_compute_time']['block']
+    assert times['A'] >= 0.45 and times['B'] >= 0.45
+    assert list(doc['overall_resource_usage']['main_ram'].values()) == sorted(doc['overall_resource_usage']['main_ram'].values())
+    with pytest.raises(ValueError):
+        cmp.compare(statistic='median')
