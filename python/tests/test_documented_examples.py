@@ -92,3 +92,15 @@ def test_sub_tracking_and_analysis():
     assert my_function_results.name == 'my-function' and my_function_results.num_calls == 3
     assert results.static_data['ram_unit'] == 'gigabytes'
     print(results)
+
+
+def test_the_example_script_for_5_0_1_runs_unchanged(scratch, capsys):
+    import pathlib
+    import runpy
+    script = pathlib.Path(__file__).parents[1] / 'examples' / 'gpu_tracker_script.py'
+    runpy.run_path(str(script), run_name='__main__')
+    assert (scratch / 'tracking.csv').is_file() and (scratch / 'sub-tracking.csv').is_file()
+    out = capsys.readouterr().out
+    peak = float(out.split('peak of main, MB: ')[1].split()[0])
+    assert peak >= 100  # the 100 MB held 50 ms between samples 0.1 s apart
+    assert 'block work calls 3 ' in out
