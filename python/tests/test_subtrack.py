@@ -138,3 +138,18 @@ def test_comparing_two_runs(scratch):
     assert list(doc['overall_resource_usage']['main_ram'].values()) == sorted(doc['overall_resource_usage']['main_ram'].values())
     with pytest.raises(ValueError):
         cmp.compare(statistic='median')
+
+
+def test_results_are_dicts_without_pandas_and_pandas_objects_with_it(scratch, monkeypatch):
+    from gpu_tracker import sub_tracker
+    session('t.csv', 's.csv')
+    with monkeypatch.context() as m:
+        m.setattr(sub_tracker, '_pandas', lambda: None)
+        plain = gput.SubTrackingAnalyzer('t.csv', 's.csv').sub_tracking_results()
+    assert isinstance(plain.overall, dict) and isinstance(plain.static_data, dict)
+    assert set(plain.overall['main_ram']) == {'min', 'max', 'mean', 'std'}
+    pd = pytest.importorskip('pandas')
+    framed = gput.SubTrackingAnalyzer('t.csv', 's.csv').sub_tracking_results()
+    assert isinstance(framed.overall, pd.DataFrame) and list(framed.overall.columns) == ['min', 'max', 'mean', 'std']
+    assert isinstance(framed.code_block_results[0].compute_time, pd.Series)
+    assert framed.to_json() == plain.to_json()
