@@ -214,22 +214,29 @@ pub struct Tracker {
 impl Tracker {
     /// Starts tracking the calling process and its descendants.
     pub fn start(opts: TrackerOptions) -> Result<Tracker, TrackerError> {
-        let (gpu, tf) = open_sources(&opts)?;
-        Tracker::start_for(opts, this_process(), gpu, tf)
+        let sources = Sources::open(&opts)?;
+        Tracker::start_opened(opts, None, sources)
     }
 
-    /// Starts tracking another process `pid` and its descendants from this one (the Python
-    /// API's `process_id=`): nothing of the calling process is counted.
-    pub fn start_process(opts: TrackerOptions, pid: u32) -> Result<Tracker, TrackerError> {
-        let (gpu, tf) = open_sources(&opts)?;
-        let target = Target {
-            main: pid,
-            tree_roots: vec![pid],
-            exclude: vec![],
-            cgroup: None,
-            in_process: false,
+    /// Starts tracking with what [`Sources::open`] opened: the calling process and its
+    /// descendants, or (`pid`) another process and its descendants, nothing of the caller's
+    /// counted (the Python API's `process_id=`).
+    pub fn start_opened(
+        opts: TrackerOptions,
+        pid: Option<u32>,
+        sources: Sources,
+    ) -> Result<Tracker, TrackerError> {
+        let target = match pid {
+            None => this_process(),
+            Some(pid) => Target {
+                main: pid,
+                tree_roots: vec![pid],
+                exclude: vec![],
+                cgroup: None,
+                in_process: false,
+            },
         };
-        Tracker::start_for(opts, target, gpu, tf)
+        Tracker::start_for(opts, target, sources.gpu, sources.tracking_file)
     }
 
     /// Starts tracking `target`, with GPUs from `gpu` and samples written to `tf` (the
@@ -331,14 +338,26 @@ impl Drop for TrackerGuard {
     }
 }
 
-/// Checks the options, then opens the tracking file and starts opening the GPUs.
-fn open_sources(opts: &TrackerOptions) -> Result<(LazyGpu, Option<TrackingFile>), TrackerError> {
-    opts.validate()?;
-    let tf = match &opts.tracking_file {
-        Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
-        None => None,
-    };
-    Ok((gpu::open_lazily(&opts.gpu), tf))
+/// What a session reads and writes, opened before it starts: the GPUs and the tracking file.
+pub struct Sources {
+    gpu: LazyGpu,
+    tracking_file: Option<TrackingFile>,
+}
+
+impl Sources {
+    /// Checks the options, creates the tracking file, and opens the GPUs: at once when
+    /// `gpu_uuids` names some (an unknown UUID is an [`TrackerError::InvalidOption`]), else
+    /// lazily on the sampler thread.
+    pub fn open(opts: &TrackerOptions) -> Result<Sources, TrackerError> {
+        opts.validate()?;
+        let gpu = gpu::open_checked(&opts.gpu, opts.gpu_uuids.as_deref())
+            .map_err(TrackerError::InvalidOption)?;
+        let tracking_file = match &opts.tracking_file {
+            Some(p) => Some(TrackingFile::create(p, opts.overwrite)?),
+            None => None,
+        };
+        Ok(Sources { gpu, tracking_file })
+    }
 }
 
 /// The calling process and its descendants, tracked from inside it.

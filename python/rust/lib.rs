@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use gpu_tracker::gpu::Vendor;
-use gpu_tracker::tracker::TrackerError;
+use gpu_tracker::tracker::{Sources, TrackerError};
 use gpu_tracker::tracking_file::TrackingFileError;
 use gpu_tracker::units::{MemUnit, TimeUnit, Units};
 use gpu_tracker::{Tracker, TrackerOptions};
@@ -44,11 +44,13 @@ fn mem_unit(s: &str, what: &str) -> PyResult<MemUnit> {
     })
 }
 
-/// One tracking session: checked options until `start()`, then the running tracker.
+/// One tracking session: its options and opened sources (GPUs, tracking file) until
+/// `start()`, then the running tracker.
 #[pyclass(module = "gpu_tracker._core")]
 struct Session {
     opts: TrackerOptions,
     process_id: Option<u32>,
+    sources: Mutex<Option<Sources>>,
     running: Mutex<Option<Tracker>>,
 }
 
@@ -59,6 +61,7 @@ impl Session {
         disable_logs, process_id, gpu_brand, tracking_file, overwrite))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         sleep_time: f64,
         ram_unit: &str,
         gpu_ram_unit: &str,
@@ -108,29 +111,31 @@ impl Session {
         if disable_logs {
             opts = opts.disable_logs();
         }
-        opts.validate().map_err(py_err)?;
+        // As gpu_tracker's constructor: the tracking file is made and the GPUs named by UUID
+        // are checked now.
+        let sources = py.detach(|| Sources::open(&opts)).map_err(py_err)?;
         Ok(Session {
             opts,
             process_id: process_id.filter(|p| *p != std::process::id()),
+            sources: Mutex::new(Some(sources)),
             running: Mutex::new(None),
         })
     }
 
-    /// Starts the sampler thread (opens the tracking file first).
+    /// Starts the sampler thread.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.is_some() {
-            return Err(PyRuntimeError::new_err("this session is already running"));
-        }
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this session has already started"))?;
         let opts = self.opts.clone();
         let pid = self.process_id;
         let tracker = py
-            .detach(move || match pid {
-                Some(pid) => Tracker::start_process(opts, pid),
-                None => Tracker::start(opts),
-            })
+            .detach(move || Tracker::start_opened(opts, pid, sources))
             .map_err(py_err)?;
-        *running = Some(tracker);
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(tracker);
         Ok(())
     }
 

@@ -152,3 +152,12 @@ def test_an_error_in_the_block_still_stops_tracking():
         with gput.Tracker(sleep_time=0.1, disable_logs=True) as t:
             raise KeyError('x')
     assert t.state is gput.Tracker.State.STOPPED and t.resource_usage.compute_time.time > 0
+
+
+def test_the_tracking_file_is_made_by_the_constructor(scratch):
+    t = gput.Tracker(sleep_time=0.1, tracking_file='made.csv', disable_logs=True)
+    assert (scratch / 'made.csv').is_file()
+    with pytest.raises(FileExistsError):
+        gput.Tracker(tracking_file='made.csv')
+    with t:
+        pass

@@ -157,3 +157,12 @@ def test_gpu_uuids_select_the_gpus_of_utilization(fake_nvml, scratch):
     u = gpu_run(fake_nvml, scratch, uuids=[GPU1])['gpu_utilization']
     assert u['system_gpu_count'] == 2 and u['n_expected_gpus'] == 1
     assert u['gpu_percentages']['max_sum_percent'] == pytest.approx(10.0)
+
+
+def test_an_unknown_gpu_uuid_is_a_value_error_in_the_constructor(fake_nvml, scratch):
+    scn = scratch / 'scn.json'
+    scn.write_text(json.dumps(scenario(1)))
+    code = ('import gpu_tracker as g\n'
+            'try:\n    g.Tracker(gpu_uuids={"GPU-not-here"})\nexcept ValueError as e:\n    print("ValueError", e)\n')
+    out = run_python(code, env={'GPU_TRACKER_NVML_LIB': str(fake_nvml), 'FAKE_NVML_SCENARIO': str(scn)}).stdout
+    assert out.startswith('ValueError') and 'GPU-not-here' in out and GPU0 in out

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{ArgAction, Parser};
 use gpu_tracker::cgroup::own::OwnCgroup;
-use gpu_tracker::gpu::{self, GpuConfig, GpuSource, LazyGpu, Vendor, nvml::NvmlSource};
+use gpu_tracker::gpu::{self, GpuConfig, Vendor};
 use gpu_tracker::proc::files::FdLimit;
 use gpu_tracker::sampler::{EndInfo, MemoryDetail, Target};
 use gpu_tracker::sys::{self, ExitStatus};
@@ -297,27 +297,7 @@ fn run(args: Args) -> Result<u8, Fail> {
         ),
         None => None,
     };
-    let gpu = match &args.guuids {
-        Some(wanted) if args.gb == Some(Vendor::Amd) => {
-            let src = gpu::open(&opts.gpu)
-                .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
-            if let Some(why) = gpu::unknown_uuid(src.devices(), wanted) {
-                return Err(Fail::Usage(why));
-            }
-            LazyGpu::ready(src)
-        }
-        Some(wanted) => {
-            // MIG instances too, so that --guuids can name one by its MIG- UUID.
-            let mut src = NvmlSource::open(args.nvml_lib.as_deref(), true)
-                .map_err(|e| Fail::Usage(format!("--guuids given, but no GPU can be read: {e}")))?;
-            if let Some(why) = gpu::unknown_uuid(src.devices(), wanted) {
-                return Err(Fail::Usage(why));
-            }
-            src.retain(|d| d.mig.is_none() || wanted.contains(&d.uuid));
-            LazyGpu::ready(Box::new(src))
-        }
-        None => gpu::open_lazily(&opts.gpu),
-    };
+    let gpu = gpu::open_checked(&opts.gpu, args.guuids.as_deref()).map_err(Fail::Usage)?;
 
     let cgroup_root = std::path::Path::new(gpu_tracker::cgroup::DEFAULT_ROOT);
     let proc_root = std::path::Path::new(gpu_tracker::proc::DEFAULT_ROOT);

@@ -329,6 +329,32 @@ pub fn unknown_uuid(devices: &[GpuInfo], wanted: &[String]) -> Option<String> {
     Some(format!("unknown GPU UUID \"{bad}\"; GPUs here: {here}"))
 }
 
+/// Opens the GPUs of a run: lazily (on the sampler thread), or at once when `wanted` names GPUs
+/// (`--guuids`, the Python API's `gpu_uuids`), which must then be on this machine; the error is
+/// the usage message. NVIDIA's are opened with their MIG instances, so that a MIG UUID can be
+/// named, and the instances not named are dropped.
+pub fn open_checked(config: &GpuConfig, wanted: Option<&[String]>) -> Result<LazyGpu, String> {
+    let Some(wanted) = wanted else {
+        return Ok(open_lazily(config));
+    };
+    let cannot =
+        |e: &dyn std::fmt::Display| format!("GPU UUIDs given, but no GPU can be read: {e}");
+    if config.brand == Some(Vendor::Amd) {
+        let src = open(config).map_err(|e| cannot(&e))?;
+        return match unknown_uuid(src.devices(), wanted) {
+            Some(why) => Err(why),
+            None => Ok(LazyGpu::ready(src)),
+        };
+    }
+    let mut src =
+        nvml::NvmlSource::open(config.nvml_lib.as_deref(), true).map_err(|e| cannot(&e))?;
+    if let Some(why) = unknown_uuid(src.devices(), wanted) {
+        return Err(why);
+    }
+    src.retain(|d| d.mig.is_none() || wanted.contains(&d.uuid));
+    Ok(LazyGpu::ready(Box::new(src)))
+}
+
 /// Opens the GPUs `config` asks for: NVIDIA's through NVML, AMD's from the kernel's files,
 /// side by side where both are there. A vendor asked for by name that cannot be read is the
 /// error; with none named, the error only when neither can be read.

@@ -163,16 +163,16 @@ class Tracker:
         self._tracking_file = None if tracking_file is None else os.fspath(tracking_file)
         self._csv_for_sqlite = None
         rust_file = self._tracking_file
-        if rust_file is not None:
-            if _files.check_name(rust_file) == '.sqlite':
-                self._csv_for_sqlite = f'{rust_file}.{os.getpid()}.{id(self)}.csv'
-                rust_file = self._csv_for_sqlite
+        if rust_file is not None and _files.check_name(rust_file) == '.sqlite':
+            # The library writes CSV; the rows go into the SQLite file when tracking stops.
+            _files.check_overwrite(rust_file, overwrite)
+            self._csv_for_sqlite = f'{rust_file}.{os.getpid()}.{id(self)}.csv'
+            rust_file = self._csv_for_sqlite
+        # Checks every argument, makes the tracking file and opens GPUs named by UUID.
         self._session = _core.Session(
             float(sleep_time), ram_unit, gpu_ram_unit, time_unit, n_expected_cores,
             None if gpu_uuids is None else sorted(gpu_uuids), bool(disable_logs), process_id, gpu_brand,
-            rust_file, True)
-        if self._tracking_file is not None:
-            _files.check_overwrite(self._tracking_file, overwrite)
+            rust_file, bool(overwrite))
         self.resource_usage: ResourceUsage | None = None
         #: The library's whole result document: gpu_tracker's keys plus its own (per-GPU figures,
         #: how the figures were obtained, notes). None until tracking stops.
