@@ -1,5 +1,7 @@
 """Shared fixtures: a scratch working directory per test, and the project's test programs (the
 fake NVML, the `gpu-tracker` command) found through environment variables or built with cargo."""
+from __future__ import annotations
+
 import os
 import pathlib
 import subprocess
