@@ -36,7 +36,9 @@ mkdir -p "$logs"
 #   procps: kill(1) and pgrep(1) in the signal tests;
 #   prometheus: Debian's own, which the exporter's test starts and scrapes through, and whose
 #   promtool lints the exporter's text (tests/exporter/format.rs fails without it).
-TEST_PACKAGES=(fuse3 python3-pyfuse3 python3 procps prometheus)
+#   python3-venv: the Python package's own environment (python/ci-test: `pip install ./python`,
+#   then pytest).
+TEST_PACKAGES=(fuse3 python3-pyfuse3 python3 python3-venv procps prometheus)
 test_packages() {
     local p missing=()
     for p in "${TEST_PACKAGES[@]}"; do
@@ -107,6 +109,16 @@ for suite in "${suites[@]}"; do
     ) >"$logs/$suite.log" 2>&1 &
     pid[$suite]=$!
 done
+# The Python package (python/ci-test: installed the README's way into a fresh environment, then
+# pytest) beside the suites, niced as the guests are: its build takes CPU the suites leave. Left
+# out when test name filters are given (they name Rust tests).
+python_pid=""
+if (($# == 0)); then
+    timed "python: pip install ./python, pytest" nice -n 10 python/ci-test >"$logs/python.log" 2>&1 &
+    python_pid=$!
+else
+    skipped+=("the Python package's tests (test name filters given)")
+fi
 # A line a minute: how many tests each part has passed so far.
 progress() {
     local p line=""
@@ -133,6 +145,13 @@ for p in host "${suites[@]}"; do
     cat "$logs/$p.log"
     if ((rc == 0)); then results+=("$p: passed"); else results+=("$p: FAILED"); status=1; fi
 done
+if [[ -n $python_pid ]]; then
+    rc=0
+    wait "$python_pid" || rc=$?
+    echo "================ run-all: the Python package (exit $rc): $logs/python.log"
+    cat "$logs/python.log"
+    if ((rc == 0)); then results+=("Python package: passed"); else results+=("Python package: FAILED"); status=1; fi
+fi
 # The slowest tests of each part (a guest's two passes together).
 for p in host "${suites[@]}"; do
     echo "run-all: the slowest tests of $p:"
