@@ -17,9 +17,11 @@
 //!   ran with no visible change is read within a second; one that ends before is in its
 //!   parent's `wait4` figures (for the command itself, the tracker's).
 //! - `smaps_rollup` (the private/shared split, when asked for): when the process is new, its
-//!   resident or shared memory changed since the last read, a process beside it started or
-//!   ended (its parent's or its children's sharing changes; the parent is marked), or it ran
-//!   and [`SPLIT_REFRESH`] has passed. The caller may defer it ([`Watch::read`]'s
+//!   resident or shared memory moved by more than [`split_tolerance`] since the last read, a
+//!   process beside it started or ended (its parent's or its children's sharing changes; the
+//!   parent is marked), or it ran and [`SPLIT_REFRESH`] has passed. A smaller move (an
+//!   interpreter's heap breathing, a tracker's own thread in the process it tracks) moves the
+//!   last split by `statm`'s change, as a deferred read does, and is counted the same way. The caller may defer it ([`Watch::read`]'s
 //!   `smaps_allowed`), when reading it would cost too much of the interval: the split is then
 //!   the last one moved by the change in `statm` (new anonymous pages as private, new file
 //!   pages as shared), counted in [`WatchCounts::splits_estimated`], and read first next time.
@@ -38,6 +40,14 @@ use super::{ProcError, ProcFs};
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// A process that ran reads its private/shared split again after this long.
 pub const SPLIT_REFRESH: Duration = Duration::from_secs(30);
+
+/// How far a process's resident or shared memory may move from the reading of its split before
+/// `smaps_rollup` is read again: 1 % of its resident memory, at least 256 KiB. Reading the split
+/// walks the page tables (a millisecond for a Python interpreter of 30 MB); the split it keeps
+/// meanwhile is off by at most this much, and the total is `statm`'s, exact.
+pub fn split_tolerance(resident: u64) -> u64 {
+    (resident / 100).max(256 * 1024)
+}
 
 /// One process at one sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,7 +80,8 @@ pub struct WatchCounts {
     pub status_reads: u64,
     /// Readings that read `smaps_rollup`.
     pub smaps_reads: u64,
-    /// Readings whose split was estimated because reading it was deferred.
+    /// Readings whose split was estimated: reading it was deferred, or the memory moved by less
+    /// than [`split_tolerance`] since it was read.
     pub splits_estimated: u64,
     /// The files layer's counts.
     pub files: FileCounts,
@@ -306,14 +317,20 @@ impl Watch {
         let last = prev.and_then(|k| k.split);
         let stale = match (prev, last) {
             (Some(k), Some((_, at_read, when))) => {
+                let tolerance = split_tolerance(memory.resident);
                 k.neighbours_changed
-                    || at_read != memory
+                    || memory.resident.abs_diff(at_read.resident) > tolerance
+                    || memory.shared.abs_diff(at_read.shared) > tolerance
                     || (ran && now.duration_since(when) >= SPLIT_REFRESH)
             }
             _ => true,
         };
         match last {
-            Some((s, _, _)) if !stale => return Ok((s, true, last)),
+            Some((s, at_read, _)) if !stale && at_read == memory => return Ok((s, true, last)),
+            Some((s, at_read, _)) if !stale => {
+                self.counts.splits_estimated += 1;
+                return Ok((estimate(s, at_read, memory), false, last));
+            }
             Some((s, at_read, _)) if !allowed => {
                 self.counts.splits_estimated += 1;
                 return Ok((estimate(s, at_read, memory), false, last));
@@ -465,6 +482,52 @@ mod tests {
         );
         assert!(big.split.private > small.split.private + 60_000_000);
         assert_eq!(w.counts().splits_estimated, 1);
+        assert_eq!(w.counts().smaps_reads, 2);
+    }
+
+    #[test]
+    fn a_small_move_is_estimated_and_a_large_one_read_again() {
+        // Says it has started, writes 150 KB (under the tolerance), then 64 MB (over it), saying
+        // when after each.
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import time,sys; sys.stdout.write('s'); sys.stdout.flush(); time.sleep(0.5); \
+                 a=b'x'*150000; sys.stdout.write('a'); sys.stdout.flush(); time.sleep(0.5); \
+                 b=bytearray(64*10**6); sys.stdout.write('b'); sys.stdout.flush(); time.sleep(5)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut out = child.stdout.take().unwrap();
+        let mut byte = [0u8; 1];
+        let mut w = watch(true);
+        std::io::Read::read_exact(&mut out, &mut byte).unwrap();
+        let t0 = Instant::now();
+        let first = w.read(pid, t0, true).unwrap();
+        w.end_sample(|p| p != 0);
+        std::io::Read::read_exact(&mut out, &mut byte).unwrap();
+        let small = w.read(pid, t0 + Duration::from_millis(10), true).unwrap();
+        w.end_sample(|p| p != 0);
+        let reads = w.counts().smaps_reads;
+        std::io::Read::read_exact(&mut out, &mut byte).unwrap();
+        let big = w.read(pid, t0 + Duration::from_millis(20), true).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let moved = small.memory.resident.abs_diff(first.memory.resident);
+        assert!(
+            moved > 0 && moved <= split_tolerance(small.memory.resident),
+            "{first:?} {small:?}"
+        );
+        assert_eq!(
+            small.split.total(),
+            small.memory.resident,
+            "the total is statm's"
+        );
+        assert_eq!(reads, 1, "a small move reads no split: {:?}", w.counts());
+        assert!(!small.split_exact);
+        assert!(big.split_exact && big.split.private > first.split.private + 60_000_000);
         assert_eq!(w.counts().smaps_reads, 2);
     }
 
