@@ -17,8 +17,12 @@ pub const GPU_IDLE_EXPLAINED_PERCENT: f64 = 20.0;
 pub const GPU_IDLE_EXPLAINED_SECONDS: f64 = 10.0;
 
 /// A step that kept its CPUs at least this busy (percent) while its tasks waited for a core
-/// had more work than cores; under it, something outside the step held them.
+/// had more work than cores; under it, something outside the step held them too.
 pub const BUSY_ENOUGH_PERCENT: f64 = 75.0;
+/// A step with more threads than CPUs that kept them at least this busy (percent) with its own
+/// work had more work than cores, whatever else ran there; under it, its threads mostly slept
+/// and more cores would not help.
+pub const OWN_DEMAND_PERCENT: f64 = 50.0;
 
 /// The resources, as the summary names them.
 const WAITED_FOR: [&str; 3] = ["a core", "memory", "I/O"];
@@ -59,19 +63,30 @@ fn idle_gpu(s: &Summary) -> Option<(String, f64, [f64; 3])> {
 fn remedy(p: &JobPressure, i: usize) -> String {
     match i {
         0 => match p.cpu_hint {
+            // More threads than CPUs, and its own work filled them: more cores help. Where
+            // that work left some of their time to others, say so too.
+            Some(CpuHint {
+                threads: Some(t),
+                cpus_per_task: Some(c),
+                busy_percent,
+                ..
+            }) if t as f64 > c && busy_percent >= OWN_DEMAND_PERCENT => {
+                let more = format!("{t} threads on {c:.0} CPU(s); ask for -c {t}");
+                if busy_percent < BUSY_ENOUGH_PERCENT {
+                    format!(
+                        "{more} (something outside the job also ran on its cores: they were \
+                         {busy_percent:.0}% busy with its own work)"
+                    )
+                } else {
+                    more
+                }
+            }
             // Its CPUs mostly idle while its tasks waited for them: something outside the
             // job ran there, and more of them would not help.
             Some(CpuHint { busy_percent, .. }) if busy_percent < BUSY_ENOUGH_PERCENT => format!(
                 "their CPU(s) were only {busy_percent:.0}% busy with the job's own work: \
                  something outside the job (the kernel, another job) ran on its cores"
             ),
-            Some(CpuHint {
-                threads: Some(t),
-                cpus_per_task: Some(c),
-                ..
-            }) if t as f64 > c => {
-                format!("{t} threads on {c:.0} CPU(s); ask for -c {t}")
-            }
             _ => "ask for more CPUs per task (-c)".into(),
         },
         1 if p.at_memory_limit => {
@@ -291,6 +306,17 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("-c"), "{line}");
+        // Four threads that kept their one CPU 70% busy while others took the rest: -c 4 still
+        // helps, and the outside work is named beside it (a busy test guest, 24.11).
+        let mut r = rec("batch", 30.0, [28.8, 0.0, 0.3], 4, 1);
+        r.cpu.utilization_percent = 70.0;
+        let line = summary(&[r]).pressure.unwrap().explanation.unwrap();
+        assert_eq!(
+            line,
+            "the tasks waited for a core 96% of the time: 4 threads on 1 CPU(s); ask for -c 4 \
+             (something outside the job also ran on its cores: they were 70% busy with its own \
+             work)"
+        );
         // Just under the threshold: named as neither, and no class.
         let calm = summary(&[rec("batch", 30.0, [11.9, 0.0, 0.0], 4, 1)]);
         let p = calm.pressure.as_ref().unwrap();
