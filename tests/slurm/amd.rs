@@ -65,20 +65,15 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
     // The holder holds the GPU at least 8 s and until the test has read the live figures (or
     // 90 s have passed): on a busy guest a fixed hold can end before the sampler and the
     // simulator have both seen it.
-    let release = state_dir()
-        .join("jobs")
-        .join(USER)
-        .join(format!("amd-{}.release", std::process::id()));
-    let _ = std::fs::remove_file(&release);
-    let r = release.display();
+    let release = Release::new("amd");
+    let wait = release.wait_then_kill_holder(180, "0.5");
     let script = format!(
         "#!/bin/bash\n#SBATCH -p amd --gres=gpu:mi300x:2 --gpu-track=0.5 --mem=1G\n\
          sleep 1\n\
          {h} --mb 20 --hold-ms 600000 --marker SIMAMD0_HOLD &\n\
          holder=$!\n\
          sleep 8\n\
-         for _ in $(seq 180); do [ -e '{r}' ] && break; sleep 0.5; done\n\
-         kill $holder; wait $holder\n\
+         {wait}\
          sleep 1\n"
     );
     let id = submit("amd", &script);
@@ -109,7 +104,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    std::fs::write(&release, "").unwrap();
+    release.release();
     let (labels, _) = series(&text, "gpu_tracker_gpu_memory_bytes", id, 0).unwrap();
     assert!(labels.contains("vendor=\"amd\""), "{labels}");
     let busy = series(&text, "gpu_tracker_gpu_utilization_ratio", id, 0);
@@ -132,7 +127,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
     );
 
     let job = wait_job(USER, "amd", id);
-    let _ = std::fs::remove_file(&release);
+    drop(release);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
 
     // The record: both GPUs, by their render nodes, read from the kernel's AMD files.

@@ -59,20 +59,15 @@ fn a_step_cgroup_that_vanishes_or_cannot_be_read_keeps_the_figures_it_had() {
     let name = "cgroup-gone";
     // The holder holds its 61 MB until the test is done with the step's cgroup (at most 120
     // s): on a busy guest a fixed hold could end before the faults were made.
-    let release = state_dir()
-        .join("jobs")
-        .join(USER)
-        .join(format!("{name}-{}.release", std::process::id()));
-    let _ = std::fs::remove_file(&release);
-    let r = release.display();
+    let release = Release::new(name);
+    let wait = release.wait_then_kill_holder(120, "1");
     let id = submit(
         name,
         &format!(
             "#!/bin/bash\n#SBATCH --gpu-track=0.2\n\
              {h} --mb 61 --hold-ms 600000 &\n\
              holder=$!\n\
-             for _ in $(seq 120); do [ -e '{r}' ] && break; sleep 1; done\n\
-             kill $holder; wait $holder\n\
+             {wait}\
              echo job-done\n"
         ),
     );
@@ -112,9 +107,9 @@ fn a_step_cgroup_that_vanishes_or_cannot_be_read_keeps_the_figures_it_had() {
         assert!(std::fs::read_to_string(dir.join(usage)).is_err());
         std::thread::sleep(Duration::from_secs(3));
     }
-    std::fs::write(&release, "").unwrap();
+    release.release();
     let job = wait_job(USER, name, id);
-    let _ = std::fs::remove_file(&release);
+    drop(release);
     assert_job_unharmed(&job, name, "job-done");
     let r = &final_records(id, &["batch"])["batch"];
     assert!(r.complete);

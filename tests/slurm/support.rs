@@ -531,3 +531,40 @@ pub(crate) fn suggested_mem(summary: &str) -> Vec<u64> {
         })
         .collect()
 }
+
+/// A file the test creates to tell a job's holder to let go: a job that must hold something
+/// until the test has seen it (a fixed hold can end first on a busy guest). Removed on drop.
+pub(crate) struct Release(PathBuf);
+
+impl Release {
+    /// A release file for a job named `name`, not there yet.
+    pub(crate) fn new(name: &str) -> Release {
+        let path = state_dir()
+            .join("jobs")
+            .join(USER)
+            .join(format!("{name}-{}.release", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        Release(path)
+    }
+
+    /// The job script's lines that wait for the release, polling every `poll` (shell `sleep`
+    /// words) at most `polls` times, then stop the background process `$holder`.
+    pub(crate) fn wait_then_kill_holder(&self, polls: u32, poll: &str) -> String {
+        format!(
+            "for _ in $(seq {polls}); do [ -e '{}' ] && break; sleep {poll}; done\n\
+             kill $holder; wait $holder\n",
+            self.0.display()
+        )
+    }
+
+    /// Lets the holder go.
+    pub(crate) fn release(&self) {
+        std::fs::write(&self.0, "").unwrap();
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
