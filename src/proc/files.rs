@@ -16,8 +16,9 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use super::ProcError;
+use super::{ProcError, parse};
 use crate::sys;
 
 /// The per-process files that can be kept open.
@@ -137,25 +138,98 @@ pub struct ProcFiles {
     kept: HashMap<u32, [Option<File>; KINDS]>,
     /// `/proc/stat` and `/proc/meminfo`, read at every sample.
     machine: [Option<File>; 2],
+    /// The `task` directory and threads' `children` files of processes of several threads.
+    tasks: HashMap<u32, TaskFiles>,
     held: usize,
-    buf: Vec<u8>,
+    buf: Buf,
+    /// The buffer `task` directories are listed through.
+    dir_buf: Vec<u8>,
     counts: FileCounts,
 }
 
-/// Reads a whole `/proc` file from offset 0. A file of one record (`stat`, `statm`,
-/// `schedstat`, `status`) answers one read with all it has when the buffer is large enough, so
-/// a short read is its end; a list (`children`) comes a kernel buffer at a time, and only an
-/// empty read ends it.
-fn read_whole(f: &File, buf: &mut Vec<u8>, one_record: bool) -> io::Result<()> {
-    buf.clear();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = f.read_at(&mut chunk, buf.len() as u64)?;
-        buf.extend_from_slice(&chunk[..n]);
-        if n == 0 || (one_record && n < chunk.len()) {
-            return Ok(());
+/// A thread's kept `children` file is opened again after this long: a thread that ended and
+/// whose id a new thread of the same process took within one interval is read rightly again
+/// within this time (a kept file of an ended thread reads empty).
+pub const THREAD_FILE_REFRESH: Duration = Duration::from_secs(1);
+
+/// The kept files of one process of several threads.
+#[derive(Debug, Default)]
+struct TaskFiles {
+    /// `task/`, listed again at every sample.
+    dir: Option<File>,
+    /// `task/<tid>/children` of each thread, and when it was opened.
+    threads: HashMap<u32, (File, Instant)>,
+}
+
+impl TaskFiles {
+    fn held(&self) -> usize {
+        usize::from(self.dir.is_some()) + self.threads.len()
+    }
+}
+
+/// What reading one thread's `children` file found.
+enum ThreadChildren {
+    /// Its children (none for a thread that has ended).
+    Listed,
+    /// The thread has ended.
+    Ended,
+    /// The kernel keeps no `children` files (`CONFIG_PROC_CHILDREN` unset).
+    NoFiles,
+}
+
+/// The buffer files are read into: grown when a file needs more, never cleared, so a read
+/// does not zero it again first (at every sample that was most of the time a small file's read
+/// spent in the program rather than the kernel).
+#[derive(Debug, Default)]
+struct Buf {
+    data: Vec<u8>,
+    len: usize,
+}
+
+impl Buf {
+    /// The most a read asks for at first; more as the file needs it.
+    const FIRST: usize = 8192;
+
+    /// Reads a whole `/proc` file from offset 0. A file of one record (`stat`, `statm`,
+    /// `schedstat`, `status`) answers one read with all it has when the buffer is large
+    /// enough, so a short read is its end; a list (`children`) comes a kernel buffer at a
+    /// time, and only an empty read ends it.
+    fn fill(&mut self, f: &File, one_record: bool) -> io::Result<()> {
+        self.len = 0;
+        loop {
+            if self.data.len() - self.len < Self::FIRST / 2 {
+                let grown = (self.data.len() * 2).max(Self::FIRST);
+                self.data.resize(grown, 0);
+            }
+            let room = self.data.len() - self.len;
+            let n = f.read_at(&mut self.data[self.len..], self.len as u64)?;
+            self.len += n;
+            if n == 0 || (one_record && n < room) {
+                return Ok(());
+            }
         }
     }
+
+    /// What the last [`Buf::fill`] read.
+    fn bytes(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+}
+
+/// The thread ids an open `task` directory lists, through the reused buffer `buf`.
+fn list_tids(d: &File, buf: &mut Vec<u8>) -> io::Result<Vec<u32>> {
+    let mut tids = Vec::new();
+    let mut entries = sys::list_dir_reusing(d, std::mem::take(buf))?;
+    for e in entries.by_ref() {
+        if let Some(tid) = std::str::from_utf8(&e?.name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            tids.push(tid);
+        }
+    }
+    *buf = entries.into_buffer();
+    Ok(tids)
 }
 
 fn is_gone(e: &io::Error) -> bool {
@@ -170,8 +244,10 @@ impl ProcFiles {
             limit,
             kept: HashMap::new(),
             machine: [None, None],
+            tasks: HashMap::new(),
             held: 0,
-            buf: Vec::with_capacity(8192),
+            buf: Buf::default(),
+            dir_buf: Vec::new(),
             counts: FileCounts::default(),
         }
     }
@@ -196,8 +272,10 @@ impl ProcFiles {
             self.machine[slot] = Some(f);
         }
         let f = self.machine[slot].as_ref().ok_or(ProcError::Gone(0))?;
-        read_whole(f, &mut self.buf, false).map_err(|e| ProcError::Io(path, e))?;
-        Ok(&self.buf)
+        self.buf
+            .fill(f, false)
+            .map_err(|e| ProcError::Io(path, e))?;
+        Ok(self.buf.bytes())
     }
 
     /// Reads `file` of process `pid` and keeps it open when the budget allows. A process that
@@ -216,11 +294,11 @@ impl ProcFiles {
     ) -> Result<Read<'_>, ProcError> {
         let mut reopened = false;
         if let Some(f) = self.kept.get(&pid).and_then(|k| k[file.index()].as_ref()) {
-            match read_whole(f, &mut self.buf, file != PidFile::Children) {
+            match self.buf.fill(f, file != PidFile::Children) {
                 Ok(()) => {
                     self.counts.kept_reads += 1;
                     return Ok(Read {
-                        bytes: &self.buf,
+                        bytes: self.buf.bytes(),
                         reopened: false,
                     });
                 }
@@ -244,7 +322,7 @@ impl ProcFiles {
             Err(e) => return Err(ProcError::Io(path, e)),
         };
         self.counts.opened += 1;
-        match read_whole(&f, &mut self.buf, file != PidFile::Children) {
+        match self.buf.fill(&f, file != PidFile::Children) {
             Ok(()) => {}
             Err(e) if is_gone(&e) => return Err(ProcError::Gone(pid)),
             Err(e) => return Err(ProcError::Io(path, e)),
@@ -253,25 +331,38 @@ impl ProcFiles {
             self.keep(pid, file, f);
         }
         Ok(Read {
-            bytes: &self.buf,
+            bytes: self.buf.bytes(),
             reopened,
         })
     }
 
+    /// `f` moved to a number at or above the budget's lowest, if the budget has room for one
+    /// more descriptor and a number is free up there.
+    fn movable(&self, f: File) -> Option<File> {
+        if self.held >= self.limit.max_kept {
+            return None;
+        }
+        if self.limit.min_fd <= 0 {
+            return Some(f);
+        }
+        // No number free up there: keep nothing rather than take a low one.
+        sys::move_fd_at_least(f.into(), self.limit.min_fd)
+            .ok()
+            .map(File::from)
+    }
+
+    fn count_kept(&mut self) {
+        self.held += 1;
+        self.counts.most_kept = self.counts.most_kept.max(self.held);
+    }
+
     fn keep(&mut self, pid: u32, file: PidFile, f: File) {
-        let f = if self.limit.min_fd > 0 {
-            match sys::move_fd_at_least(f.into(), self.limit.min_fd) {
-                Ok(fd) => File::from(fd),
-                // No number free up there: keep nothing rather than take a low one.
-                Err(_) => return,
-            }
-        } else {
-            f
+        let Some(f) = self.movable(f) else {
+            return;
         };
         let slot = &mut self.kept.entry(pid).or_default()[file.index()];
         if slot.replace(f).is_none() {
-            self.held += 1;
-            self.counts.most_kept = self.counts.most_kept.max(self.held);
+            self.count_kept();
         }
     }
 
@@ -280,14 +371,157 @@ impl ProcFiles {
         if let Some(k) = self.kept.remove(&pid) {
             self.held -= k.iter().filter(|f| f.is_some()).count();
         }
+        if let Some(t) = self.tasks.remove(&pid) {
+            self.held -= t.held();
+        }
     }
 
     /// Closes the files kept for every process but those `keep` accepts.
     pub fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
-        let gone: Vec<u32> = self.kept.keys().copied().filter(|p| !keep(*p)).collect();
+        let gone: Vec<u32> = self
+            .kept
+            .keys()
+            .chain(self.tasks.keys())
+            .copied()
+            .filter(|p| !keep(*p))
+            .collect();
         for p in gone {
             self.forget(p);
         }
+    }
+
+    /// Direct children of every thread of `pid` but `skip` (the calling thread, when it is one
+    /// of `pid`'s: a sampler thread inside the process it tracks forks nothing). `None` when
+    /// the kernel keeps no `children` files. The `task` directory and each thread's `children`
+    /// file are kept open within the budget: a sample lists the directory again and reads each
+    /// file with one call, instead of opening them all by path.
+    pub fn thread_children(
+        &mut self,
+        pid: u32,
+        skip: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<Vec<u32>>, ProcError> {
+        let tids = self.threads_of(pid)?;
+        if let Some(t) = self.tasks.get_mut(&pid) {
+            let before = t.threads.len();
+            t.threads.retain(|tid, _| tids.contains(tid));
+            self.held -= before - t.threads.len();
+        }
+        let mut out = Vec::new();
+        for tid in tids {
+            if Some(tid) == skip {
+                continue;
+            }
+            match self.read_thread_children(pid, tid, now)? {
+                ThreadChildren::Listed => out.extend(parse::parse_pid_list(
+                    &String::from_utf8_lossy(self.buf.bytes()),
+                )),
+                ThreadChildren::Ended => {}
+                ThreadChildren::NoFiles => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The ids of `pid`'s threads, through its kept `task` directory where there is one. A
+    /// kept directory that lists nothing belongs to a process that is reaped (the pid may be
+    /// another's now): it is closed and the path opened again.
+    fn threads_of(&mut self, pid: u32) -> Result<Vec<u32>, ProcError> {
+        if let Some(d) = self.tasks.get(&pid).and_then(|t| t.dir.as_ref()) {
+            match list_tids(d, &mut self.dir_buf) {
+                Ok(tids) if !tids.is_empty() => {
+                    self.counts.kept_reads += 1;
+                    return Ok(tids);
+                }
+                _ => self.forget(pid),
+            }
+        }
+        let path = self.root.join(pid.to_string()).join("task");
+        let d = match File::open(&path) {
+            Ok(d) => d,
+            Err(e) if is_gone(&e) => return Err(ProcError::Gone(pid)),
+            Err(e) => return Err(ProcError::Io(path, e)),
+        };
+        self.counts.opened += 1;
+        let tids = match list_tids(&d, &mut self.dir_buf) {
+            Ok(t) if !t.is_empty() => t,
+            Ok(_) => return Err(ProcError::Gone(pid)),
+            Err(e) if is_gone(&e) => return Err(ProcError::Gone(pid)),
+            Err(e) => return Err(ProcError::Io(path, e)),
+        };
+        if let Some(d) = self.movable(d) {
+            self.tasks.entry(pid).or_default().dir = Some(d);
+            self.count_kept();
+        }
+        Ok(tids)
+    }
+
+    /// Reads thread `tid`'s `children` file into the buffer, through a kept descriptor younger
+    /// than [`THREAD_FILE_REFRESH`] where there is one.
+    fn read_thread_children(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        now: Instant,
+    ) -> Result<ThreadChildren, ProcError> {
+        let kept = self.tasks.get_mut(&pid).and_then(|t| {
+            let fresh = t
+                .threads
+                .get(&tid)
+                .is_some_and(|(_, at)| now.saturating_duration_since(*at) < THREAD_FILE_REFRESH);
+            if fresh {
+                return t.threads.get(&tid).map(|(f, _)| f);
+            }
+            if t.threads.remove(&tid).is_some() {
+                self.held -= 1;
+            }
+            None
+        });
+        if let Some(f) = kept {
+            match self.buf.fill(f, false) {
+                Ok(()) => {
+                    self.counts.kept_reads += 1;
+                    return Ok(ThreadChildren::Listed);
+                }
+                Err(e) if is_gone(&e) => return Ok(ThreadChildren::Ended),
+                Err(e) => return Err(ProcError::Io(self.thread_path(pid, tid), e)),
+            }
+        }
+        let path = self.thread_path(pid, tid);
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            // Either the thread just ended, or the kernel has no such file at all.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(if path.parent().is_some_and(|p| p.exists()) {
+                    ThreadChildren::NoFiles
+                } else {
+                    ThreadChildren::Ended
+                });
+            }
+            Err(e) if is_gone(&e) => return Ok(ThreadChildren::Ended),
+            Err(e) => return Err(ProcError::Io(path, e)),
+        };
+        self.counts.opened += 1;
+        match self.buf.fill(&f, false) {
+            Ok(()) => {}
+            Err(e) if is_gone(&e) => return Ok(ThreadChildren::Ended),
+            Err(e) => return Err(ProcError::Io(path, e)),
+        }
+        if let Some(f) = self.movable(f) {
+            if let Some(t) = self.tasks.get_mut(&pid) {
+                t.threads.insert(tid, (f, now));
+                self.count_kept();
+            }
+        }
+        Ok(ThreadChildren::Listed)
+    }
+
+    fn thread_path(&self, pid: u32, tid: u32) -> PathBuf {
+        self.root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string())
+            .join("children")
     }
 }
 
@@ -351,6 +585,67 @@ mod tests {
         // Reaped: the kept file fails, the path is gone.
         assert!(files.read(pid, PidFile::Schedstat).unwrap_err().is_gone());
         assert_eq!(files.held(), 0);
+    }
+
+    #[test]
+    fn children_of_every_thread_are_read_through_kept_files_and_the_caller_can_be_left_out() {
+        use std::sync::mpsc;
+        let me = std::process::id();
+        // A thread of this process starts a child (the child is that thread's, not the main
+        // thread's) and waits to be told to end.
+        let (tx, rx) = mpsc::channel();
+        let (end_tx, end_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let child = Command::new("sleep").arg("30").spawn().unwrap();
+            tx.send((crate::sys::gettid(), child)).unwrap();
+            let _ = end_rx.recv();
+        });
+        let (tid, mut child) = rx.recv().unwrap();
+        let limit = FdLimit {
+            max_kept: 64,
+            min_fd: 100,
+        };
+        let mut files = ProcFiles::new("/proc", limit);
+        let t0 = Instant::now();
+        let first = files.thread_children(me, None, t0).unwrap().unwrap();
+        assert!(first.contains(&child.id()), "{first:?}");
+        let opened = files.counts().opened;
+        assert!(
+            files.held() >= 2,
+            "the task directory and a file per thread"
+        );
+        let second = files.thread_children(me, None, t0).unwrap().unwrap();
+        assert!(second.contains(&child.id()), "{second:?}");
+        assert!(files.counts().kept_reads >= 2, "{:?}", files.counts());
+        // The thread that started it, left out, takes its children with it.
+        let skipped = files.thread_children(me, Some(tid), t0).unwrap().unwrap();
+        assert!(!skipped.contains(&child.id()), "{skipped:?}");
+        // Past the refresh, each thread's file is opened again.
+        let later = t0 + THREAD_FILE_REFRESH;
+        let again = files.thread_children(me, None, later).unwrap().unwrap();
+        assert!(again.contains(&child.id()), "{again:?}");
+        assert!(files.counts().opened > opened, "{:?}", files.counts());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let reaped = files.thread_children(me, None, later).unwrap().unwrap();
+        assert!(!reaped.contains(&child.id()), "{reaped:?}");
+        // An ended thread's file is closed at the next listing.
+        end_tx.send(()).unwrap();
+        thread.join().unwrap();
+        files.thread_children(me, None, later).unwrap();
+        assert!(
+            !files.tasks[&me].threads.contains_key(&tid),
+            "the ended thread's file is kept"
+        );
+        assert_eq!(files.held(), 1 + files.tasks[&me].threads.len());
+        files.forget(me);
+        assert_eq!(files.held(), 0);
+        assert!(
+            ProcFiles::new("/proc", FdLimit::NONE)
+                .thread_children(u32::MAX - 1, None, later)
+                .unwrap_err()
+                .is_gone()
+        );
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! (the kernel walks its page tables). Reading all five at every sample made a step of 1000
 //! processes cost a core. The rules, for one process at one sample:
 //!
-//! - `schedstat` and `statm`: always. Together they tell whether the process ran since the
-//!   last sample (its main thread's run time moved) and its resident memory now, exact.
+//! - `schedstat` and `statm`: always (`schedstat` only while the process has one thread).
+//!   Together they tell whether the process ran since the last sample (its main thread's run
+//!   time moved) and its resident memory now, exact.
 //! - `stat` (CPU times, threads, parent): when the process ran, is new, has more than one
 //!   thread (`schedstat` speaks of the main thread only), or the kernel keeps no run time. A
 //!   process that did not run has the CPU times it had: reusing them is exact.
@@ -115,6 +116,8 @@ pub struct Watch {
     runtimes: HashMap<u32, (Option<u64>, bool)>,
     counts: WatchCounts,
     smaps_error: Option<String>,
+    /// This process's id (a tracker inside the process it tracks leaves its own thread out).
+    own_pid: u32,
 }
 
 impl Watch {
@@ -131,6 +134,7 @@ impl Watch {
             runtimes: HashMap::new(),
             counts: WatchCounts::default(),
             smaps_error: None,
+            own_pid: std::process::id(),
         }
     }
 
@@ -180,7 +184,8 @@ impl Watch {
     /// Children of `pid`'s threads. For a process known to have one thread: the list it had
     /// when it has not run since (only a parent that runs forks or reaps), read again at least
     /// every [`REFRESH`]; else its main thread's kept `children` file. Other processes list
-    /// their threads ([`ProcFs::children`]).
+    /// their threads through kept files ([`ProcFiles::thread_children`]), leaving out the
+    /// calling thread where it is one of theirs (a tracker inside the process it tracks).
     pub fn children(&mut self, pid: u32, now: Instant) -> Result<Option<Vec<u32>>, ProcError> {
         if self.known.get(&pid).is_some_and(|k| k.stat.threads == 1) {
             if let Ok((runtime, false)) = self.runtime(pid) {
@@ -204,7 +209,8 @@ impl Watch {
                 }
             }
         }
-        self.procfs.children(pid)
+        let me = (pid == self.own_pid).then(crate::sys::gettid);
+        self.files.thread_children(pid, me, now)
     }
 
     /// Reads process `pid` now. `smaps_allowed`: whether its split may be read from
@@ -216,7 +222,14 @@ impl Watch {
         smaps_allowed: bool,
     ) -> Result<Reading, ProcError> {
         self.counts.readings += 1;
-        let (runtime, reopened) = self.runtime(pid)?;
+        // A process of several threads reads `stat` at every sample anyway, and its main
+        // thread's run time tells nothing more: no `schedstat` for it.
+        let several = self.known.get(&pid).is_some_and(|k| k.stat.threads != 1);
+        let (runtime, reopened) = if several {
+            (None, false)
+        } else {
+            self.runtime(pid)?
+        };
         let mut prev = self.known.remove(&pid).filter(|_| !reopened);
         let ran = match &prev {
             None => true,
@@ -228,6 +241,10 @@ impl Watch {
             let r = self
                 .files
                 .read_keeping(pid, PidFile::Stat, prev.is_some())?;
+            if r.reopened {
+                // Its kept file had stopped answering: this may be another process.
+                prev = None;
+            }
             let path = || PathBuf::from(format!("{pid}/stat"));
             parse::parse_pid_stat(r.bytes).map_err(|e| ProcError::Parse(path(), e))?
         } else {

@@ -79,15 +79,32 @@ pub struct DirEntries<'a> {
 /// kernel's (an I/O error, a directory removed since it was opened) is the iterator's last item.
 /// It moves `dir`'s position: list a directory from one thread at a time.
 pub fn list_dir(dir: &std::fs::File) -> io::Result<DirEntries<'_>> {
+    list_dir_reusing(dir, Vec::new())
+}
+
+/// As [`list_dir`], reading through `buf` (taken back with [`DirEntries::into_buffer`]), made
+/// [`BUF_BYTES`] long if it is shorter: a caller that lists a directory at every sample
+/// allocates and zeroes no buffer each time.
+pub fn list_dir_reusing(dir: &std::fs::File, mut buf: Vec<u8>) -> io::Result<DirEntries<'_>> {
     let mut at = dir;
     at.seek(SeekFrom::Start(0))?;
+    if buf.len() < BUF_BYTES {
+        buf.resize(BUF_BYTES, 0);
+    }
     Ok(DirEntries {
         dir,
-        buf: vec![0; BUF_BYTES],
+        buf,
         at: 0,
         end: 0,
         done: false,
     })
+}
+
+impl DirEntries<'_> {
+    /// The buffer, for the next [`list_dir_reusing`].
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
 }
 
 impl Iterator for DirEntries<'_> {

@@ -18,7 +18,7 @@ pub use children::{
     CgroupJoin, ExitStatus, forward_signals_to, join_cgroup, set_child_subreaper,
     set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
 };
-pub use dir::{DirEntries, DirEntry, EntryType, list_dir, parse_dirent};
+pub use dir::{DirEntries, DirEntry, EntryType, list_dir, list_dir_reusing, parse_dirent};
 pub use fd::{
     create_at, fd_filesystem_type, grow_fd_table, is_fuse, move_fd_at_least, openat, rename_at,
     rename_noreplace, set_cloexec, try_lock, unlinkat,
