@@ -30,6 +30,8 @@ pub struct PidStat {
     pub threads: u64,
     /// Start time after boot, in clock ticks: with the pid, it names one process for good.
     pub starttime: u64,
+    /// Resident memory, pages: the same counters as `statm`'s resident figure.
+    pub rss_pages: u64,
 }
 
 impl PidStat {
@@ -44,7 +46,7 @@ impl PidStat {
 }
 
 /// Parses `/proc/<pid>/stat`. Read at every sample for every process that ran, so it picks its
-/// eight fields itself instead of building all fifty-two: the command name is skipped up to the
+/// nine fields itself instead of building all fifty-two: the command name is skipped up to the
 /// line's last `)` (a name may hold spaces and parentheses), then fields are counted from the
 /// state, the third field of proc(5).
 pub fn parse_pid_stat(contents: &[u8]) -> Result<PidStat, ParseError> {
@@ -55,8 +57,8 @@ pub fn parse_pid_stat(contents: &[u8]) -> Result<PidStat, ParseError> {
         .ok_or_else(|| bad("no command name"))?;
     let rest = std::str::from_utf8(&contents[close + 1..]).map_err(|_| bad("not ASCII"))?;
     // fields[0] is field 3 of proc(5) (state), fields[k] is field k + 3.
-    let fields: Vec<&str> = rest.split_ascii_whitespace().take(20).collect();
-    if fields.len() < 20 {
+    let fields: Vec<&str> = rest.split_ascii_whitespace().take(22).collect();
+    if fields.len() < 22 {
         return Err(bad("too few fields"));
     }
     let num = |k: usize| -> Result<u64, ParseError> {
@@ -76,6 +78,7 @@ pub fn parse_pid_stat(contents: &[u8]) -> Result<PidStat, ParseError> {
         cstime: num(17)?,
         threads: num(20)?,
         starttime: num(22)?,
+        rss_pages: num(24)?,
     })
 }
 
@@ -284,6 +287,7 @@ mod tests {
         assert_eq!(s.reaped_ticks(), 9);
         assert_eq!(s.threads, 3);
         assert_eq!(s.starttime, 123456);
+        assert_eq!(s.rss_pages, 2300);
     }
 
     #[test]
@@ -317,6 +321,7 @@ mod tests {
             assert_eq!(ours.cstime as i64, theirs.cstime);
             assert_eq!(ours.threads as i64, theirs.num_threads);
             assert_eq!(ours.starttime, theirs.starttime);
+            assert_eq!(ours.rss_pages as i64, theirs.rss as i64);
             checked += 1;
         }
         assert!(checked > 1);

@@ -259,6 +259,15 @@ impl Watch {
         }
         let (memory, memory_at) = match &prev {
             Some(k) if !ran && now.duration_since(k.memory_at) < REFRESH => (k.memory, k.memory_at),
+            // `stat`, read now, says its resident memory has not moved: `statm` counts the
+            // same pages. Read again within REFRESH all the same, for the file/anonymous split.
+            Some(k)
+                if ran
+                    && stat.rss_pages.saturating_mul(self.page) == k.memory.resident
+                    && now.duration_since(k.memory_at) < REFRESH =>
+            {
+                (k.memory, k.memory_at)
+            }
             _ => {
                 self.counts.statm_reads += 1;
                 let r = self.files.read(pid, PidFile::Statm)?;
