@@ -100,7 +100,7 @@ impl RunFold {
                     (Some(s), Some(e)) => (e - s).max(0.0),
                     _ => 0.0,
                 };
-                let elapsed = a.batch_elapsed.unwrap_or(span);
+                let mut elapsed = a.batch_elapsed.unwrap_or(span);
                 let ran_out = a.limit.is_some_and(|l| {
                     let l = l as f64;
                     a.killed_end
@@ -109,6 +109,16 @@ impl RunFold {
                             _ => step_elapsed >= l - 3.0 * LIMIT_TOLERANCE_SECONDS,
                         })
                 });
+                if ran_out {
+                    // Slurm counts the limit from the run's start, not its batch step's (which
+                    // a busy node starts seconds later): the time it was stopped after is the
+                    // run's, where its start and the kill are known.
+                    if let (Some(s), Some((end, _))) = (a.start_unix, a.killed_end) {
+                        if end.is_finite() && end >= s {
+                            elapsed = elapsed.max(end - s);
+                        }
+                    }
+                }
                 let ended = if Some(k) != last {
                     "requeued"
                 } else if a.incomplete {
@@ -396,7 +406,7 @@ mod tests {
         r.step.end = Some("2026-11-23T10:00:01+00:00".into());
         r.tasks[0].exit_code = None;
         r.tasks[0].signal = Some(15);
-        let s = Summary::from_records(&[r]);
+        let s = Summary::from_records(&[r.clone()]);
         assert_eq!(s.class_tags(), "timeout");
         assert_eq!(s.classes[0].reason, "ran out of its 1:00 time limit");
         let t = text(&s);
@@ -409,6 +419,17 @@ mod tests {
             t.contains(
                 "Ask for more time next time (--time); how much more it needed is not known."
             ),
+            "{t}"
+        );
+        // The batch step started 3 s after the run (a busy node) and was killed at the limit:
+        // the run's time is from its start, as Slurm counts it.
+        let mut late = r.clone();
+        late.job.run.as_mut().unwrap().start = Some("2026-11-23T09:58:57+00:00".into());
+        late.step.elapsed_seconds = 58.0;
+        late.step.end = Some("2026-11-23T09:59:58+00:00".into());
+        let t = text(&Summary::from_records(&[late]));
+        assert!(
+            t.contains("\nTime:          ran out of its 1:00 time limit (stopped after 1:01)\n"),
             "{t}"
         );
         // A task that also exited non-zero on its own is still a failure.
