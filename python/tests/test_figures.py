@@ -60,15 +60,30 @@ def test_tracking_runs_on_a_thread_without_holding_the_gil():
     assert t.details['tracking']['samples'] >= 2
 
 
-def test_process_id_tracks_another_process_and_its_figures_only():
+def holder(megabytes):
+    """A Python process that holds `megabytes` MB, says `held` on its stdout once they are
+    resident, and ends when its stdin closes: a test waits for the line, not for a time (a busy
+    machine starts Python and fills the bytes slowly; stop 44's CI tracked a half-filled block)."""
     child = subprocess.Popen([sys.executable, '-c',
-                              "import time; x = b'\\x01' * 150_000_000; time.sleep(1.2)"])
+                              f"import sys; x = b'\\x01' * {megabytes}_000_000; print('held', flush=True); "
+                              "sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == 'held\n'
+    return child
+
+
+def release(child):
+    child.stdin.close()
+    assert child.wait(timeout=60) == 0
+
+
+def test_process_id_tracks_another_process_and_its_figures_only():
+    child = holder(150)
     try:
-        time.sleep(0.3)
         with gput.Tracker(sleep_time=0.1, ram_unit='megabytes', process_id=child.pid, disable_logs=True) as t:
-            time.sleep(0.6)
+            time.sleep(0.3)
     finally:
-        child.wait()
+        release(child)
     ram = t.resource_usage.max_ram
     assert ram.main.total_rss >= 150
     assert ram.descendants.total_rss == 0
@@ -76,8 +91,11 @@ def test_process_id_tracks_another_process_and_its_figures_only():
 
 
 def test_descendants_are_counted_apart_from_the_main_process():
+    # The child holds its memory until the tracker has stopped: the last sample, at the stop,
+    # reads it whatever pace a busy machine gave the samples before.
     with gput.Tracker(sleep_time=0.1, ram_unit='megabytes', disable_logs=True) as t:
-        subprocess.run([sys.executable, '-c', "import time; x = b'\\x01' * 120_000_000; time.sleep(0.4)"], check=True)
+        child = holder(120)
+    release(child)
     ram = t.resource_usage.max_ram
     assert ram.descendants.total_rss >= 120
     assert ram.combined.total_rss >= ram.descendants.total_rss

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::records::record_now;
 use crate::support::*;
 
 const MIB: u64 = 1 << 20;
@@ -42,17 +43,45 @@ fn a_job_that_reads_a_large_file_is_sized_from_its_own_memory_not_the_page_cache
     // tmpfs: a tmpfs file is memory no kernel can take back). The file is sparse: reading its
     // holes fills the page cache with the kernel's zeroed pages, charged to the job as any
     // file's are, without the disk writes that a written file costs a slow test guest. It is
-    // removed a few samples later: a removal right after the reading would drop the cache
-    // between two readings, and the figure, which subtracts what it last saw reclaimable,
-    // errs high there.
-    let script = "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G\n\
+    // removed only once a sample was taken after the reading ended (the test waits for a
+    // checkpoint that says so): where the cache went between two samples with the charged peak
+    // rising in between, the figure, which subtracts what those samples saw reclaimable, errs
+    // high by what the cache grew after the first (stop 44's CI: 125 MiB on a busy 26.05 guest
+    // whose samples were more than the job's fixed 2 s apart).
+    let release = Release::new("needed-file");
+    let wait = release.wait(120, "0.5");
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G\n\
          f=\"$SLURM_SUBMIT_DIR/needed-file-$SLURM_JOB_ID.dat\"\n\
          truncate -s 1200M \"$f\"\n\
          cat \"$f\" >/dev/null\n\
-         sleep 2\n\
+         echo read-done\n\
+         {wait}\
          rm -f \"$f\"\n\
-         echo file-done\n";
-    let job = run_job("needed-file", script);
+         echo file-done\n"
+    );
+    let id = submit("needed-file", &script);
+    let out_path = state_dir()
+        .join("jobs")
+        .join(USER)
+        .join(format!("needed-file-{id}.out"));
+    wait_until("the job's reading to end", Duration::from_secs(240), || {
+        std::fs::read_to_string(&out_path).is_ok_and(|o| o.contains("read-done"))
+    });
+    // A second's margin: a sample reads the cgroup before it stamps `last_sample`.
+    let read_done = chrono::Local::now().fixed_offset() + chrono::Duration::seconds(1);
+    wait_until(
+        "a checkpoint with a sample after the reading",
+        Duration::from_secs(90),
+        || {
+            record_now(id, "batch")
+                .and_then(|r| r.sampler.last_sample)
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+                .is_some_and(|t| t > read_done)
+        },
+    );
+    release.release();
+    let job = wait_job(USER, "needed-file", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let out = output_with_summary(USER, "needed-file", job.id);
     assert!(out.contains("file-done"), "{out}");

@@ -547,14 +547,18 @@ impl Release {
         Release(path)
     }
 
-    /// The job script's lines that wait for the release, polling every `poll` (shell `sleep`
-    /// words) at most `polls` times, then stop the background process `$holder`.
-    pub(crate) fn wait_then_kill_holder(&self, polls: u32, poll: &str) -> String {
+    /// The job script's line that waits for the release, polling every `poll` (shell `sleep`
+    /// words) at most `polls` times.
+    pub(crate) fn wait(&self, polls: u32, poll: &str) -> String {
         format!(
-            "for _ in $(seq {polls}); do [ -e '{}' ] && break; sleep {poll}; done\n\
-             kill $holder; wait $holder\n",
+            "for _ in $(seq {polls}); do [ -e '{}' ] && break; sleep {poll}; done\n",
             self.0.display()
         )
+    }
+
+    /// [`Release::wait`], then the lines that stop the background process `$holder`.
+    pub(crate) fn wait_then_kill_holder(&self, polls: u32, poll: &str) -> String {
+        format!("{}kill $holder; wait $holder\n", self.wait(polls, poll))
     }
 
     /// Lets the holder go.
