@@ -3,6 +3,8 @@
 //! thermal slowdown on each. The record, the events and the job's summary carry SM activity
 //! where there is some, "not supported" where there is none, energy, and the health news.
 
+use std::time::Duration;
+
 use gpu_tracker::gpu::figures::figure;
 
 use crate::records::*;
@@ -14,18 +16,59 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     let h = hog();
     // SIMULATED: one holder on both GPUs that computes, with the fault marker on its command
-    // line. It starts after the step's first GPU readings: ECC errors count from the first
-    // reading. The step goes on 2 s after it, so that a reading sees the 2 s slowdown end
-    // even where a loaded guest noticed the fault late (seen on 24.11: the fault read 2.2 s
-    // after the holder started, and the holder gone 1.2 s after the slowdown ended).
+    // line. It starts once a checkpoint shows GPU 0's first SM activity (0 %, before it): ECC
+    // errors count from the first reading, and the mean needs an idle reading. It holds until
+    // a checkpoint shows each GPU's Xid and the end of its 2 s slowdown, and GPU 0 busy: fixed
+    // sleeps and holds were each outrun by a loaded guest (on 24.11 the fault read 2.2 s after
+    // the holder started, and the holder gone 1.2 s after the slowdown ended).
+    let (first, seen) = (
+        Release::new("gpu-depth-first"),
+        Release::new("gpu-depth-seen"),
+    );
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:2\n\
-         sleep 2\n\
-         {h} --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU1_HOLD_SIMGPU_XID_SIMGPU_COMPUTE\n\
-         sleep 2\n\
-         echo done\n"
+         {}\
+         {h} --hold-ms 600000 --marker SIMGPU0_HOLD_SIMGPU1_HOLD_SIMGPU_XID_SIMGPU_COMPUTE &\n\
+         holder=$!\n\
+         {}\
+         echo done\n",
+        first.wait(120, "1"),
+        seen.wait_then_kill_holder(120, "1")
     );
-    let job = run_job("gpu-depth", &script);
+    let id = submit("gpu-depth", &script);
+    wait_started(id);
+    let gpu0 = |r: &gpu_tracker::step::record::StepRecord| {
+        r.gpus.iter().find(|g| g.slurm_index == Some(0)).cloned()
+    };
+    wait_until(
+        "a checkpoint with GPU 0's SM activity before the holder",
+        Duration::from_secs(120),
+        || {
+            record_now(id, "batch")
+                .and_then(|r| gpu0(&r))
+                .is_some_and(|g| g.depth.sm_active_percent.is_some())
+        },
+    );
+    first.release();
+    wait_until(
+        "a checkpoint with both GPUs' Xid and slowdown's end, and GPU 0 busy",
+        Duration::from_secs(120),
+        || {
+            record_now(id, "batch").is_some_and(|r| {
+                let ends = r.events.iter().filter(|e| e.kind == "gpu_slowdown_end");
+                ends.count() == 2
+                    && r.gpus.len() == 2
+                    && r.gpus
+                        .iter()
+                        .all(|g| g.depth.xid_errors.iter().flatten().count() > 0)
+                    && gpu0(&r)
+                        .and_then(|g| g.depth.sm_active_percent)
+                        .is_some_and(|sm| sm.max >= 12.0)
+            })
+        },
+    );
+    seen.release();
+    let job = wait_job(USER, "gpu-depth", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let r = &final_records(job.id, &["batch"])["batch"];
     assert_eq!(r.gpus.len(), 2, "{:?}", r.gpus);

@@ -152,16 +152,38 @@ fn a_sharded_gpu_job_is_labelled_shared() {
     let _node = MIG_NODE.lock().unwrap_or_else(|p| p.into_inner());
     let h = hog();
     // SIMULATED: one shard of the MIG node's plain GPU (Slurm's GPU 0 there, minor 4), whose
-    // holder marker is SIMGPU0_HOLD (1 GiB); this holder computes (SIMGPU_COMPUTE).
+    // holder marker is SIMGPU0_HOLD (1 GiB); this holder computes (SIMGPU_COMPUTE). It holds
+    // until a checkpoint shows its memory and its share of the GPU: a fixed 2 s hold could end
+    // before a busy guest's sampler, its interval lengthened, had read the GPU during it.
+    let release = Release::new("shard");
+    let wait = release.wait_then_kill_holder(120, "1");
     let script = format!(
         "#!/bin/bash\n#SBATCH -p mig --gres=shard:1 --gpu-track=0.5\n\
          echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS\n\
          echo SLURM_SHARDS_ON_NODE=$SLURM_SHARDS_ON_NODE\n\
          sleep 1\n\
-         {h} --hold-ms 2000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n\
+         {h} --hold-ms 600000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE &\n\
+         holder=$!\n\
+         {wait}\
          echo done\n"
     );
-    let job = run_job("shard", &script);
+    let id = submit("shard", &script);
+    wait_started(id);
+    wait_until(
+        "a checkpoint with the shard's memory and the job's share of the GPU",
+        Duration::from_secs(90),
+        || {
+            all_records(id).iter().any(|r| {
+                r.step.id == "batch"
+                    && r.gpus.iter().any(|g| {
+                        g.peak_step_memory_bytes == GIB
+                            && g.depth.process_utilization_percent.is_some()
+                    })
+            })
+        },
+    );
+    release.release();
+    let job = wait_job(USER, "shard", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let out = output_with_summary(USER, "shard", job.id);
     assert_eq!(echoed(&out, "SLURM_JOB_GPUS"), "0");

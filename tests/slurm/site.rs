@@ -85,11 +85,16 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
     let acct = format!("--account={ACCOUNT}");
     // gtuser: two GPUs the job only slept on (both SIMULATED GPUs read idle, as real ones: no
     // process of the job on them, nothing computing) and far too much --mem; then a failing
-    // task.
+    // task. Job a sleeps until a checkpoint shows both GPUs read: a GPU never read is not
+    // judged, and on a loaded guest a fixed 2 s job could end before its first GPU reading.
+    let read = Release::new("site-a");
     let a = submit_as(
         USER,
         "site-a",
-        "#!/bin/bash\n#SBATCH --gpu-track --mem=2G --gres=gpu:2\nsleep 2\n",
+        &format!(
+            "#!/bin/bash\n#SBATCH --gpu-track --mem=2G --gres=gpu:2\n{}",
+            read.wait(120, "1")
+        ),
         &[&acct],
     );
     let b = submit_as(
@@ -105,6 +110,16 @@ fn the_site_report_groups_jobs_from_slurms_database_for_root_and_for_a_user() {
         "#!/bin/bash\n#SBATCH --gpu-track --mem=2G --time=2:00:00\nsleep 1\n",
         &[&acct],
     );
+    wait_until(
+        "a checkpoint of job a with both GPUs read",
+        std::time::Duration::from_secs(120),
+        || {
+            crate::records::record_now(a, "batch").is_some_and(|r| {
+                r.gpus.len() == 2 && r.gpus.iter().all(|g| g.mean_utilization_percent.is_some())
+            })
+        },
+    );
+    read.release();
     assert_eq!(wait_job(USER, "site-a", a).state, "COMPLETED");
     assert_eq!(wait_job(USER, "site-b", b).state, "FAILED");
     assert_eq!(wait_job("gtuser2", "site-c", c).state, "COMPLETED");

@@ -62,14 +62,57 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     )
     .unwrap();
     let gt = gt.display();
+    // The train step's holder holds its 130 MiB and GPU 0 until the checkpoints show what the
+    // test reads of train: the batch step's memory alert, the step's own memory, and GPU 0 at
+    // work in the step's own NVML (3 s after its start). A fixed 3.5 s hold could end on a
+    // loaded guest before a sample had seen it. From a script: the marker on no other command
+    // line (the fake gives each process that names it 1 GiB on GPU 0).
+    let release = Release::new("story");
+    let hold = state_dir().join("jobs").join(USER).join("story-hold.sh");
+    std::fs::write(
+        &hold,
+        format!(
+            "#!/bin/bash\n{h} --mb 130 --hold-ms 600000 --marker SIMGPU0_HOLD &\nholder=$!\n\
+             {}exit 0\n",
+            release.wait_then_kill_holder(120, "1")
+        ),
+    )
+    .unwrap();
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:2 --mem=200M\n\
          echo mark=$GPU_TRACKER_MARK\n\
          {gt} mark load\nsleep 3\n\
-         {gt} mark train\nsrun {h} --mb 130 --hold-ms 3500 --marker SIMGPU0_HOLD\n\
-         {gt} mark save\nsleep 2\n"
+         {gt} mark train\nsrun bash {}\n\
+         {gt} mark save\nsleep 2\n",
+        hold.display()
     );
-    let job = run_job("story", &script);
+    let id = submit("story", &script);
+    wait_started(id);
+    let train_seen = || {
+        let alert = record_now(id, "batch")
+            .is_some_and(|b| b.events.iter().any(|e| e.kind == "alert_memory"));
+        let step = record_now(id, "0").is_some_and(|r| {
+            let held = r.timeline.as_ref().is_some_and(|t| {
+                t.buckets
+                    .iter()
+                    .any(|b| b.memory_bytes.max >= 120.0 * 1048576.0)
+            });
+            let working = r.gpus.iter().any(|g| {
+                g.slurm_index == Some(0)
+                    && g.peak_step_memory_bytes >= 1 << 30
+                    && g.max_utilization_percent.is_some_and(|u| u >= 80.0)
+            });
+            held && working
+        });
+        alert && step
+    };
+    wait_until(
+        "checkpoints of train: the alert, the step's memory, GPU 0 at work",
+        std::time::Duration::from_secs(120),
+        train_seen,
+    );
+    release.release();
+    let job = wait_job(USER, "story", id);
     drop(nvml);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let id = job.id;

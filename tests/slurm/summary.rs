@@ -15,13 +15,20 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
     let dir = state_dir().join("jobs").join(USER);
     // The holder runs from a script so that the marker is on the holder's command line only
     // (the fake NVML gives 1 GiB on SIMULATED GPU 0 to each process whose command line has it,
-    // and the device its 37 % while one that also says SIMGPU_COMPUTE is on it). It holds 5 s:
-    // a loaded guest once opened the batch step's NVML 4.2 s into the job, after a holder of
-    // 1.5 s had ended, and the batch step, whose mean the summary shows, read 0 % throughout.
+    // and the device its 37 % while one that also says SIMGPU_COMPUTE is on it). It holds until
+    // the checkpoints show it (step 0's memory, the batch step's 37 %), and the script goes on
+    // past its steps until the batch step has read GPU 0 idle again: a loaded guest once opened
+    // the batch step's NVML 4.2 s into the job, after a holder of 1.5 s had ended, and the
+    // batch step, whose mean the summary shows, read 0 % throughout.
+    let held = Release::new("summary-held");
+    let idle = Release::new("summary-idle");
     std::fs::write(
         dir.join("hold-gpu0.sh"),
         format!(
-            "#!/bin/bash\nexec {h} --mb 100 --hold-ms 5000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
+            "#!/bin/bash\n\
+             {h} --mb 100 --hold-ms 600000 --marker SIMGPU0_HOLD_SIMGPU_COMPUTE &\n\
+             holder=$!\n{}exit 0\n",
+            held.wait_then_kill_holder(120, "1")
         ),
     )
     .unwrap();
@@ -29,12 +36,38 @@ fn a_batch_jobs_output_ends_with_its_summary_and_the_report_shows_the_same() {
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --mem=2G --gres=gpu:2\n\
          srun -n1 bash {}\n\
          srun -n1 bash -c 'exit 3'\n\
+         {}\
          echo script-done\n",
-        dir.join("hold-gpu0.sh").display()
+        dir.join("hold-gpu0.sh").display(),
+        idle.wait(120, "1")
     );
     // A job name with a terminal escape in it: the summary must not pass it on.
     let name = "summary\x1b[2Jjob";
     let id = submit_as(USER, "summary", &script, &["-J", name]);
+    wait_started(id);
+    let gpu0 = |step: &str| {
+        crate::records::record_now(id, step).and_then(|r| {
+            r.gpus
+                .into_iter()
+                .find(|g| g.uuid == "GPU-00000000-5151-4d55-8000-000000000000")
+        })
+    };
+    wait_until(
+        "checkpoints with the holder on GPU 0",
+        Duration::from_secs(120),
+        || {
+            gpu0("0").is_some_and(|g| g.peak_step_memory_bytes == 1 << 30)
+                && gpu0("batch")
+                    .is_some_and(|g| g.max_utilization_percent.is_some_and(|m| m >= 37.0))
+        },
+    );
+    held.release();
+    wait_until(
+        "a checkpoint of the batch step with GPU 0 idle again",
+        Duration::from_secs(120),
+        || gpu0("batch").is_some_and(|g| g.mean_utilization_percent.is_some_and(|m| m < 36.0)),
+    );
+    idle.release();
     let job = wait_job(USER, "summary", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let output = output_with_summary(USER, "summary", id);
@@ -193,16 +226,49 @@ fn a_gpu_held_by_the_batch_script_and_its_srun_step_is_not_shared_with_others() 
         ),
     )
     .unwrap();
-    let holder = holder.display();
+    // Each step's holder holds until both steps' checkpoints show both holders: fixed holds (9 s
+    // and 5 s) could end on a busy guest before each step's sampler had read the GPU while both
+    // were on it.
+    let release = Release::new("both-hold");
+    let until = dir.join("hold-own-gpu-until.sh");
+    std::fs::write(
+        &until,
+        format!(
+            "#!/bin/bash\nbash {} 600000 &\nholder=$!\n{}exit 0\n",
+            holder.display(),
+            release.wait_then_kill_holder(120, "1")
+        ),
+    )
+    .unwrap();
+    let until = until.display();
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:1\n\
          echo gpus=$SLURM_JOB_GPUS\n\
-         bash {holder} 9000 &\n\
+         bash {until} &\n\
          sleep 1\n\
-         srun -n1 bash {holder} 5000\n\
+         srun -n1 bash {until}\n\
          wait\n"
     );
-    let job = run_job("both-hold", &script);
+    let id = submit("both-hold", &script);
+    wait_started(id);
+    let both_seen = |step: &str| {
+        crate::records::record_now(id, step).is_some_and(|r| {
+            r.gpus.first().is_some_and(|g| {
+                g.peak_step_memory_bytes > 0
+                    && g.peak_job_memory_bytes == Some(2 * g.peak_step_memory_bytes)
+                    && g.shared
+                        .as_ref()
+                        .is_some_and(|sh| sh.other_step_processes == Some(1))
+            })
+        })
+    };
+    wait_until(
+        "both steps' checkpoints with both holders on the GPU",
+        Duration::from_secs(120),
+        || both_seen("batch") && both_seen("0"),
+    );
+    release.release();
+    let job = wait_job(USER, "both-hold", id);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
     let idx: u32 = job
         .output
