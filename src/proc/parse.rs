@@ -1,8 +1,9 @@
 //! Pure parsers for the few `/proc` files the sampler reads. They take file contents, never
 //! paths, so they are tested here on literal contents; `super::ProcFs` does the I/O.
 //!
-//! Per-process files go through `procfs`'s parsers (kept up to date with kernel formats); we keep
-//! only the fields we use, converted to bytes and clock ticks.
+//! The files read at every sample (`stat`, `status`, `meminfo`) have parsers of their own that
+//! take only the fields used, checked against the `procfs` crate's on this machine's live files;
+//! `smaps_rollup` goes through `procfs`'s. Figures are converted to bytes and clock ticks.
 
 use procfs::FromRead;
 
@@ -144,17 +145,50 @@ pub struct PidStatus {
     pub threads: u64,
 }
 
+/// The first number after `Key:` of each of `keys`, in one pass over a `Key:   value [kB]` file
+/// (`status`, `meminfo`), on its bytes (a process's name need not be UTF-8). A key whose value
+/// is no number is missing. The sampler reads these files at every sample: a parser that keeps
+/// every line in a map cost the sampler thread more than half its own instructions.
+fn keyed_numbers<const N: usize>(contents: &[u8], keys: [&[u8]; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    for line in contents.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let Some(i) = keys.iter().position(|k| *k == &line[..colon]) else {
+            continue;
+        };
+        let value = line[colon + 1..]
+            .split(|b| b.is_ascii_whitespace())
+            .find(|w| !w.is_empty());
+        out[i] = value
+            .and_then(|w| std::str::from_utf8(w).ok())
+            .and_then(|w| w.parse().ok());
+    }
+    out
+}
+
 /// Parses `/proc/<pid>/status`.
 pub fn parse_pid_status(contents: &[u8]) -> Result<PidStatus, ParseError> {
-    let s = procfs::process::Status::from_read(contents).map_err(|e| ParseError(e.to_string()))?;
+    let [rss, hwm, rss_anon, rss_file, rss_shmem, threads] = keyed_numbers(
+        contents,
+        [
+            b"VmRSS",
+            b"VmHWM",
+            b"RssAnon",
+            b"RssFile",
+            b"RssShmem",
+            b"Threads",
+        ],
+    );
     let kib = |v: Option<u64>| v.map(|k| k * 1024);
     Ok(PidStatus {
-        rss: kib(s.vmrss),
-        hwm: kib(s.vmhwm),
-        rss_anon: kib(s.rssanon),
-        rss_file: kib(s.rssfile),
-        rss_shmem: kib(s.rssshmem),
-        threads: s.threads,
+        rss: kib(rss),
+        hwm: kib(hwm),
+        rss_anon: kib(rss_anon),
+        rss_file: kib(rss_file),
+        rss_shmem: kib(rss_shmem),
+        threads: threads.ok_or_else(|| ParseError("status: no `Threads` line".into()))?,
     })
 }
 
@@ -248,16 +282,32 @@ pub struct MemInfo {
 
 /// Parses `/proc/meminfo`.
 pub fn parse_meminfo(contents: &[u8]) -> Result<MemInfo, ParseError> {
-    let m = procfs::Meminfo::from_read(contents).map_err(|e| ParseError(e.to_string()))?;
-    let cached = m.cached + m.s_reclaimable.unwrap_or(0);
-    let mut used = m.mem_total.saturating_sub(m.mem_free + m.buffers + cached);
+    let keys: [&[u8]; 5] = [
+        b"MemTotal",
+        b"MemFree",
+        b"Buffers",
+        b"Cached",
+        b"SReclaimable",
+    ];
+    let [total, free, buffers, cached, reclaimable] = keyed_numbers(contents, keys);
+    let need = |v: Option<u64>, i: usize| {
+        v.map(|k| k.saturating_mul(1024)).ok_or_else(|| {
+            ParseError(format!(
+                "meminfo: no `{}` line",
+                String::from_utf8_lossy(keys[i])
+            ))
+        })
+    };
+    let (total, free) = (need(total, 0)?, need(free, 1)?);
+    let cached = need(cached, 3)?.saturating_add(reclaimable.unwrap_or(0).saturating_mul(1024));
+    let mut used = total.saturating_sub(
+        free.saturating_add(need(buffers, 2)?)
+            .saturating_add(cached),
+    );
     if used == 0 {
-        used = m.mem_total.saturating_sub(m.mem_free);
+        used = total.saturating_sub(free);
     }
-    Ok(MemInfo {
-        total: m.mem_total,
-        used,
-    })
+    Ok(MemInfo { total, used })
 }
 
 /// Parses a `children` file (`/proc/<pid>/task/<tid>/children`): pids separated by spaces.
@@ -325,6 +375,74 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 1);
+    }
+
+    #[test]
+    fn status_and_meminfo_agree_with_the_procfs_crate_on_live_files() {
+        let mut checked = 0;
+        for ent in std::fs::read_dir("/proc").unwrap().flatten() {
+            if !ent
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+            {
+                continue;
+            }
+            let Ok(b) = std::fs::read(ent.path().join("status")) else {
+                continue;
+            };
+            let theirs = procfs::process::Status::from_read(&b[..]).unwrap();
+            let ours = parse_pid_status(&b).unwrap();
+            let kib = |v: Option<u64>| v.map(|k| k * 1024);
+            assert_eq!(ours.rss, kib(theirs.vmrss));
+            assert_eq!(ours.hwm, kib(theirs.vmhwm));
+            assert_eq!(ours.rss_anon, kib(theirs.rssanon));
+            assert_eq!(ours.rss_file, kib(theirs.rssfile));
+            assert_eq!(ours.rss_shmem, kib(theirs.rssshmem));
+            assert_eq!(ours.threads, theirs.threads);
+            checked += 1;
+        }
+        assert!(checked > 1);
+        let b = std::fs::read("/proc/meminfo").unwrap();
+        let theirs = procfs::Meminfo::from_read(&b[..]).unwrap();
+        let ours = parse_meminfo(&b).unwrap();
+        assert_eq!(ours.total, theirs.mem_total);
+        let cached = theirs.cached + theirs.s_reclaimable.unwrap_or(0);
+        let used = theirs
+            .mem_total
+            .saturating_sub(theirs.mem_free + theirs.buffers + cached);
+        assert_eq!(
+            ours.used,
+            if used == 0 {
+                theirs.mem_total - theirs.mem_free
+            } else {
+                used
+            }
+        );
+    }
+
+    #[test]
+    fn status_and_meminfo_without_their_needed_lines_are_errors() {
+        let no_threads: String = STATUS
+            .lines()
+            .filter(|l| !l.starts_with("Threads"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(parse_pid_status(no_threads.as_bytes()).is_err());
+        assert!(parse_pid_status(b"").is_err());
+        // A value that is no number is missing, not 0.
+        let s = parse_pid_status(b"VmHWM:\tlots kB\nThreads:\t1\n").unwrap();
+        assert_eq!((s.hwm, s.threads), (None, 1));
+        // A name that is not UTF-8 is no reason to lose the figures.
+        let s = parse_pid_status(b"Name:\t\xff\xfe\nVmRSS:\t 8 kB\nThreads:\t2\n").unwrap();
+        assert_eq!((s.rss, s.threads), (Some(8192), 2));
+        assert!(parse_meminfo(b"MemTotal: 10 kB\nMemFree: 5 kB\n").is_err());
+        // `Cached` is not `SwapCached`.
+        let m = parse_meminfo(
+            b"MemTotal: 100 kB\nMemFree: 10 kB\nBuffers: 5 kB\nSwapCached: 50 kB\nCached: 20 kB\n",
+        )
+        .unwrap();
+        assert_eq!((m.total, m.used), (100 * 1024, 65 * 1024));
     }
 
     #[test]
