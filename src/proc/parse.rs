@@ -381,11 +381,8 @@ mod tests {
     fn status_and_meminfo_agree_with_the_procfs_crate_on_live_files() {
         let mut checked = 0;
         for ent in std::fs::read_dir("/proc").unwrap().flatten() {
-            if !ent
-                .file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-            {
+            let name = ent.file_name();
+            if name.to_str().is_none_or(|n| n.parse::<u32>().is_err()) {
                 continue;
             }
             let Ok(b) = std::fs::read(ent.path().join("status")) else {
