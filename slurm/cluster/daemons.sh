@@ -80,6 +80,17 @@ stop_all_slurmd() {
 # mounted over the plugin's spool_dir: the records its steps write stay out of sight of this
 # machine, as on a cluster whose compute nodes keep them on a local disk.
 start_slurmd() {
+    local name=$1
+    # A slurmd that died waiting for systemd's scope (cgroup v2, a busy emulated guest) is
+    # started once more, after the cleanup its last words ask for.
+    (start_slurmd_once "$name") && return 0
+    grep -q 'Scope init timed out' "$(slurmd_log "$name")" 2>/dev/null || exit 1
+    echo "local-cluster: slurmd of node $name timed out waiting for its systemd scope; once more"
+    systemctl reset-failed >/dev/null 2>&1 || true
+    start_slurmd_once "$name"
+}
+
+start_slurmd_once() {
     local name=$1 pidf i
     pidf=$(slurmd_pid "$name")
     alive "$pidf" slurmd && return 0

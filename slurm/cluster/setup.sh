@@ -257,10 +257,15 @@ $container
 ${nodes}PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 $multi
 EOF
+    # On cgroup v2 slurmd asks systemd for its scope and gives up after SystemdTimeout (1 s by
+    # default): an emulated guest busy with the other suites once took longer, and slurmd died.
+    local systemd_timeout=""
+    [[ $cgplugin == cgroup/v2 ]] && systemd_timeout="SystemdTimeout=30000"
     put_file "$STATE/cgroup.conf" 0644 <<EOF && CONF_CHANGED=1
 CgroupPlugin=$cgplugin
 ConstrainCores=yes
-ConstrainRAMSpace=yes
+ConstrainRAMSpace=yes${systemd_timeout:+
+$systemd_timeout}
 EOF
     # The job container's private /tmp and /dev/shm (read only with contain_spank).
     put_file "$STATE/job_container.conf" 0644 <<EOF && CONF_CHANGED=1
