@@ -241,8 +241,12 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     let util = |i: usize| gpu0(i)["utilization_mean_percent"].as_f64().unwrap();
     // (Each step opens its own fake NVML, whose times count from its own start: the train
     // step sees GPU 0 idle for its first 3 s, which lowers the phase's mean; and on a slow
-    // guest GPU 0 may start working before load ends.)
-    assert!(util(1) >= 30.0 && util(1) > util(0), "{phases:?}");
+    // guest GPU 0 may start working before load ends, or before load starts: a 24.11 guest
+    // busy with another job's load reached the first mark 6 s into the job, after the batch
+    // step's NVML had had GPU 0 idle its 3 s, and load's mean was already 80 %. Load is
+    // compared where it saw the GPU idle at all.)
+    assert!(util(1) >= 30.0, "{phases:?}");
+    assert!(util(0) >= 79.0 || util(1) > util(0), "{phases:?}");
     // Exports, as the job's user.
     let (code, csv, err) = report_as(USER, &[&id.to_string(), "--timeline", "csv"]);
     assert_eq!(code, 0, "{err}");

@@ -572,3 +572,19 @@ impl Drop for Release {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Cancels job `id` when dropped while the test panics: a job left waiting for a test that gave
+/// up would hold the node, and every test after it would fail waiting for its own job (a
+/// 24.11 guest lost three tests that way after the load test's job outlived it).
+pub(crate) struct CancelOnPanic(pub(crate) u32);
+
+impl Drop for CancelOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new("scancel")
+                .arg(self.0.to_string())
+                .env("SLURM_CONF", slurm_conf())
+                .status();
+        }
+    }
+}
