@@ -89,16 +89,24 @@ impl Pace {
 /// When a sampler samples next, for both samplers' loops (`gpu-tracker -e`'s and the step's
 /// thread, which wait on [`Schedule::due`] each their own way): the first at once, then one
 /// interval of the [`Pace`] after the start of the last, at once for a phase mark (the phase
-/// ends with a reading), sooner for a new task.
+/// ends with a reading), sooner for a new task, but no sooner than the cost of the last sample
+/// allows: it may take at most [`OVERRUN_SHARE`] of the time since the one before (a step of
+/// 256 tasks that a busy node starts one by one would otherwise be sampled back to back, each
+/// sample reading every task started so far, while its tasks wait for slurmstepd).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schedule {
     next: Instant,
+    /// When the last sample started, and what it cost.
+    last: Option<(Instant, Duration)>,
 }
 
 impl Schedule {
     /// The first sample is due at `now`.
     pub fn new(now: Instant) -> Schedule {
-        Schedule { next: now }
+        Schedule {
+            next: now,
+            last: None,
+        }
     }
 
     /// When the next sample is due.
@@ -116,9 +124,13 @@ impl Schedule {
         self.next = now;
     }
 
-    /// The next sample is due at `t` at the latest (a new task).
+    /// The next sample is due at `t` at the latest (a new task), or as soon after it as the
+    /// last sample's cost allows.
     pub fn by(&mut self, t: Instant) {
-        self.next = self.next.min(t);
+        let earliest = self
+            .last
+            .map_or(t, |(start, cost)| start + cost.div_f64(OVERRUN_SHARE));
+        self.next = self.next.min(t.max(earliest));
     }
 
     /// A sample started at `started` and cost `cost`: `pace` accounts it, and the next sample
@@ -126,6 +138,7 @@ impl Schedule {
     pub fn sampled(&mut self, pace: &mut Pace, started: Instant, cost: Duration) {
         pace.after_sample(cost);
         self.next = started + pace.current;
+        self.last = Some((started, cost));
     }
 }
 
@@ -186,7 +199,7 @@ mod tests {
         let mut s = Schedule::new(t0);
         assert!(s.is_due(t0));
         let mut p = Pace::new(ms(100));
-        s.sampled(&mut p, t0, ms(5));
+        s.sampled(&mut p, t0, ms(1));
         assert_eq!(s.due(), t0 + ms(100));
         assert!(!s.is_due(t0 + ms(99)));
         // A new task: sooner, never later.
@@ -198,5 +211,27 @@ mod tests {
         assert_eq!(s.due(), t0 + ms(220));
         s.at_once(t0 + ms(60));
         assert!(s.is_due(t0 + ms(60)));
+    }
+
+    #[test]
+    fn new_tasks_bring_a_sample_no_sooner_than_its_cost_allows() {
+        // A step of many tasks on a busy node: each sample costs 40 ms and tasks keep coming.
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let mut p = Pace::new(ms(500));
+        s.sampled(&mut p, t0, ms(40));
+        // A new task 50 ms later asks for a sample 20 ms on: 400 ms after the last one's
+        // start, when that one's cost is a tenth of the time since.
+        s.by(t0 + ms(70));
+        assert_eq!(s.due(), t0 + ms(400));
+        // Never later than the interval's own due time (a longer wait is no reason to wait).
+        s.sampled(&mut p, t0 + ms(400), ms(200));
+        assert_eq!(p.current, ms(1000));
+        s.by(t0 + ms(420));
+        assert_eq!(s.due(), t0 + ms(1400));
+        // Before any sample: as asked.
+        let mut s = Schedule::new(t0 + ms(5000));
+        s.by(t0);
+        assert_eq!(s.due(), t0);
     }
 }
