@@ -83,6 +83,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
     // Every figure below is read from one scrape, the first that shows the GPU held.
     let started = Instant::now();
     let text = loop {
+        let polled = Instant::now();
         let text = exporter_once();
         let held = |family, at_least: f64| {
             series(&text, family, id, 0).is_some_and(|(_, v)| v >= at_least)
@@ -102,7 +103,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
              the last scrape's series of job {id}:\n{}",
             ours.join("\n")
         );
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     };
     release.release();
     let (labels, _) = series(&text, "gpu_tracker_gpu_memory_bytes", id, 0).unwrap();

@@ -81,12 +81,16 @@ fn control_characters_a_huge_environment_and_non_utf8_paths_are_tracked_and_show
         &[b"out-\xff-".as_slice(), format!("{id}.txt").as_bytes()].concat(),
     ));
     let started = Instant::now();
-    while !matches!(
-        job_field(id, "JobState").as_deref(),
-        Some("COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY")
-    ) {
+    loop {
+        let polled = Instant::now();
+        if matches!(
+            job_field(id, "JobState").as_deref(),
+            Some("COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY")
+        ) {
+            break;
+        }
         assert!(started.elapsed() < Duration::from_secs(300), "job {id}");
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     }
     assert_eq!(job_field(id, "JobState").as_deref(), Some("COMPLETED"));
     let recs = final_records(id, &["batch", "0"]);
@@ -180,6 +184,7 @@ fn a_job_name_holding_a_row_of_sacct_forges_no_stored_summary() {
     let forged_line = format!("{}|gtuser2|gpu-tracker:1:", uid_of("gtuser2"));
     let started = Instant::now();
     loop {
+        let polled = Instant::now();
         let raw = Command::new("sacct")
             .args([
                 "-n",
@@ -201,7 +206,7 @@ fn a_job_name_holding_a_row_of_sacct_forges_no_stored_summary() {
             started.elapsed() < Duration::from_secs(60),
             "sacct printed the name on one line: {raw:?}"
         );
-        std::thread::sleep(Duration::from_millis(500));
+        poll_pause(Duration::from_millis(500), polled.elapsed());
     }
 
     // Once the spool has lost the job, root and the user read the job's own summary.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use gpu_tracker::step::record::StepRecord;
 
-use crate::support::{job_field, node, slurm_conf, state_dir};
+use crate::support::{job_field, node, poll_pause, slurm_conf, state_dir};
 
 /// The spool of the test cluster (`ClusterName=gputrack`): `<spool_dir>/<cluster>`.
 pub(crate) fn cluster_spool() -> PathBuf {
@@ -68,6 +68,7 @@ pub(crate) fn record_now(id: u32, step: &str) -> Option<StepRecord> {
 pub(crate) fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRecord> {
     let started = Instant::now();
     loop {
+        let polled = Instant::now();
         let recs = records(id);
         let done = steps
             .iter()
@@ -76,7 +77,7 @@ pub(crate) fn final_records(id: u32, steps: &[&str]) -> BTreeMap<String, StepRec
             assert_consistent(id, &all_records(id));
             return recs;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        poll_pause(Duration::from_millis(100), polled.elapsed());
     }
 }
 

@@ -114,6 +114,7 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     let submitted = Instant::now();
     let mut began: Option<Instant> = None;
     let (code, text, _) = loop {
+        let polled = Instant::now();
         let r = report_as(USER, &[&running.to_string()]);
         let state = job_field(running, "JobState").unwrap_or_default();
         if began.is_none() && !QUEUED.contains(&state.as_str()) {
@@ -136,7 +137,7 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
                 "{state}: {r:?}"
             ),
         }
-        std::thread::sleep(Duration::from_millis(300));
+        poll_pause(Duration::from_millis(300), polled.elapsed());
     };
     assert_eq!(code, 5, "{text}");
     assert!(
@@ -222,6 +223,7 @@ fn an_array_id_summarises_its_tasks_and_sizes_the_next_submission() {
     let id = array.to_string();
     let started = Instant::now();
     let doc = loop {
+        let polled = Instant::now();
         let (code, text, err) = report_as(USER, &[&id, "--format", "json"]);
         if code == 0 {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -233,7 +235,7 @@ fn an_array_id_summarises_its_tasks_and_sizes_the_next_submission() {
             started.elapsed() < Duration::from_secs(300),
             "{code}: {text} {err}"
         );
-        std::thread::sleep(Duration::from_millis(500));
+        poll_pause(Duration::from_millis(500), polled.elapsed());
     };
     assert_eq!(doc["schema"], "gpu-tracker/array");
     let a = &doc["array"];

@@ -424,6 +424,7 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
         std::fs::write(fs.control.join(mode), "").unwrap();
         let ended = Instant::now();
         let state = loop {
+            let polled = Instant::now();
             let st = job_field(id, "JobState").unwrap_or_default();
             if !matches!(st.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "") {
                 break st;
@@ -432,7 +433,7 @@ fn an_output_file_that_stops_answering_does_not_hold_the_job() {
                 ended.elapsed() < Duration::from_secs(60),
                 "{mode}: job {id} still {st} a minute after its output stopped answering"
             );
-            std::thread::sleep(Duration::from_millis(200));
+            poll_pause(Duration::from_millis(200), polled.elapsed());
         };
         assert_eq!(state, "COMPLETED", "{mode}");
         let recs = final_records(id, &["batch"]);
@@ -488,6 +489,7 @@ fn warning_lines_to_an_output_that_stops_answering_do_not_hold_the_job() {
     std::fs::write(fs.control.join("hang"), "").unwrap();
     let ended = Instant::now();
     let state = loop {
+        let polled = Instant::now();
         let st = job_field(id, "JobState").unwrap_or_default();
         if !matches!(st.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "") {
             break st;
@@ -496,7 +498,7 @@ fn warning_lines_to_an_output_that_stops_answering_do_not_hold_the_job() {
             ended.elapsed() < Duration::from_secs(60),
             "job {id} still {st} a minute after its output stopped answering"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     };
     assert_eq!(state, "COMPLETED");
     let recs = final_records(id, &["batch"]);

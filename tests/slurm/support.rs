@@ -197,6 +197,14 @@ pub(crate) fn submit_with_env(
         .unwrap()
 }
 
+/// Pauses between two polls of a wait: `base`, or four times what the last poll cost where that
+/// is more, so that a test waiting on a job takes at most a fifth of a CPU. In an emulated
+/// guest one `scontrol` or one parse of a record costs tens of milliseconds of the CPU the job
+/// under test needs; polled every 100 ms by two tests at once, that was most of the guest.
+pub(crate) fn poll_pause(base: Duration, poll_cost: Duration) {
+    std::thread::sleep(base.max(poll_cost * 4));
+}
+
 /// Submits `script` as the test user, waits for the job to end, returns its state and output.
 pub(crate) fn run_job(name: &str, script: &str) -> Job {
     let id = submit(name, script);
@@ -210,6 +218,7 @@ pub(crate) const QUEUED: [&str; 3] = ["PENDING", "CONFIGURING", ""];
 pub(crate) fn wait_while_in(id: u32, states: &[&str]) -> String {
     let started = Instant::now();
     loop {
+        let polled = Instant::now();
         let st = job_field(id, "JobState").unwrap_or_default();
         if !states.contains(&st.as_str()) {
             return st;
@@ -218,7 +227,7 @@ pub(crate) fn wait_while_in(id: u32, states: &[&str]) -> String {
             started.elapsed() < Duration::from_secs(300),
             "job {id} still {st}"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     }
 }
 
@@ -240,9 +249,13 @@ pub(crate) fn wait_job(user: &str, name: &str, id: u32) -> Job {
 /// Waits until `ready` holds, at most `limit`; panics naming `what` past it.
 pub(crate) fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     let started = Instant::now();
-    while !ready() {
+    loop {
+        let polled = Instant::now();
+        if ready() {
+            return;
+        }
         assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(100));
+        poll_pause(Duration::from_millis(100), polled.elapsed());
     }
 }
 
@@ -448,11 +461,12 @@ pub(crate) fn assert_fault_logged(mark: u64, id: u32, step: &str, what: &str) {
     let mut lines = Vec::new();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(15) {
+        let polled = Instant::now();
         lines = plugin_lines_since(mark);
         if lines.iter().any(|l| l.contains(&head)) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     }
     let found: Vec<&String> = lines.iter().filter(|l| l.contains(&head)).collect();
     assert_eq!(found.len(), 1, "one line for step {step}: {lines:#?}");
@@ -504,11 +518,12 @@ pub(crate) fn wait_end_in_database(id: u32) {
 pub(crate) fn stored_comment(id: u32) -> String {
     let started = Instant::now();
     loop {
+        let polled = Instant::now();
         let text = stored_comment_now(id);
         if text.starts_with("gpu-tracker:") || started.elapsed() > Duration::from_secs(90) {
             return text;
         }
-        std::thread::sleep(Duration::from_millis(500));
+        poll_pause(Duration::from_millis(500), polled.elapsed());
     }
 }
 

@@ -310,6 +310,7 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
     // The first record is written before the task starts; the checkpoints every 5 s, with the
     // 50 MB in them.
     let checkpoint = loop {
+        let polled = Instant::now();
         if let Ok(text) = std::fs::read_to_string(&path) {
             let r = StepRecord::from_json(&text).unwrap();
             assert!(!r.complete, "{r:?}");
@@ -322,7 +323,7 @@ fn a_running_step_has_an_incomplete_record_at_each_checkpoint() {
             }
         }
         assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
-        std::thread::sleep(Duration::from_millis(200));
+        poll_pause(Duration::from_millis(200), polled.elapsed());
     };
     assert_eq!(job_field(id, "JobState").as_deref(), Some("RUNNING"));
     assert!(!checkpoint.complete);
