@@ -10,8 +10,8 @@
 #   slurm/vm.sh build SUITE          image, and what the guest runs built here (plugin, tests)
 #   slurm/vm.sh test SUITE [--no-build] [FILTER...]
 #                                    build (unless --no-build: slurm/vm.sh build ran), boot, the
-#                                    real-Slurm suite inside, then again with contain_spank the
-#                                    tests it can change (contain_spank_tests)
+#                                    real-Slurm suite inside, once, in the suite's mode: without
+#                                    contain_spank on trixie, with it on forky (suite_mode)
 #   slurm/vm.sh down [SUITE]         power the guest(s) off
 #   slurm/vm.sh suites               the suites and the Slurm release each brings
 #
@@ -26,7 +26,8 @@
 #
 # Environment: GPU_TRACKER_VM_DIR (cache and run state, default /var/tmp/gpu-tracker-vm),
 # GPU_TRACKER_VM_MEM (MiB, default 6144: a job of the tests asks for --mem=4G), GPU_TRACKER_VM_CPUS (default 2),
-# GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+# GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian), GPU_TRACKER_CONTAIN_SPANK
+# (0 or 1: `test` in that mode instead of the suite's own).
 set -euo pipefail
 
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
@@ -282,46 +283,33 @@ cmd_run() {
     guest "$suite" $envs bash -c 'eval "$(slurm/local-cluster.sh env)"; exec "$@"' bash "$@"
 }
 
-# The tests whose behaviour SlurmdParameters=contain_spank can change, run again with it (name
-# filters of the test binary). With it, slurmstepd runs user_init, task_post_fork and task_exit
-# in a clone(CLONE_VM) child, in the job container's namespace (private /tmp and /dev/shm): what
-# the plugin learns there is each task's pid, cgroup, exit status and final counters, the start
-# of NVML once the last task has forked, and a phase mark sent from inside the job. Every other
-# test (settings, spool, report, listing, database, permissions) runs the same code either way.
-# Both guests run the tests of what differs between their releases (the job container plugin
-# 24.11 has is the namespace plugin of 26.05: tasks, exit statuses, the namespace a mark comes
-# from); the rest, whose path through the plugin is the same on both, run on one guest each, so
-# that the second pass costs a third of the suite, not half (CI's time on 2 cores).
-CONTAIN_SPANK_BOTH=(
-    a_tracked_batch_job_records_every_task_of_every_step # tasks, exit statuses, final counters
-    a_step_killed_for_memory_records_the_oom_kill        # task_exit of a killed task
-    a_job_in_three_phases                                # marks sent from the job's namespace
-)
-CONTAIN_SPANK_TRIXIE=(
-    a_gpu_job_records_its_gpu_and_only_its_gpu # NVML opened after the last fork
-    no_task_inherits_a_descriptor_of_nvml      # NVML's descriptors and the forks
-    thousands_of_processes_256_tasks           # 256 task callbacks at once
-)
-CONTAIN_SPANK_FORKY=(
-    a_batch_jobs_output_ends_with_its_summary                     # every step's tasks summed
-    a_two_node_job_shows_each_node                                # tasks on two nodes
-    a_running_jobs_figures_reach_prometheus_and_end_with_its_step # the live file, removed at exit
-)
-
-# The contain_spank filters of SUITE: those of both guests and its own (every filter on a guest
-# that is neither).
-contain_spank_tests() {
+# The mode SUITE's tests run in: 1 with SlurmdParameters=contain_spank, 0 without (the
+# caller's GPU_TRACKER_CONTAIN_SPANK, where set, for any suite). Every real-Slurm test runs once
+# on each release, in one mode: 22.05 here has no contain_spank (24.05 brought it); 24.11 runs
+# without it, as most sites' slurm.conf does; 26.05 with it and the namespace/tmpfs plugin it
+# exists for. With it, slurmstepd runs user_init, task_post_fork and task_exit in a
+# clone(CLONE_VM) child in the job container's namespace (private /tmp and /dev/shm): each
+# task's pid, cgroup, exit status and final counters, NVML's start after the last fork and a
+# phase mark from inside the job all come through that path, for the whole suite. A second pass
+# in the other mode cost each guest another cluster and its heaviest tests again, which CI's
+# 2 cores could not give (a run over 90 minutes); `GPU_TRACKER_CONTAIN_SPANK=0|1 slurm/vm.sh
+# test SUITE [FILTER...]` runs either mode on either guest.
+suite_mode() {
+    if [[ -n ${GPU_TRACKER_CONTAIN_SPANK:-} ]]; then
+        [[ $GPU_TRACKER_CONTAIN_SPANK == [01] ]] || fail "GPU_TRACKER_CONTAIN_SPANK must be 0 or 1"
+        echo "$GPU_TRACKER_CONTAIN_SPANK"
+        return
+    fi
     case $1 in
-    trixie) echo "${CONTAIN_SPANK_BOTH[@]}" "${CONTAIN_SPANK_TRIXIE[@]}" ;;
-    forky) echo "${CONTAIN_SPANK_BOTH[@]}" "${CONTAIN_SPANK_FORKY[@]}" ;;
-    *) echo "${CONTAIN_SPANK_BOTH[@]}" "${CONTAIN_SPANK_TRIXIE[@]}" "${CONTAIN_SPANK_FORKY[@]}" ;;
+    forky) echo 1 ;;
+    *) echo 0 ;;
     esac
 }
 
-# test SUITE [FILTER...]: the whole real-Slurm suite in the guest, then with contain_spank the
-# tests contain_spank_tests names for SUITE (or, given FILTERs, the tests they name in both modes).
+# test SUITE [FILTER...]: the whole real-Slurm suite in the guest (or the tests the FILTERs
+# name), in the suite's mode (suite_mode).
 cmd_test() {
-    local suite=$1 rc=0 t0=$SECONDS release
+    local suite=$1 rc=0 t0=$SECONDS release mode words
     shift
     if [[ ${1:-} == --no-build ]]; then
         shift
@@ -330,20 +318,15 @@ cmd_test() {
         cmd_build "$suite"
     fi
     release=$(cat "$VMDIR/images/$suite/slurm-version")
+    mode=$(suite_mode "$suite")
+    words="cgroup v2"
+    ((mode == 1)) && words+=", contain_spank"
     timed "$suite: boot" boot "$suite"
-    local filters=("$@")
-    # shellcheck disable=SC2207  # test names have no blanks
-    ((${#filters[@]})) || filters=($(contain_spank_tests "$suite"))
-    say "$suite: real-Slurm suite"
+    say "$suite: real-Slurm suite ($words)"
     # shellcheck disable=SC2046  # guest_env is a word list
-    timed "$suite: real-Slurm suite (Slurm $release, cgroup v2)" \
-        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=0 \
+    timed "$suite: real-Slurm suite (Slurm $release, $words)" \
+        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK="$mode" \
         slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "$@" || rc=1
-    say "$suite: with contain_spank: ${filters[*]}"
-    # shellcheck disable=SC2046
-    timed "$suite: the same with contain_spank, ${#filters[@]} test filter(s)" \
-        guest "$suite" $(guest_env "$suite") GPU_TRACKER_CONTAIN_SPANK=1 \
-        slurm/vm/guest-test "$REPO/target/vm/$suite/tests.list" "${filters[@]}" || rc=1
     say "$suite: suite done in $((SECONDS - t0)) s (exit $rc)"
     return "$rc"
 }
