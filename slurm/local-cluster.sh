@@ -25,6 +25,10 @@
 #   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd,
 #                        the test users in an account, and EpilogSlurmctld=<state>/bin/epilog-slurmctld
 #                        (slurm/epilog-slurmctld: the summary stored in Slurm's database)
+#   --quick-check        after the daemons start, one srun as the test user and no more: not the
+#                        batch job, the GPUs, every node and the database that "up" otherwise
+#                        checks (the test suite checks all of them; in an emulated guest the
+#                        full check took 5 minutes)
 #
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
 # GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),
@@ -57,7 +61,7 @@ TEST_ACCOUNT=gputest
 AMD_ROOT=$STATE/amd-root
 SIMAMD_PID=$STATE/run/simamd.pid
 # What "up" was asked for (parse_options).
-NODES=1 NODE_LOCAL=0 ACCOUNTING=0
+NODES=1 NODE_LOCAL=0 ACCOUNTING=0 QUICK_CHECK=0
 # slurmdbd's database: a MariaDB of our own (data, socket and port in the state directory).
 DB_CNF=$STATE/mariadb.cnf
 DB_RUN=$STATE/run/mysqld
@@ -97,7 +101,7 @@ need_root() {
         ${GPU_TRACKER_REPORT_BIN:+GPU_TRACKER_REPORT_BIN="$GPU_TRACKER_REPORT_BIN"} bash "$SCRIPT" "$@"
 }
 
-# Reads up's and demo's options into NODES, NODE_LOCAL and ACCOUNTING.
+# Reads up's and demo's options into NODES, NODE_LOCAL, ACCOUNTING and QUICK_CHECK.
 parse_options() {
     while (($# > 0)); do
         case $1 in
@@ -110,7 +114,8 @@ parse_options() {
             NODES=${1#--nodes=} ;;
         --node-local-spool) NODE_LOCAL=1 ;;
         --accounting) ACCOUNTING=1 ;;
-        *) fail "unknown option '$1' (up|demo [--nodes N] [--node-local-spool] [--accounting])" ;;
+        --quick-check) QUICK_CHECK=1 ;;
+        *) fail "unknown option '$1' (up|demo [--nodes N] [--node-local-spool] [--accounting] [--quick-check])" ;;
         esac
         shift
     done
@@ -334,7 +339,7 @@ cmd_demo() {
     STEP=""
 }
 
-usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] | down | status | env | on-node NODE -- CMD... | restart-slurmd NODE"
+usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] [--quick-check] | down | status | env | on-node NODE -- CMD... | restart-slurmd NODE"
 cmd=${1:-}
 shift || true
 case $cmd in
