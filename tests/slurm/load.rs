@@ -1,5 +1,6 @@
 //! Load: one tracked job with 2000 short processes, 256 tasks and 50 steps at once leaves no
-//! descriptor or thread behind, in its slurmstepd or in slurmd.
+//! descriptor or thread behind, in its slurmstepd or in slurmd (a quarter of that load in an
+//! emulated guest: [`load_size`]).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -72,12 +73,26 @@ fn step_states(id: u32) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The load's size: (short processes, tasks of one step, steps at once). A quarter of it in an
+/// emulated guest (`GPU_TRACKER_TEST_EMULATED=1`, set by `slurm/vm/guest-test`): there the
+/// whole load took 17 minutes of a CI run with the node to itself (the test holds the settings
+/// lock), 58 s here. A descriptor or thread leaked per task or per step still shows at a
+/// quarter; the full size runs on this machine's Slurm.
+fn load_size() -> (u32, u32, u32) {
+    if std::env::var_os("GPU_TRACKER_TEST_EMULATED").is_some_and(|v| v == "1") {
+        (500, 64, 12)
+    } else {
+        (2000, 256, 50)
+    }
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
     // Written lock: the other tests' jobs would blur the descriptor and thread counts.
     let _g = SETTINGS.write().unwrap_or_else(|p| p.into_inner());
     let h = hog();
+    let (forks, tasks, steps) = load_size();
     let slurmd = slurmd_pid();
     // slurmd's counts at rest (its threads come and go with its RPCs: the fewest of a few looks).
     let at_rest = || {
@@ -96,12 +111,12 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
     // Marks when the batch step is at rest before and after the load, and waits for the test
     // to count its slurmstepd's descriptors and threads.
     let script = format!(
-        "#!/bin/bash\n#SBATCH --gpu-track=0.5 -n 256 -O --mem=1G\n\
+        "#!/bin/bash\n#SBATCH --gpu-track=0.5 -n {tasks} -O --mem=1G\n\
          h={home}\n\
          touch $h/load-start-$SLURM_JOB_ID; while [ ! -e $h/load-go-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
-         srun --gpu-track=0.2 -n1 --overlap {hog} --forks 2000\n\
-         srun --gpu-track=0.5 -n 256 -O --overlap sleep 1\n\
-         for i in $(seq 50); do srun --gpu-track=0.5 -n1 --overlap sleep 2 & done; wait\n\
+         srun --gpu-track=0.2 -n1 --overlap {hog} --forks {forks}\n\
+         srun --gpu-track=0.5 -n {tasks} -O --overlap sleep 1\n\
+         for i in $(seq {steps}); do srun --gpu-track=0.5 -n1 --overlap sleep 2 & done; wait\n\
          touch $h/load-end-$SLURM_JOB_ID; while [ ! -e $h/load-done-$SLURM_JOB_ID ]; do sleep 0.2; done\n\
          echo load-done\n",
         home = home.display(),
@@ -137,10 +152,10 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
     std::fs::write(flag("done", id), "").unwrap();
     let job = wait_job(USER, name, id);
     assert_job_unharmed(&job, name, "load-done");
-    // Of the 50 steps at once, those Slurm created: on a slow guest slurmctld may refuse a
+    // Of the steps at once, those Slurm created: on a slow guest slurmctld may refuse a
     // step whose creation timed out (no step, nothing to track), and srun may report an error
     // for a step that ran. Slurm's own account says which ran; each must have its final record,
-    // and nearly all 50 must have run, or the load was not there.
+    // and nearly all must have run (four in five), or the load was not there.
     let numbered = |s: &str| s.parse::<u32>().is_ok_and(|n| n >= 2);
     wait_until(
         "the final records of the steps at once",
@@ -148,11 +163,11 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
         || {
             let recs = records(id);
             let at_once: Vec<_> = recs.iter().filter(|(s, _)| numbered(s)).collect();
-            at_once.len() >= 40 && at_once.iter().all(|(_, r)| r.complete)
+            at_once.len() as u32 >= steps * 4 / 5 && at_once.iter().all(|(_, r)| r.complete)
         },
     );
     let recs = final_records(id, &["0", "1", "batch"]);
-    // 2000 short processes: seen in part, each sample bounded (at most 500 processes' files).
+    // The short processes: seen in part, each sample bounded (at most 500 processes' files).
     let forks = &recs["0"];
     assert!(forks.complete);
     assert_eq!(forks.tasks.len(), 1);
@@ -164,9 +179,9 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
         "the children were seen: {:?}",
         forks.tasks[0]
     );
-    // 256 tasks, every one with its exit status.
+    // The wide step's tasks, every one with its exit status.
     let wide = &recs["1"];
-    assert_eq!(wide.tasks.len(), 256);
+    assert_eq!(wide.tasks.len(), tasks as usize);
     assert!(wide.tasks.iter().all(|t| t.ended && t.exit_code == Some(0)));
     // The steps at once, each complete with its task: exactly those Slurm ran.
     let recorded: Vec<&str> = recs
@@ -196,7 +211,7 @@ fn thousands_of_processes_256_tasks_and_50_steps_at_once_leak_nothing() {
         }
     }
     // No descriptor or thread left behind: not in the batch step's slurmstepd (which tracked
-    // it all and started the 52 steps), not in slurmd.
+    // it all and started every step), not in slurmd.
     assert!(
         stepd_after.0 <= stepd_before.0 && stepd_after.1 <= stepd_before.1,
         "batch slurmstepd (descriptors, threads): {stepd_before:?} before, {stepd_after:?} \
