@@ -25,10 +25,10 @@
 #   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd,
 #                        the test users in an account, and EpilogSlurmctld=<state>/bin/epilog-slurmctld
 #                        (slurm/epilog-slurmctld: the summary stored in Slurm's database)
-#   --quick-check        after the daemons start, one srun as the test user and no more: not the
-#                        batch job, the GPUs, every node and the database that "up" otherwise
-#                        checks (the test suite checks all of them; in an emulated guest the
-#                        full check took 5 minutes)
+#   --quick-check        after the daemons start, one srun and one batch job as the test user,
+#                        and the job in the database (with --accounting); not the GPUs, every
+#                        node, MIG and AMD that "up" otherwise checks (the test suite checks
+#                        them; in an emulated guest the full check took 5 minutes)
 #
 # Environment: GPU_TRACKER_CLUSTER_DIR (state directory, default /var/tmp/gpu-tracker-cluster),
 # GPU_TRACKER_PLUGIN (a SPANK plugin to install instead of building <repo>/target/release/libgpu_tracker.so),

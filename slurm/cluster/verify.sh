@@ -71,11 +71,14 @@ verify_jobs() {
     got=$(as_user "$u" timeout 60 srun -N1 -n1 id -u)
     echo "srun -N1 -n1 id -u as $u: $got"
     [[ $got == "$(id -u "$u")" ]] || fail "srun ran as uid '$got', not $u"
-    ((QUICK_CHECK == 0)) || return 0
     step "sbatch as $u" "${logs[@]}"
     # shellcheck disable=SC2016  # expanded in the job, not here
     batch_as "$u" -J check --wrap 'echo "job $SLURM_JOB_ID on $(hostname) as $(id -un), cgroup: $(grep -m1 -E ":memory:|^0::" /proc/self/cgroup)"'
     local check=$LAST_JOB
+    if ((QUICK_CHECK)); then
+        ((ACCOUNTING == 0)) || verify_accounting "$check"
+        return 0
+    fi
     step "simulated GPUs" "${logs[@]}"
     gpus=$(as_user "$u" timeout 60 srun --gres=gpu:1 env | grep -E 'SLURM_STEP_GPUS|CUDA_VISIBLE_DEVICES' | sort)
     echo "srun --gres=gpu:1 as $u: ${gpus//$'\n'/ }"
