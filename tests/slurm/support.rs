@@ -198,11 +198,13 @@ pub(crate) fn submit_with_env(
 }
 
 /// Pauses between two polls of a wait: `base`, or four times what the last poll cost where that
-/// is more, so that a test waiting on a job takes at most a fifth of a CPU. In an emulated
-/// guest one `scontrol` or one parse of a record costs tens of milliseconds of the CPU the job
-/// under test needs; polled every 100 ms by two tests at once, that was most of the guest.
+/// is more (at most 1 s), so that a test waiting on a job takes at most a fifth of a CPU while
+/// its polls cost under 250 ms. In an emulated guest one `scontrol` or one parse of a record
+/// costs tens of milliseconds of the CPU the job under test needs; polled every 100 ms by two
+/// tests at once, that was much of the guest. The cap keeps a poll within a second of what a
+/// job shows for a few seconds only (a few tests still hold a figure for a fixed time).
 pub(crate) fn poll_pause(base: Duration, poll_cost: Duration) {
-    std::thread::sleep(base.max(poll_cost * 4));
+    std::thread::sleep(base.max((poll_cost * 4).min(Duration::from_secs(1))));
 }
 
 /// Submits `script` as the test user, waits for the job to end, returns its state and output.
