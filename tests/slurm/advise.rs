@@ -133,9 +133,11 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     let held: Vec<&str> = std::iter::once("--hold").chain(job).collect();
     let (out, mut note, took) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "why")], &held);
     let mut cancel = vec![job_id(&out).to_string()];
-    if note.contains("did not answer within") {
-        // A guest too busy for sacct to answer within advise.wait_seconds: as designed, the
-        // answer comes in the background, and the next submission has it.
+    // A guest too busy for sacct to answer within advise.wait_seconds: as designed, the
+    // answer comes in the background, and a later submission has it (once the background
+    // query has ended: seconds on a busy guest). At most a minute.
+    let asked = Instant::now();
+    while note.contains("did not answer within") && asked.elapsed() < Duration::from_secs(60) {
         println!("slow database: {note}");
         std::thread::sleep(Duration::from_secs(3));
         let (out, again, _) = sbatch(USER, &[], &held);
@@ -222,9 +224,14 @@ fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
     println!("with slurmdbd stopped: {took:?} (silenced, running: {usual:?}): {said}");
     assert!(said.contains("did not answer within 0.5 s"), "{said}");
     // It waited advise.wait_seconds (the line above says so), not for the database: sacct
-    // alone would wait for slurmdbd's answer at least Slurm's MessageTimeout (10 s). The
-    // rest is sbatch's own time, which a busy guest stretches to seconds (3.8 s seen beside
-    // the load test on 26.05): how long it adds is measured in bench/submit_advice.py.
-    assert!(took < Duration::from_secs(10), "{took:?} against {usual:?}");
+    // alone would wait for slurmdbd's answer at least Slurm's MessageTimeout (10 s), on top
+    // of sbatch's own time. That own time a busy guest stretches to seconds (5.7 s for the
+    // silenced submission above, 10.1 s for this one, in a 2-core CI run with both guests and
+    // the host's suite at once), so the bound is on what it adds to the silenced one; how
+    // long advice adds is measured in bench/submit_advice.py.
+    assert!(
+        took < usual + Duration::from_secs(10),
+        "{took:?} against {usual:?}"
+    );
     wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
 }
