@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $EUID -ne 0 ]]; then
     command -v sudo >/dev/null || { echo "run-all: must run as root (no sudo found)" >&2; exit 1; }
-    exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_VM_SUITES,GPU_TRACKER_TIMES bash "$0" "$@"
+    exec sudo --preserve-env=PATH,CARGO_HOME,RUSTUP_HOME,GPU_TRACKER_VM_SUITES,GPU_TRACKER_TIMES,GPU_TRACKER_AFTER_HOST bash "$0" "$@"
 fi
 source tests/times.sh
 started=$SECONDS
@@ -133,18 +133,41 @@ any_running() {
     for p in host "${suites[@]}"; do kill -0 "${pid[$p]}" 2>/dev/null && return 0; done
     return 1
 }
+# Once the host's suite has ended: its exit status, and, where it passed, the command named by
+# GPU_TRACKER_AFTER_HOST (.ci/run's benchmarks on this machine's cluster) beside the guests.
+host_rc="" after_pid=""
+host_ended() {
+    [[ -z $host_rc ]] || return 0
+    kill -0 "${pid[host]}" 2>/dev/null && return 0
+    host_rc=0
+    wait "${pid[host]}" || host_rc=$?
+    if [[ -n ${GPU_TRACKER_AFTER_HOST:-} ]] && ((host_rc == 0)); then
+        echo "run-all: the host's suite passed: $GPU_TRACKER_AFTER_HOST beside the guests (log: $logs/after-host.log)"
+        "$GPU_TRACKER_AFTER_HOST" >"$logs/after-host.log" 2>&1 &
+        after_pid=$!
+    fi
+}
 ticks=0
 while any_running; do
     sleep 5
+    host_ended
     if ((++ticks % 12 == 0)); then progress; fi
 done
+host_ended
 for p in host "${suites[@]}"; do
     rc=0
-    wait "${pid[$p]}" || rc=$?
+    if [[ $p == host ]]; then rc=$host_rc; else wait "${pid[$p]}" || rc=$?; fi
     echo "================ run-all: the real-Slurm suite, $p (exit $rc): $logs/$p.log"
     cat "$logs/$p.log"
     if ((rc == 0)); then results+=("$p: passed"); else results+=("$p: FAILED"); status=1; fi
 done
+if [[ -n $after_pid ]]; then
+    rc=0
+    wait "$after_pid" || rc=$?
+    echo "================ run-all: $GPU_TRACKER_AFTER_HOST (exit $rc): $logs/after-host.log"
+    cat "$logs/after-host.log"
+    if ((rc == 0)); then results+=("$GPU_TRACKER_AFTER_HOST: passed"); else results+=("$GPU_TRACKER_AFTER_HOST: FAILED"); status=1; fi
+fi
 if [[ -n $python_pid ]]; then
     rc=0
     wait "$python_pid" || rc=$?
