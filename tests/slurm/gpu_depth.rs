@@ -98,7 +98,11 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
     assert_eq!(g1.depth.ecc_errors, None);
     assert_eq!(g1.depth.no_data[figure::ECC].kind, "not_supported");
     // Each GPU reported one Xid 79 and slowed down for about 2 s, measured by samples every
-    // 0.5 s (or a lengthened interval, on a loaded machine): more than none, less than the job.
+    // 0.5 s (or a lengthened interval, on a loaded machine): more than none, and at most two
+    // of the longest intervals more (a busy 26.05 guest measured 4.6 s with its samples
+    // lengthened past 1 s).
+    let imax = r.sampler.interval_max_seconds.unwrap_or(0.5);
+    let most = 4.5_f64.max(2.5 + 2.0 * imax);
     for g in [g0, g1] {
         let xids: Vec<u64> = g.depth.xid_errors.iter().flatten().map(|x| x.xid).collect();
         assert_eq!(xids, vec![79], "{:?}", g.depth);
@@ -108,8 +112,8 @@ fn a_two_gpu_job_shows_sm_activity_energy_an_xid_and_a_slowdown_and_says_what_a_
             .find(|(n, _)| *n == "hw_thermal_slowdown")
             .map(|(_, s)| *s);
         assert!(
-            thermal.is_some_and(|s| (0.5..=4.5).contains(&s)),
-            "{:?}",
+            thermal.is_some_and(|s| (0.5..=most).contains(&s)),
+            "{:?} (longest interval {imax} s)",
             g.depth.throttle_seconds
         );
         assert!(g.energy_joules.is_some_and(|j| j > 0.0), "{g:?}");
