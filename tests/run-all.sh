@@ -161,20 +161,16 @@ for p in host "${suites[@]}"; do
     cat "$logs/$p.log"
     if ((rc == 0)); then results+=("$p: passed"); else results+=("$p: FAILED"); status=1; fi
 done
-if [[ -n $after_pid ]]; then
-    rc=0
-    wait "$after_pid" || rc=$?
-    echo "================ run-all: $GPU_TRACKER_AFTER_HOST (exit $rc): $logs/after-host.log"
-    cat "$logs/after-host.log"
-    if ((rc == 0)); then results+=("$GPU_TRACKER_AFTER_HOST: passed"); else results+=("$GPU_TRACKER_AFTER_HOST: FAILED"); status=1; fi
-fi
-if [[ -n $python_pid ]]; then
-    rc=0
-    wait "$python_pid" || rc=$?
-    echo "================ run-all: the Python package (exit $rc): $logs/python.log"
-    cat "$logs/python.log"
-    if ((rc == 0)); then results+=("Python package: passed"); else results+=("Python package: FAILED"); status=1; fi
-fi
+# Waits for background part PID, prints its log, and counts it as passed or FAILED under LABEL.
+collect_part() {
+    local label=$1 pid=$2 log=$3 rc=0
+    wait "$pid" || rc=$?
+    echo "================ run-all: $label (exit $rc): $log"
+    cat "$log"
+    if ((rc == 0)); then results+=("$label: passed"); else results+=("$label: FAILED"); status=1; fi
+}
+[[ -z $after_pid ]] || collect_part "$GPU_TRACKER_AFTER_HOST" "$after_pid" "$logs/after-host.log"
+[[ -z $python_pid ]] || collect_part "Python package" "$python_pid" "$logs/python.log"
 # The slowest tests of each part (a guest's two passes together).
 for p in host "${suites[@]}"; do
     echo "run-all: the slowest tests of $p:"
