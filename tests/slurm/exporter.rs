@@ -233,11 +233,14 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
 
     // A tracked job with both simulated GPUs, holding memory and computing on GPU 0 (the fake
     // NVML gives 1 GiB on it to a process whose command line names it, and a load of 37 % while
-    // that process says it computes) for about 30 s, and leaving GPU 1 idle.
+    // that process says it computes) for about 30 s, and leaving GPU 1 idle. In an emulated
+    // guest it holds 120 s: each of the dozen Prometheus queries below takes seconds there,
+    // and 30 s ended before the test had seen the job's GPU memory, in CI.
     let h = hog();
+    let hold = hold_ms(30_000, 120_000);
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track --mem=1G --gres=gpu:2\n\
-         exec -a SIMGPU0_HOLD_SIMGPU_COMPUTE {h} --mb 200 --hold-ms 30000 \
+         exec -a SIMGPU0_HOLD_SIMGPU_COMPUTE {h} --mb 200 --hold-ms {hold} \
          --marker SIMGPU0_HOLD_SIMGPU_COMPUTE\n"
     );
     let id = submit_as(USER, "live", &script, &[]);
@@ -247,7 +250,7 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     let mem_q = format!("gpu_tracker_memory_bytes{{{job},step=\"batch\"}}");
     wait_until(
         "the job's memory in Prometheus",
-        Duration::from_secs(60),
+        Duration::from_millis(hold.max(60_000)),
         || {
             exporter.alive();
             query(prom_port, &mem_q)
@@ -276,7 +279,7 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     let gpu_q = format!("gpu_tracker_gpu_memory_bytes{{{job}}}");
     wait_until(
         "the job's GPU memory in Prometheus",
-        Duration::from_secs(30),
+        Duration::from_millis(hold),
         || {
             query(prom_port, &gpu_q)
                 .iter()

@@ -79,7 +79,7 @@ fn step_states(id: u32) -> BTreeMap<String, String> {
 /// lock), 58 s here. A descriptor or thread leaked per task or per step still shows at a
 /// quarter; the full size runs on this machine's Slurm.
 fn load_size() -> (u32, u32, u32) {
-    if std::env::var_os("GPU_TRACKER_TEST_EMULATED").is_some_and(|v| v == "1") {
+    if emulated() {
         (500, 64, 12)
     } else {
         (2000, 256, 50)

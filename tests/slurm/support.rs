@@ -197,6 +197,19 @@ pub(crate) fn submit_with_env(
         .unwrap()
 }
 
+/// Whether the suite runs in an emulated guest (`GPU_TRACKER_TEST_EMULATED=1`, set by
+/// `slurm/vm/guest-test`), where one `scontrol`, report or Prometheus query takes seconds.
+pub(crate) fn emulated() -> bool {
+    std::env::var_os("GPU_TRACKER_TEST_EMULATED").is_some_and(|v| v == "1")
+}
+
+/// How long a job holds a figure that the test must see while the job runs: `here` ms on real
+/// CPUs, `guest` ms in an emulated guest, where the test's polls while it holds cost seconds
+/// each (a fixed 6 s or 30 s ended before the test had seen what it asserts, in CI).
+pub(crate) fn hold_ms(here: u64, guest: u64) -> u64 {
+    if emulated() { guest } else { here }
+}
+
 /// Pauses between two polls of a wait: `base`, or four times what the last poll cost where that
 /// is more (at most 1 s), so that a test waiting on a job takes at most a fifth of a CPU while
 /// its polls cost under 250 ms. In an emulated guest one `scontrol` or one parse of a record
