@@ -76,7 +76,19 @@ export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0 DB_CHANGED=0 DBD_CHANGED=0 CLUSTER_ADDED=0
 
 # Names the step now running and the logs worth showing if it fails.
-step() { STEP=$1; shift; STEP_LOGS=("$@"); }
+# Each step of 3 s or more says how long it took, when the next begins (where `up` spends its
+# minutes in an emulated guest).
+STEP_T0=$SECONDS
+step() {
+    step_took
+    STEP=$1 STEP_T0=$SECONDS
+    shift
+    STEP_LOGS=("$@")
+}
+step_took() {
+    [[ -n ${STEP:-} ]] && ((SECONDS - STEP_T0 >= 3)) && echo "local-cluster: $STEP: $((SECONDS - STEP_T0)) s"
+    return 0
+}
 
 # On a failed exit, says which step failed and shows the tail of its logs.
 on_exit() {
@@ -214,7 +226,9 @@ cmd_up() {
     step "start slurmd" $slurmd_logs; start_all_slurmd
     # shellcheck disable=SC2086
     step "wait for nodes" $slurmd_logs "$STATE/log/slurmctld.log"; wait_node
+    step "check the cluster"
     verify_jobs
+    step_took
     STEP=""
     echo "up done in $((SECONDS - started)) s"
 }
