@@ -146,7 +146,9 @@ kfd_gpu_nodes() {
 # tree has their two KFD nodes: tests/simamd.py, as root (the files stand for the kernel's, which
 # no user may write), in a session of its own so that it outlives this script as the other daemons
 # do. Slurm's GPU i there is render minor 128+i, as gres.conf says. A fresh start begins with an
-# empty tree, so that the wait sees this run's files and not an earlier run's.
+# empty tree, so that the wait sees this run's files and not an earlier run's. It rewrites its
+# files every GPU_TRACKER_SIMAMD_INTERVAL_MS (100): each time it reads every process's command
+# line, which in an emulated guest took 40 % of a CPU at 100 ms (slurm/vm/guest-test sets 500).
 start_simamd() {
     local i pid sim=$REPO/tests/simamd.py
     simamd_alive && return 0
@@ -154,6 +156,7 @@ start_simamd() {
     rm -rf -- "$AMD_ROOT" "$SIMAMD_PID"
     install -d -m 0755 "$AMD_ROOT"
     PYTHONUNBUFFERED=1 setsid /usr/bin/python3 "$sim" --root "$AMD_ROOT" --render-minors 128,129 \
+        --interval-ms "${GPU_TRACKER_SIMAMD_INTERVAL_MS:-100}" \
         --pidfile "$SIMAMD_PID" </dev/null >>"$STATE/log/simamd.log" 2>&1 &
     pid=$!
     for ((i = 0; i < 120; i++)); do
