@@ -374,12 +374,18 @@ impl GpuAccumulator {
             system += used;
             d.max_used = d.max_used.max(used);
             let mut tracked = 0;
-            let others = r
-                .processes
-                .iter()
-                .filter(|(pid, _)| *pid != main && !members.contains(pid))
-                .count();
-            d.others_max = d.others_max.max(others as u32);
+            // Processes on the GPU that are not the tracked ones. Where the job can be asked
+            // (below), one that ended before it was asked is left out: the driver's list can
+            // outlive a process (a holder of the step's own, killed between the tree's read
+            // and the list's, made a MIG instance "shared" in a CI run).
+            if in_job.is_none() {
+                let others = r
+                    .processes
+                    .iter()
+                    .filter(|(pid, _)| *pid != main && !members.contains(pid))
+                    .count();
+                d.others_max = d.others_max.max(others as u32);
+            }
             if let Some(samples) = &r.process_utilization {
                 let own: u32 = samples
                     .iter()
@@ -444,6 +450,7 @@ impl GpuAccumulator {
                     }
                 }
                 d.scoped = true;
+                d.others_max = d.others_max.max(job_others + outside);
                 d.job_others_max = d.job_others_max.max(job_others);
                 d.outside_max = d.outside_max.max(outside);
                 d.max_job_mem = d.max_job_mem.max(tracked.saturating_add(job_mem));

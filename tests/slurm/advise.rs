@@ -198,10 +198,10 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
 #[test]
 #[ignore = "needs the local Slurm cluster with accounting (tests/run-all.sh) and root"]
 fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
-    // slurmdbd is stopped for about a second, while other tests run: slurmctld queues what it
-    // sends it, and every other question to it waits that second within a deadline of 30 s
-    // or more. (Holding the settings lock for writing instead would stall the whole suite
-    // behind its longest test.)
+    // slurmdbd is stopped for a few seconds, while other tests run: slurmctld queues what it
+    // sends it, and every other question to it waits within a deadline of 30 s or more.
+    // (Holding the settings lock for writing instead would stall the whole suite behind its
+    // longest test.)
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
     // No history kept: this submission must ask the database.
     let cache = std::path::Path::new("/home/gtuser2/.cache/gpu-tracker");
@@ -216,22 +216,51 @@ fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
         "--wrap",
         &wrap,
     ];
-    let (_, _, usual) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "off")], &job);
     let stopped = StoppedDbd::stop();
-    let (out, said, took) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
+    let (out_sbatch, said, took) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
+    // What the advice adds to a submission: the program cli_filter.lua runs, with the options
+    // sbatch hands it, timed alone. It waits advise.wait_seconds (0.5 s) for the database and
+    // leaves the question to a process of its own. (The submission's own question may have
+    // ended meanwhile and kept its failure: "did not answer last time".)
+    let _ = std::fs::remove_dir_all(cache);
+    let started = Instant::now();
+    let out = Command::new("runuser")
+        .args(["-u", "gtuser2", "--", "env", "GPU_TRACKER_ADVICE=why"])
+        .arg(format!("SLURM_CONF={}", slurm_conf().display()))
+        .arg(state_dir().join("bin/gpu-tracker-report"))
+        .args([
+            "--advise-submission",
+            "type=sbatch",
+            "job-name=advise-nodb",
+            "time=5",
+            "gpu_track=set",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let advice_took = started.elapsed();
     drop(stopped);
-    let id = job_id(&out);
-    println!("with slurmdbd stopped: {took:?} (silenced, running: {usual:?}): {said}");
+    let advice_said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let id = job_id(&out_sbatch);
+    println!(
+        "with slurmdbd stopped: sbatch {took:?}: {said}; the advice alone {advice_took:?}: {advice_said}"
+    );
     assert!(said.contains("did not answer within 0.5 s"), "{said}");
-    // It waited advise.wait_seconds (the line above says so), not for the database: sacct
-    // alone would wait for slurmdbd's answer at least Slurm's MessageTimeout (10 s), on top
-    // of sbatch's own time. That own time a busy guest stretches to seconds (5.7 s for the
-    // silenced submission above, 10.1 s for this one, in a 2-core CI run with both guests and
-    // the host's suite at once), so the bound is on what it adds to the silenced one; how
-    // long advice adds is measured in bench/submit_advice.py.
+    assert!(out.status.success(), "{advice_said}");
     assert!(
-        took < usual + Duration::from_secs(10),
-        "{took:?} against {usual:?}"
+        advice_said.contains("did not answer within 0.5 s")
+            || advice_said.contains("did not answer last time"),
+        "{advice_said}"
+    );
+    // The advice's own time: its 0.5 s wait plus starting a program on a busy guest (sacct
+    // alone would wait for slurmdbd at least Slurm's MessageTimeout, 10 s). The whole sbatch
+    // is not bounded here: with slurmdbd stopped, slurmctld itself answered a submission
+    // 10 s late on a busy 24.11 guest in CI (15.1 s, against 4.5 s for one with advice off a
+    // moment before), and the advice alone then took under its bound. How long advice adds
+    // to sbatch at the median is measured side by side in bench/submit_advice.py.
+    assert!(
+        advice_took < Duration::from_secs(5),
+        "the advice took {advice_took:?}: {advice_said}"
     );
     wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
 }
