@@ -63,13 +63,28 @@ fn read_until(s: &mut AmdSource, i: usize, done: impl Fn(&GpuReading) -> bool) -
     }
 }
 
-/// Energy counted over `secs` seconds, in watts.
+/// Energy counted over about `secs` seconds, in watts. The simulator moves its counter on at
+/// each of its ticks (every 100 ms, by the time since the last), so the window runs from one
+/// change of the counter to another: a tick that a busy machine delays then shortens neither
+/// end (a fixed 1 s window read 95 W for a 140 W idle GPU in a CI run).
 fn watts(s: &mut AmdSource, i: usize, secs: f64) -> f64 {
-    let (t0, e0) = (Instant::now(), s.read(i).unwrap().energy_mj.unwrap());
+    let next_change = |s: &mut AmdSource| {
+        let from = s.read(i).unwrap().energy_mj.unwrap();
+        let t = Instant::now();
+        loop {
+            let e = s.read(i).unwrap().energy_mj.unwrap();
+            if e != from {
+                assert!(e > from, "the energy counter went back: {from} -> {e}");
+                return (Instant::now(), e);
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "the counter stands");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let (t0, e0) = next_change(s);
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let e1 = s.read(i).unwrap().energy_mj.unwrap();
-    assert!(e1 >= e0, "the energy counter went back: {e0} -> {e1}");
-    (e1 - e0) as f64 / 1000.0 / t0.elapsed().as_secs_f64()
+    let (t1, e1) = next_change(s);
+    (e1 - e0) as f64 / 1000.0 / t1.duration_since(t0).as_secs_f64()
 }
 
 #[test]
