@@ -216,51 +216,61 @@ fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
         "--wrap",
         &wrap,
     ];
+    // What the advice adds to a submission: the program cli_filter.lua runs, with the options
+    // sbatch hands it, as the user, timed alone; first silenced, for what starting it and
+    // reading the settings cost on this machine (seconds on a busy emulated guest).
+    let advice = |mode: &str| {
+        let _ = std::fs::remove_dir_all(cache);
+        let started = Instant::now();
+        let out = Command::new("runuser")
+            .args(["-u", "gtuser2", "--", "env"])
+            .arg(format!("GPU_TRACKER_ADVICE={mode}"))
+            .arg(format!("SLURM_CONF={}", slurm_conf().display()))
+            .arg(state_dir().join("bin/gpu-tracker-report"))
+            .args([
+                "--advise-submission",
+                "type=sbatch",
+                "job-name=advise-nodb",
+                "time=5",
+                "gpu_track=set",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{said}");
+        (started.elapsed(), said)
+    };
+    let (usual, _) = advice("off");
     let stopped = StoppedDbd::stop();
     let (out_sbatch, said, took) = sbatch("gtuser2", &[("GPU_TRACKER_ADVICE", "why")], &job);
-    // What the advice adds to a submission: the program cli_filter.lua runs, with the options
-    // sbatch hands it, timed alone. It waits advise.wait_seconds (0.5 s) for the database and
-    // leaves the question to a process of its own. (The submission's own question may have
-    // ended meanwhile and kept its failure: "did not answer last time".)
-    let _ = std::fs::remove_dir_all(cache);
-    let started = Instant::now();
-    let out = Command::new("runuser")
-        .args(["-u", "gtuser2", "--", "env", "GPU_TRACKER_ADVICE=why"])
-        .arg(format!("SLURM_CONF={}", slurm_conf().display()))
-        .arg(state_dir().join("bin/gpu-tracker-report"))
-        .args([
-            "--advise-submission",
-            "type=sbatch",
-            "job-name=advise-nodb",
-            "time=5",
-            "gpu_track=set",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let advice_took = started.elapsed();
+    // It waits advise.wait_seconds (0.5 s) for the database and leaves the question to a
+    // process of its own. (The submission's own question may have ended meanwhile and kept
+    // its failure: "did not answer last time".)
+    let (advice_took, advice_said) = advice("why");
     drop(stopped);
-    let advice_said = String::from_utf8_lossy(&out.stderr).into_owned();
     let id = job_id(&out_sbatch);
     println!(
-        "with slurmdbd stopped: sbatch {took:?}: {said}; the advice alone {advice_took:?}: {advice_said}"
+        "with slurmdbd stopped: sbatch {took:?}: {said}; the advice alone {advice_took:?} \
+         ({usual:?} silenced): {advice_said}"
     );
     assert!(said.contains("did not answer within 0.5 s"), "{said}");
-    assert!(out.status.success(), "{advice_said}");
     assert!(
         advice_said.contains("did not answer within 0.5 s")
             || advice_said.contains("did not answer last time"),
         "{advice_said}"
     );
-    // The advice's own time: its 0.5 s wait plus starting a program on a busy guest (sacct
-    // alone would wait for slurmdbd at least Slurm's MessageTimeout, 10 s). The whole sbatch
-    // is not bounded here: with slurmdbd stopped, slurmctld itself answered a submission
-    // 10 s late on busy guests in a CI run (15.1 s on 24.11 and 15.6 s on 26.05, against
-    // 4.5 s and 0.9 s for one with advice off a moment before). How long advice adds to
-    // sbatch at the median is measured side by side in bench/submit_advice.py.
+    assert!(!advice_said.contains("could not be kept"), "{advice_said}");
+    // What a stopped slurmdbd adds to the advice: its 0.5 s wait, where sacct alone would
+    // wait for slurmdbd at least Slurm's MessageTimeout (10 s). The whole sbatch is not
+    // bounded here: with slurmdbd stopped, sbatch took 10 s longer on busy guests in a CI
+    // run (15.1 s on 24.11 and 15.6 s on 26.05, against 4.5 s and 0.9 s for one with advice
+    // off a moment before, slurmdbd running), while the advice alone, in a later run, took
+    // 3.1 s on 26.05 with the suite running, most of it starting the program. How long advice
+    // adds to sbatch at the median is measured side by side in bench/submit_advice.py.
     assert!(
-        advice_took < Duration::from_secs(5),
-        "the advice took {advice_took:?}: {advice_said}"
+        advice_took < usual + Duration::from_secs(5),
+        "the advice took {advice_took:?} with slurmdbd stopped, {usual:?} silenced: {advice_said}"
     );
     wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
 }

@@ -239,6 +239,9 @@ pub fn submissions(path: &Path) -> Vec<(String, i64)> {
 /// Notes a submission of `key` at `now` beside the cache at `path`, under the cache's lock;
 /// the newest [`MAX_SUBMISSIONS`] are kept.
 pub fn note_submission(path: &Path, key: &Key, now: i64) -> std::io::Result<()> {
+    // The first submission's question makes the directory too, but in a process of its own
+    // that a slow machine may not have started yet (a busy 26.05 guest took over 2 s).
+    make_dir(path)?;
     let _held = wait_for_lock(path)?;
     let mut list = submissions(path);
     let id = key.id();

@@ -494,3 +494,44 @@ fn the_table_lists_each_matched_run_newest_first_and_json_says_the_same() {
         "{none}"
     );
 }
+
+#[test]
+fn a_first_submission_is_noted_while_its_question_has_not_started() {
+    // No cache directory yet, and the question's process (which makes it too) has not got
+    // that far when the wait ends: the submission still makes it and is noted.
+    let dir = std::env::temp_dir().join(format!("gt-advise-first-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("cache/advice-c.json");
+    let now = 1_764_000_000;
+    let cfg = Config::default();
+    let ctx = Context {
+        cfg: &cfg,
+        cluster: "c",
+        uid: 1001,
+        cwd: Path::new("/home/alice"),
+        cache: Some(&path),
+        now,
+        report: "gpu-tracker-report",
+    };
+    let sub = fields(&[
+        ("type", "sbatch"),
+        ("job-name", "train"),
+        ("gpu_track", "set"),
+    ]);
+    let Outcome::Quiet(why) = submit::at_submission(&sub, &ctx, |_| Ok(false)) else {
+        panic!("a note without history")
+    };
+    assert!(why.contains("did not answer within 0.5 s"), "{why}");
+    assert!(!why.contains("could not be kept"), "{why}");
+    assert_eq!(
+        history::submissions(&path),
+        vec![("n:train".to_string(), now)]
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
