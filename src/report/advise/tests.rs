@@ -368,6 +368,19 @@ fn the_submission_options_read_as_slurm_hands_them() {
     assert_eq!(submit::key_of(&fields(&[("type", "sbatch")]), cwd), None);
 }
 
+/// A submission by uid 1001 from /home/alice on cluster `c`, with its cache at `path`.
+fn alices<'a>(cfg: &'a Config, path: &'a Path, now: i64) -> Context<'a> {
+    Context {
+        cfg,
+        cluster: "c",
+        uid: 1001,
+        cwd: Path::new("/home/alice"),
+        cache: Some(path),
+        now,
+        report: "gpu-tracker-report",
+    }
+}
+
 #[test]
 fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
     let dir = std::env::temp_dir().join(format!("gt-advise-{}", std::process::id()));
@@ -383,15 +396,7 @@ fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
     );
     history::save(&path, &c).unwrap();
     let cfg = Config::default();
-    let ctx = Context {
-        cfg: &cfg,
-        cluster: "c",
-        uid: 1001,
-        cwd: Path::new("/home/alice"),
-        cache: Some(&path),
-        now,
-        report: "gpu-tracker-report",
-    };
+    let ctx = alices(&cfg, &path, now);
     let sub = fields(&[
         ("type", "sbatch"),
         ("job-name", "train"),
@@ -504,15 +509,7 @@ fn a_first_submission_is_noted_while_its_question_has_not_started() {
     let path = dir.join("cache/advice-c.json");
     let now = 1_764_000_000;
     let cfg = Config::default();
-    let ctx = Context {
-        cfg: &cfg,
-        cluster: "c",
-        uid: 1001,
-        cwd: Path::new("/home/alice"),
-        cache: Some(&path),
-        now,
-        report: "gpu-tracker-report",
-    };
+    let ctx = alices(&cfg, &path, now);
     let sub = fields(&[
         ("type", "sbatch"),
         ("job-name", "train"),
