@@ -262,14 +262,16 @@ fn with_slurmdbd_stopped_a_submission_goes_through_at_once() {
     );
     assert!(!advice_said.contains("could not be kept"), "{advice_said}");
     // What a stopped slurmdbd adds to the advice: its 0.5 s wait, where sacct alone would
-    // wait for slurmdbd at least Slurm's MessageTimeout (10 s). The whole sbatch is not
+    // wait for slurmdbd at least Slurm's MessageTimeout (10 s); the bound, 8 s, leaves room
+    // for a busy guest at the suite's start (the advice alone took 11.2 s there in a CI run,
+    // against 2.7 s, silenced 2.7 s, when run again alone). The whole sbatch is not
     // bounded here: with slurmdbd stopped, sbatch took 10 s longer on busy guests in a CI
     // run (15.1 s on 24.11 and 15.6 s on 26.05, against 4.5 s and 0.9 s for one with advice
     // off a moment before, slurmdbd running), while the advice alone, in a later run, took
     // 3.1 s on 26.05 with the suite running, most of it starting the program. How long advice
     // adds to sbatch at the median is measured side by side in bench/submit_advice.py.
     assert!(
-        advice_took < usual + Duration::from_secs(5),
+        advice_took < usual + Duration::from_secs(8),
         "the advice took {advice_took:?} with slurmdbd stopped, {usual:?} silenced: {advice_said}"
     );
     wait_while_in(id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
