@@ -77,6 +77,27 @@ def release(child):
     assert child.wait(timeout=60) == 0
 
 
+def test_a_child_left_by_a_thread_that_ended_is_still_counted():
+    # A thread starts a child and ends; the kernel hands the child to the main thread. The
+    # child fills its memory only then, so only samples taken after the thread ended (two
+    # threads left: the main one and the tracker's) can count it.
+    started = []
+    with gput.Tracker(sleep_time=0.1, ram_unit='megabytes', disable_logs=True) as t:
+        thread = threading.Thread(target=lambda: started.append(subprocess.Popen(
+            [sys.executable, '-c', "import sys; sys.stdin.readline(); x = b'\\x01' * 120_000_000; "
+             "print('held', flush=True); sys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)))
+        thread.start()
+        thread.join()
+        child = started[0]
+        child.stdin.write('go\n')
+        child.stdin.flush()
+        assert child.stdout.readline() == 'held\n'
+        time.sleep(0.3)
+    release(child)
+    assert t.resource_usage.max_ram.descendants.total_rss >= 120
+
+
 def test_process_id_tracks_another_process_and_its_figures_only():
     child = holder(150)
     try:

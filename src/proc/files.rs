@@ -402,11 +402,23 @@ impl ProcFiles {
         now: Instant,
     ) -> Result<Option<Vec<u32>>, ProcError> {
         let tids = self.threads_of(pid)?;
-        if let Some(t) = self.tasks.get_mut(&pid) {
-            let before = t.threads.len();
-            t.threads.retain(|tid, _| tids.contains(tid));
-            self.held -= before - t.threads.len();
-        }
+        self.children_of_threads(pid, tids, skip, now)
+    }
+
+    /// As [`ProcFiles::thread_children`], for threads `tids` of `pid` known without listing
+    /// its `task` directory (threads not in `tids` lose their kept files).
+    pub fn children_of_threads(
+        &mut self,
+        pid: u32,
+        tids: Vec<u32>,
+        skip: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<Vec<u32>>, ProcError> {
+        // Made here where the threads were not listed: it keeps their files.
+        let t = self.tasks.entry(pid).or_default();
+        let before = t.threads.len();
+        t.threads.retain(|tid, _| tids.contains(tid));
+        self.held -= before - t.threads.len();
         let mut out = Vec::new();
         for tid in tids {
             if Some(tid) == skip {
