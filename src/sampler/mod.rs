@@ -93,6 +93,9 @@ pub struct Sampler {
     machine_row: ([f64; 2], f64),
     /// The command's cgroup and those nested in it, as last looked for (once a second).
     cgroup_dirs: Option<(Instant, Vec<std::path::PathBuf>)>,
+    /// The sampler thread's own CPU seconds, when tracking from inside the process, and when
+    /// they were asked (once per [`MACHINE_REFRESH`]).
+    sampler_cpu: Option<(Instant, f64)>,
 }
 
 impl Sampler {
@@ -145,6 +148,7 @@ impl Sampler {
             machine_at: None,
             cgroup_dirs: None,
             machine_row: ([0.0; 2], 0.0),
+            sampler_cpu: None,
             opts,
             target,
         }
@@ -222,10 +226,18 @@ impl Sampler {
         self.last = Some(now);
         let mut tp = Timepoint::default();
         let u = self.opts.units;
-        let sampler_cpu = if self.target.in_process {
-            sys::thread_cpu_seconds()
-        } else {
-            0.0
+        // Left out of the process's CPU time: asked of the kernel once a second (a system
+        // call at every sample cost more than the rest of a sample of a sleeping process). The
+        // process's time is counted in ticks of 10 ms; the sampler's since it was last asked,
+        // at most a few milliseconds, is counted as the process's until the next ask.
+        let sampler_cpu = match self.sampler_cpu {
+            _ if !self.target.in_process => 0.0,
+            Some((at, cpu)) if now.duration_since(at) < MACHINE_REFRESH => cpu,
+            _ => {
+                let cpu = sys::thread_cpu_seconds();
+                self.sampler_cpu = Some((now, cpu));
+                cpu
+            }
         };
 
         let watch = &mut self.watch;
@@ -373,7 +385,8 @@ impl Sampler {
         for n in notes {
             self.note(n);
         }
-        tp.values[21] = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
+        // Whole microseconds, as the rows have always had.
+        tp.values[21] = (crate::clock::unix_now() * 1e6).floor() / 1e6;
         tp
     }
 
