@@ -89,6 +89,19 @@ pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
     }
 }
 
+/// The (device, inode) of the file descriptor `fd` is open on; `None` if it is not open.
+pub fn fd_identity(fd: i32) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is writable memory of a `stat`; fstat fills it or fails (EBADF) and
+    // touches nothing else.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}
+
 /// Sets close-on-exec on descriptor `fd`. Returns whether it was newly set (`false`: it was
 /// set already). An error (`EBADF`: the descriptor was closed meanwhile) changes nothing.
 pub fn set_cloexec(fd: i32) -> std::io::Result<bool> {
