@@ -54,9 +54,22 @@ fn mark(fds: impl Iterator<Item = i32>) -> usize {
 /// Runs `f` and marks close-on-exec the descriptors it left open. Returns its result and how
 /// many descriptors were marked.
 pub fn marking<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    marking_unless(f, |_| false)
+}
+
+/// As [`marking`], without looking again where `opened_nothing` says of `f`'s result that it
+/// cannot have left a descriptor open (a library that failed to load).
+pub fn marking_unless<T>(
+    f: impl FnOnce() -> T,
+    opened_nothing: impl FnOnce(&T) -> bool,
+) -> (T, usize) {
     let before = descriptors();
     let r = f();
-    (r, mark_new(&before))
+    if opened_nothing(&r) {
+        return (r, 0);
+    }
+    let marked = mark_new(&before);
+    (r, marked)
 }
 
 #[cfg(test)]

@@ -41,17 +41,20 @@ impl NvmlSource {
     /// descriptors the library opened meanwhile are marked close-on-exec: NVML may open the
     /// driver's device files without it.
     pub fn open(lib: Option<&Path>, mig: bool) -> Result<NvmlSource, GpuError> {
-        let before = super::cloexec::descriptors();
-        let r = NvmlSource::open_unmarked(lib, mig);
-        let marked = match &r {
+        let (r, marked) = super::cloexec::marking_unless(
+            || NvmlSource::open_unmarked(lib, mig),
             // `dlopen` failed (no library here, the usual case on a machine without NVIDIA
             // GPUs): nothing of the library was loaded or run, so it opened nothing.
-            Err(GpuError::Unavailable {
-                source: NvmlError::LibloadingError(_),
-                ..
-            }) => 0,
-            _ => super::cloexec::mark_new(&before),
-        };
+            |r| {
+                matches!(
+                    r,
+                    Err(GpuError::Unavailable {
+                        source: NvmlError::LibloadingError(_),
+                        ..
+                    })
+                )
+            },
+        );
         r.map(|s| NvmlSource {
             cloexec_marked: marked,
             ..s
