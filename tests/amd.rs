@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use gpu_tracker::gpu::amd::AmdSource;
+use gpu_tracker::gpu::amd::{AmdSource, metrics};
 use gpu_tracker::gpu::{GpuReading, GpuSource, Vendor};
 
 /// Every simulator of this machine counts every process whose command line holds a marker: the
@@ -63,28 +63,42 @@ fn read_until(s: &mut AmdSource, i: usize, done: impl Fn(&GpuReading) -> bool) -
     }
 }
 
-/// Energy counted over about `secs` seconds, in watts. The simulator moves its counter on at
-/// each of its ticks (every 100 ms, by the time since the last), so the window runs from one
-/// change of the counter to another: a tick that a busy machine delays then shortens neither
-/// end (a fixed 1 s window read 95 W for a 140 W idle GPU in a CI run).
-fn watts(s: &mut AmdSource, i: usize, secs: f64) -> f64 {
-    let next_change = |s: &mut AmdSource| {
-        let from = s.read(i).unwrap().energy_mj.unwrap();
+/// The simulated table of the GPU at render minor `minor`: the energy it counts (mJ, as the
+/// library parses it) and the simulator's monotonic clock at the tick that wrote it (its
+/// `system_clock_counter`, ns).
+fn table_of(root: &Path, minor: u32) -> (u64, u64) {
+    let path = root.join(format!("sys/class/drm/renderD{minor}/device/gpu_metrics"));
+    let blob = std::fs::read(&path).unwrap();
+    let (_, mj) = metrics::parse_energy_mj(&blob).expect("revision 1.6");
+    let clock = u64::from_ne_bytes(blob[24..32].try_into().unwrap());
+    (mj, clock)
+}
+
+/// Power over about `secs` seconds, in watts: the energy the source reads, over the
+/// simulator's own clock between the two tables it came from. (Timed by this test's clock, a
+/// tick that a busy machine delays moves the window's ends: a fixed 1 s window read 95 W for a
+/// 140 W idle GPU in one CI run, and a window from one change to the next 219 W in another.)
+fn watts(s: &mut AmdSource, root: &Path, i: usize, secs: f64) -> f64 {
+    let minor = s.devices()[i].minor.unwrap();
+    // The source's reading and the table's clock from one tick: read until the table on disk
+    // still holds the energy the source has just read.
+    let reading = |s: &mut AmdSource| {
         let t = Instant::now();
         loop {
             let e = s.read(i).unwrap().energy_mj.unwrap();
-            if e != from {
-                assert!(e > from, "the energy counter went back: {from} -> {e}");
-                return (Instant::now(), e);
+            let (mj, clock) = table_of(root, minor);
+            if mj == e {
+                return (e, clock);
             }
-            assert!(t.elapsed() < Duration::from_secs(10), "the counter stands");
-            std::thread::sleep(Duration::from_millis(5));
+            assert!(t.elapsed() < Duration::from_secs(10), "no table held still");
         }
     };
-    let (t0, e0) = next_change(s);
+    let (e0, c0) = reading(s);
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let (t1, e1) = next_change(s);
-    (e1 - e0) as f64 / 1000.0 / t1.duration_since(t0).as_secs_f64()
+    let (e1, c1) = reading(s);
+    assert!(c1 > c0, "the simulator's clock stood: {c0} -> {c1}");
+    assert!(e1 >= e0, "the energy counter went back: {e0} -> {e1}");
+    (e1 - e0) as f64 / 1000.0 / ((c1 - c0) as f64 / 1e9)
 }
 
 #[test]
@@ -131,13 +145,13 @@ fn a_holder_shows_on_its_simulated_gpu_and_leaves_it_idle_when_it_ends() {
     assert_eq!(busy.used, Some(idle[0].used.unwrap() + (1 << 30)));
     assert!(busy.power_mw.unwrap() > idle[0].power_mw.unwrap());
     // 60 % busy: about 506 W (idle 140, peak 750); the other GPU idles at 140.
-    let w = watts(&mut s, 0, 1.0);
+    let w = watts(&mut s, root.path(), 0, 1.0);
     assert!((400.0..620.0).contains(&w), "{w} W while held");
     let other = s.read(1).unwrap();
     assert_eq!(other.utilization, Some(0));
     assert!(other.processes.is_empty(), "{:?}", other.processes);
     assert_eq!(other.process_cu_occupancy, Some(vec![]));
-    let w1 = watts(&mut s, 1, 1.0);
+    let w1 = watts(&mut s, root.path(), 1, 1.0);
     assert!((100.0..180.0).contains(&w1), "{w1} W idle");
 
     // The holder ends: the GPU is idle again and has no process.

@@ -142,15 +142,15 @@ def properties(g):
     return "".join("%s %d\n" % p for p in pairs)
 
 
-def gpu_metrics(g):
+def gpu_metrics(g, now_ns):
     b = bytearray(METRICS_SIZE)
     struct.pack_into("=HBB", b, 0, METRICS_SIZE, 1, 6)
     hot = 38 + g.busy() // 3
     struct.pack_into("=HHHHHH", b, 4, hot, hot - 4, hot - 8, int(g.power_w()), g.busy(),
                      g.busy() // 3)
     # After the six temperatures, power and utilization (bytes 4 to 15): the counter.
-    struct.pack_into("=QQ", b, METRICS_ENERGY_AT, g.energy_steps & (2**64 - 1),
-                     time.monotonic_ns())
+    # The counter and the clock of the tick that moved it on, as the firmware stamps a table.
+    struct.pack_into("=QQ", b, METRICS_ENERGY_AT, g.energy_steps & (2**64 - 1), now_ns)
     return bytes(b)
 
 
@@ -236,8 +236,9 @@ def write_procs(tree, gpus):
             tree.written["%s/%d/%s" % (PROCS, pid, rel)] = text.encode()
 
 
-def step(tree, gpus, dt):
-    """One state: who holds what now, and the counters moved on by `dt` seconds."""
+def step(tree, gpus, dt, now_ns):
+    """One state: who holds what now, and the counters moved on by `dt` seconds to the monotonic
+    clock's `now_ns`."""
     found = holders_now(gpus)
     for g in gpus:
         g.holders = found[g.index]
@@ -248,7 +249,7 @@ def step(tree, gpus, dt):
         tree.write(d + "/mem_info_vram_used", "%d\n" % (VRAM_IDLE + HOLD_BYTES * len(g.holders)))
         tree.write(d + "/hwmon/hwmon%d/power1_average" % (2 + g.index),
                    "%d\n" % int(g.power_w() * 1e6))
-        tree.write(d + "/gpu_metrics", gpu_metrics(g))
+        tree.write(d + "/gpu_metrics", gpu_metrics(g, now_ns))
     write_procs(tree, gpus)
 
 
@@ -271,8 +272,8 @@ def main(argv=None):
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: stop.append(1))
     build_static(tree, gpus)
-    last = time.monotonic()
-    step(tree, gpus, 0.0)
+    last = time.monotonic_ns()
+    step(tree, gpus, 0.0, last)
     if a.pidfile:
         with open(a.pidfile + ".tmp", "w") as f:
             f.write("%d\n" % os.getpid())
@@ -281,8 +282,8 @@ def main(argv=None):
         return 0
     while not stop:
         time.sleep(a.interval_ms / 1000.0)
-        now = time.monotonic()
-        step(tree, gpus, now - last)
+        now = time.monotonic_ns()
+        step(tree, gpus, (now - last) / 1e9, now)
         last = now
     return 0
 

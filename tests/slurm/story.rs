@@ -224,29 +224,35 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     assert!(peak(1) >= 120 << 20, "{phases:?}");
     assert!(peak(0) < 100 << 20 && peak(2) < 100 << 20, "{phases:?}");
     // Slurm's GPU 0 (the fake gives the marked process 1 GiB on it) works in train only.
-    let gpu0 = |i: usize| {
-        phases[i]["gpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["index"] == 0)
-            .cloned()
-            .unwrap()
+    // A phase lists the GPUs some sample in it measured: on a slow guest no sample of the batch
+    // step may have measured the GPUs during load (its sampler's interval lengthened, or NVML
+    // opened after the first mark), and then load lists none; train always lists GPU 0.
+    let gpu0 = |i: usize| -> Option<serde_json::Value> {
+        let gpus = phases[i]["gpus"].as_array().unwrap();
+        let g = gpus.iter().find(|g| g["index"] == 0).cloned();
+        assert!(
+            g.is_some() || gpus.is_empty(),
+            "{phases:?}\n{:?}\n{:?}",
+            batch.sampler,
+            tl.buckets.iter().take(12).collect::<Vec<_>>()
+        );
+        g
     };
+    assert!(gpu0(1).is_some(), "{phases:?}");
     // (A phase's figures are as precise as half a bucket: the fake counts srun's own command
     // line, which names the marker, at once, and on a slow guest the sample taken at the mark
     // can fall in load's last bucket; so load is compared, not bounded.)
-    let gmem = |i: usize| gpu0(i)["memory_peak_bytes"].as_u64().unwrap();
-    assert!(gmem(1) >= 1 << 30 && gmem(1) > gmem(0), "{phases:?}");
-    let util = |i: usize| gpu0(i)["utilization_mean_percent"].as_f64().unwrap();
+    let gmem = |i: usize| gpu0(i).map(|g| g["memory_peak_bytes"].as_u64().unwrap());
+    assert!(gmem(1) >= Some(1 << 30) && gmem(1) > gmem(0), "{phases:?}");
+    let util = |i: usize| gpu0(i).map(|g| g["utilization_mean_percent"].as_f64().unwrap());
     // (Each step opens its own fake NVML, whose times count from its own start: the train
     // step sees GPU 0 idle for its first 3 s, which lowers the phase's mean; and on a slow
     // guest GPU 0 may start working before load ends, or before load starts: a 24.11 guest
     // busy with another job's load reached the first mark 6 s into the job, after the batch
     // step's NVML had had GPU 0 idle its 3 s, and load's mean was already 80 %. Load is
     // compared where it saw the GPU idle at all.)
-    assert!(util(1) >= 30.0, "{phases:?}");
-    assert!(util(0) >= 79.0 || util(1) > util(0), "{phases:?}");
+    assert!(util(1) >= Some(30.0), "{phases:?}");
+    assert!(util(0) >= Some(79.0) || util(1) > util(0), "{phases:?}");
     // Exports, as the job's user.
     let (code, csv, err) = report_as(USER, &[&id.to_string(), "--timeline", "csv"]);
     assert_eq!(code, 0, "{err}");
