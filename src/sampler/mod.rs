@@ -47,10 +47,6 @@ use procsum::ProcReading;
 /// then.
 pub const MACHINE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Share of the interval that reading private/shared splits (`smaps_rollup`) may take in one
-/// sample; the rest are estimated and read at the next samples.
-pub const SMAPS_TIME_SHARE: f64 = 0.05;
-
 #[derive(Debug, Clone, Copy)]
 struct ProcRecord {
     starttime: u64,
@@ -263,9 +259,13 @@ impl Sampler {
         // (0: the main process, 1: a descendant; its reading).
         let mut readings = Vec::with_capacity(members.len());
         let mut main_own = None;
-        // Reading splits from smaps_rollup may take this long per sample; past it, they are
-        // estimated and read first next time (see `proc::watch`). The main process always reads.
-        let smaps_budget = self.opts.interval.mul_f64(SMAPS_TIME_SHARE);
+        // Reading descendants' splits from smaps_rollup may take this share of the interval per
+        // sample; past it, they are estimated and read first next time. The main process is
+        // not held to it; the watch paces each process's costly reads (see `proc::watch`).
+        let smaps_budget = self
+            .opts
+            .interval
+            .mul_f64(crate::proc::watch::SPLIT_TIME_SHARE);
         let mut smaps_spent = std::time::Duration::ZERO;
         for pid in members {
             let is_main = pid == self.target.main;

@@ -24,11 +24,15 @@
 //!   process beside it started or ended (its parent's or its children's sharing changes; the
 //!   parent is marked), or it ran and [`SPLIT_REFRESH`] has passed. A smaller move (an
 //!   interpreter's heap breathing, a tracker's own thread in the process it tracks) moves the
-//!   last split by `statm`'s change, as a deferred read does, and is counted the same way. The caller may defer it ([`Watch::read`]'s
-//!   `smaps_allowed`), when reading it would cost too much of the interval: the split is then
-//!   the last one moved by the change in `statm` (new anonymous pages as private, new file
-//!   pages as shared), counted in [`WatchCounts::splits_estimated`], and read first next time.
-//!   The total (private + shared) is always `statm`'s, exact.
+//!   last split by `statm`'s change, as a deferred read does, and is counted the same way. The
+//!   caller may defer it ([`Watch::read`]'s `smaps_allowed`), when reading it would cost too
+//!   much of the interval; and a read that cost more than [`SPLIT_PACED_FROM`] of CPU is not
+//!   made again for that process before its cost over [`SPLIT_TIME_SHARE`] has passed (a walk
+//!   of a process of gigabytes takes tens to hundreds of milliseconds, and holds the process's
+//!   memory map locked meanwhile). A deferred split is the last one moved by the change in
+//!   `statm` (new anonymous pages as private, new file pages as shared), counted in
+//!   [`WatchCounts::splits_estimated`], and read when it may be. The total (private + shared)
+//!   is always `statm`'s, exact.
 //! - `children` of each thread (the process's children; any thread may fork): the `task`
 //!   directory is listed, then each thread's file read, but for a tracker inside the process it
 //!   tracks when `stat` says two threads: its own and the main thread, whose file is the one
@@ -49,6 +53,18 @@ use super::{ProcError, ProcFs};
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// A process that ran reads its private/shared split again after this long.
 pub const SPLIT_REFRESH: Duration = Duration::from_secs(30);
+
+/// Share of the sampling thread's CPU time that one process's `smaps_rollup` reads may take:
+/// a read that cost more than [`SPLIT_PACED_FROM`] is not made again for that process before
+/// its cost divided by this share has passed (a 60 ms walk of a process of 4 GB waits 1.2 s; its
+/// split is estimated meanwhile). The sampler holds the reads of one sample to this share of the
+/// interval too.
+pub const SPLIT_TIME_SHARE: f64 = 0.05;
+
+/// The CPU time of a `smaps_rollup` read from which the process's next read waits (see
+/// [`SPLIT_TIME_SHARE`]): a process of some hundreds of megabytes. Cheaper reads come again
+/// as the rules say.
+pub const SPLIT_PACED_FROM: Duration = Duration::from_millis(10);
 
 /// How far a process's resident or shared memory may move from the reading of its split before
 /// `smaps_rollup` is read again: 1 % of its resident memory, at least 256 KiB. Reading the split
@@ -96,6 +112,18 @@ pub struct WatchCounts {
     pub files: FileCounts,
 }
 
+/// A process's last `smaps_rollup` split.
+#[derive(Debug, Clone, Copy)]
+struct LastSplit {
+    split: MemSplit,
+    /// The `statm` it was read with.
+    at_read: Statm,
+    /// When it was read.
+    when: Instant,
+    /// Not read again before this (its cost, see [`SPLIT_TIME_SHARE`]).
+    next: Instant,
+}
+
 #[derive(Debug, Clone)]
 struct Known {
     runtime: Option<u64>,
@@ -104,8 +132,8 @@ struct Known {
     memory_at: Instant,
     hwm: u64,
     status_at: Instant,
-    /// The last `smaps_rollup` split, the `statm` it was read with, and when.
-    split: Option<(MemSplit, Statm, Instant)>,
+    /// The last `smaps_rollup` split.
+    split: Option<LastSplit>,
     /// A process beside it started or ended: its split is read again.
     neighbours_changed: bool,
     /// Its children when last listed, with its run time then and when.
@@ -124,6 +152,8 @@ pub struct Watch {
     runtimes: HashMap<u32, (Option<u64>, bool)>,
     counts: WatchCounts,
     smaps_error: Option<String>,
+    /// See [`SPLIT_PACED_FROM`] (tests lower it).
+    paced_from: Duration,
     /// This process's id (a tracker inside the process it tracks leaves its own thread out).
     own_pid: u32,
     /// The calling thread's id, once asked, with the thread it was asked from.
@@ -147,6 +177,7 @@ impl Watch {
             runtimes: HashMap::new(),
             counts: WatchCounts::default(),
             smaps_error: None,
+            paced_from: SPLIT_PACED_FROM,
             own_pid: std::process::id(),
             own_tid: None,
             early_stat: None,
@@ -361,6 +392,9 @@ impl Watch {
         };
         let (split, split_exact, kept_split) =
             self.split(pid, prev.as_ref(), memory, ran, now, smaps_allowed)?;
+        // A change beside it that a deferred read has not seen yet is still to be read.
+        let neighbours_changed =
+            !split_exact && prev.as_ref().is_some_and(|k| k.neighbours_changed);
         let children = prev.and_then(|k| k.children);
         self.known.insert(
             pid,
@@ -372,7 +406,7 @@ impl Watch {
                 hwm,
                 status_at,
                 split: kept_split,
-                neighbours_changed: false,
+                neighbours_changed,
                 children,
             },
         );
@@ -392,7 +426,6 @@ impl Watch {
         })
     }
 
-    #[allow(clippy::type_complexity)]
     fn split(
         &mut self,
         pid: u32,
@@ -401,36 +434,51 @@ impl Watch {
         ran: bool,
         now: Instant,
         allowed: bool,
-    ) -> Result<(MemSplit, bool, Option<(MemSplit, Statm, Instant)>), ProcError> {
+    ) -> Result<(MemSplit, bool, Option<LastSplit>), ProcError> {
         if !self.smaps {
             return Ok((memory.split(), false, None));
         }
         let last = prev.and_then(|k| k.split);
         let stale = match (prev, last) {
-            (Some(k), Some((_, at_read, when))) => {
+            (Some(k), Some(l)) => {
                 let tolerance = split_tolerance(memory.resident);
                 k.neighbours_changed
-                    || memory.resident.abs_diff(at_read.resident) > tolerance
-                    || memory.shared.abs_diff(at_read.shared) > tolerance
-                    || (ran && now.duration_since(when) >= SPLIT_REFRESH)
+                    || memory.resident.abs_diff(l.at_read.resident) > tolerance
+                    || memory.shared.abs_diff(l.at_read.shared) > tolerance
+                    || (ran && now.duration_since(l.when) >= SPLIT_REFRESH)
             }
             _ => true,
         };
         match last {
-            Some((s, at_read, _)) if !stale && at_read == memory => return Ok((s, true, last)),
-            Some((s, at_read, _)) if !stale => {
+            Some(l) if !stale && l.at_read == memory => return Ok((l.split, true, last)),
+            // Close enough; deferred by the caller; or its last read was costly.
+            Some(l) if !stale || !allowed || now < l.next => {
                 self.counts.splits_estimated += 1;
-                return Ok((estimate(s, at_read, memory), false, last));
-            }
-            Some((s, at_read, _)) if !allowed => {
-                self.counts.splits_estimated += 1;
-                return Ok((estimate(s, at_read, memory), false, last));
+                return Ok((estimate(l.split, l.at_read, memory), false, last));
             }
             _ => {}
         }
         self.counts.smaps_reads += 1;
-        match self.procfs.pid_smaps_rollup(pid) {
-            Ok(s) => Ok((s, true, Some((s, memory, now)))),
+        // The walk's cost as this thread's CPU time: a thread preempted meanwhile is not
+        // charged for it.
+        let cpu0 = crate::sys::thread_cpu_seconds();
+        let read = self.procfs.pid_smaps_rollup(pid);
+        let cost = Duration::from_secs_f64((crate::sys::thread_cpu_seconds() - cpu0).max(0.0));
+        match read {
+            Ok(split) => {
+                let wait = if cost >= self.paced_from {
+                    cost.div_f64(SPLIT_TIME_SHARE)
+                } else {
+                    Duration::ZERO
+                };
+                let last = LastSplit {
+                    split,
+                    at_read: memory,
+                    when: now,
+                    next: now + wait,
+                };
+                Ok((split, true, Some(last)))
+            }
             Err(e) if e.is_gone() => Err(e),
             Err(e) => {
                 if self.smaps_error.is_none() {
