@@ -151,7 +151,7 @@ impl DeviceAcc {
             }
             let nd = self.missing.get(fig).cloned().unwrap_or_else(|| {
                 NoData::not_sampled(if self.lost {
-                    format!("the GPU was lost before {short}")
+                    format!("the GPU was lost before any reading {short}")
                 } else {
                     format!("no reading {short} (the run ended before the sampler read it)")
                 })
