@@ -68,8 +68,7 @@ pub fn marking_unless<T>(
     if opened_nothing(&r) {
         return (r, 0);
     }
-    let marked = mark_new(&before);
-    (r, marked)
+    (r, mark_new(&before))
 }
 
 #[cfg(test)]
