@@ -7,7 +7,7 @@
 mod common;
 
 use common::TempDir;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -255,4 +255,55 @@ fn only_records_of_the_job_slurm_names_are_stored() {
     let out = f.report(&["--store-admin-comment", "5"], &[]);
     assert_ne!(out.status.code(), Some(0), "{}", common::stdout(&out));
     assert!(f.stored().is_empty(), "{}", f.stored());
+}
+
+/// Run through sudo (`SUDO_UID` set), `--store-admin-comment` takes nothing from its caller's
+/// environment: not the caller's PATH (a fake `squeue` there is never run), not `SLURM_CONF`
+/// (which Slurm's commands, run as root, would parse and quote), not `GPU_TRACKER_CONFIG` (the
+/// caller's spool is not read), and what a failed command said never reaches the output.
+#[test]
+fn under_sudo_store_admin_comment_takes_nothing_from_the_caller() {
+    let f = Fake::new("sudo-env");
+    f.job(1234, "2026-11-28T10:00:00Z");
+    let secret = f.dir.join("root-only");
+    std::fs::write(&secret, "root:$y$SECRET-HASH-LINE:20000:0:99999:7:::\n").unwrap();
+    let conf = f.dir.join("evil.conf");
+    std::fs::write(&conf, format!("Include {}\n", secret.display())).unwrap();
+    let ran = f.dir.join("fake-squeue-ran");
+    // What Slurm's parser does with a file it rejects: it prints the file's lines on stderr.
+    f.command(
+        "squeue",
+        &format!(
+            "echo \"$SLURM_CONF\" > '{}'\ncat \"$SLURM_CONF\" {} >&2\nexit 1",
+            ran.display(),
+            secret.display()
+        ),
+    );
+    let env = [
+        ("SUDO_UID", "1000"),
+        ("SUDO_USER", "slurm"),
+        ("SLURM_CONF", conf.to_str().unwrap()),
+    ];
+    let out = f.report(&["--store-admin-comment", "1234"], &env);
+    let all = format!("{}{}", common::stdout(&out), common::stderr(&out));
+    assert!(!ran.exists(), "the caller's squeue was run: {all}");
+    assert!(!all.contains("SECRET-HASH-LINE"), "{all}");
+    assert!(
+        f.stored().is_empty(),
+        "the caller's spool was read and stored: {all}"
+    );
+    // Without sudo (root's own run, as where SlurmUser is root), the same environment is used:
+    // that is what makes the check above mean something.
+    let own = f.report(&["--store-admin-comment", "1234"], &env[2..]);
+    let all = format!("{}{}", common::stdout(&own), common::stderr(&own));
+    assert!(ran.exists(), "{all}");
+    // Where Debian's Slurm is installed, the real squeue with the caller's SLURM_CONF: its
+    // parser's complaint must not reach the output either.
+    if Path::new("/usr/bin/squeue").exists() {
+        std::fs::remove_dir_all(f.dir.join("bin")).unwrap();
+        std::fs::create_dir_all(f.dir.join("bin")).unwrap();
+        let out = f.report(&["--store-admin-comment", "1234"], &env);
+        let all = format!("{}{}", common::stdout(&out), common::stderr(&out));
+        assert!(!all.contains("SECRET-HASH-LINE"), "{all}");
+    }
 }

@@ -73,6 +73,9 @@ const DENIED: u8 = 8;
 const NOT_STARTED: u8 = 9;
 
 fn main() -> ExitCode {
+    // Run for another user (sudo, from the EpilogSlurmctld): nothing of the caller's
+    // environment is taken, not even for parsing the arguments.
+    epilog::fix_environment_for_another_user(std::env::args_os());
     let args: Args = match gpu_tracker::cli::parse_or_exit("gpu-tracker-report") {
         Ok(a) => a,
         Err(code) => return code,

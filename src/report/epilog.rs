@@ -44,6 +44,42 @@ pub fn is_this_jobs(r: &StepRecord, job_id: u32, job: &JobStart) -> bool {
         && began(r).is_some_and(|t| t >= job.start.saturating_sub(CLOCK_SLACK_SECONDS))
 }
 
+/// Whether `--store-admin-comment` runs for another user: started through sudo (`SUDO_UID` in
+/// its environment, which sudo always sets) or with real and effective user ids that differ (a
+/// setuid wrapper). Then it takes nothing from its caller's environment ([`FIXED_ENVIRONMENT`]):
+/// a `SLURM_CONF` of the caller's would make Slurm's commands, run as root, parse (and quote) a
+/// file of the caller's choosing, and `GPU_TRACKER_*` would choose the spool and settings.
+pub fn runs_for_another_user(sudo_uid_set: bool, uid: u32, euid: u32) -> bool {
+    sudo_uid_set || uid != euid
+}
+
+/// The whole environment of a run for another user ([`runs_for_another_user`]): a `PATH` of
+/// root's directories, nothing else. Slurm's commands then read slurm.conf where they were built
+/// to (`/etc/slurm/slurm.conf` in Debian's and RHEL's packages), and the report its settings
+/// through it (plugstack.conf's `config=`, else `/etc/slurm/gpu-tracker.toml`).
+pub const FIXED_ENVIRONMENT: &[(&str, &str)] = &[(
+    "PATH",
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+)];
+
+/// At the start of `main`, while the process has one thread: when `args` (the program's, its
+/// name first) ask for `--store-admin-comment` and the run is for another user
+/// ([`runs_for_another_user`]), the environment becomes [`FIXED_ENVIRONMENT`], and what a
+/// failed Slurm command says on stderr goes to the system log, never to the caller
+/// ([`slurmdb::send_child_stderr_to_syslog`]). Returns whether it did.
+pub fn fix_environment_for_another_user(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let storing = args
+        .skip(1)
+        .any(|a| a.as_encoded_bytes().starts_with(b"--store-admin-comment"));
+    let sudo = std::env::var_os("SUDO_UID").is_some();
+    if !(storing && runs_for_another_user(sudo, crate::sys::uid(), crate::sys::euid())) {
+        return false;
+    }
+    crate::sys::replace_environment_at_start(FIXED_ENVIRONMENT);
+    slurmdb::send_child_stderr_to_syslog();
+    true
+}
+
 /// Whose job `job_id` is and when it started, as Slurm gives them: the variables slurmctld gives
 /// EpilogSlurmctld ([`slurmctl::start_from_env`]; Slurm 23.02 and later), else the controller
 /// (`squeue`, which still holds the job while its EpilogSlurmctld runs), which must then agree

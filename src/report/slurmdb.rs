@@ -23,22 +23,38 @@ pub fn run(cmd: &mut Command, deadline: Duration) -> Result<String, String> {
     Ok(out)
 }
 
-/// One line for a command that exited with `status`: what it said on stderr, its lines joined.
+/// Whether what a failed command printed on stderr goes to the system log instead of into the
+/// error ([`send_child_stderr_to_syslog`]).
+static STDERR_TO_SYSLOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, what a failed Slurm command said on stderr goes to the system log only, never
+/// into an error the caller prints: for a run as root on another user's behalf (through sudo),
+/// where a command's complaint may quote a file the caller could not read (Slurm's parser
+/// prints the lines of a configuration it rejects).
+pub fn send_child_stderr_to_syslog() {
+    STDERR_TO_SYSLOG.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One line for a command that exited with `status`: what it said on stderr, its lines joined
+/// (or, after [`send_child_stderr_to_syslog`], where it went).
 fn failure(name: &str, status: std::process::ExitStatus, stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let said = lines.join("; ");
-    format!(
-        "{name} failed ({status}){}",
-        if said.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", crate::step::record::clean_text(&said, 300))
-        }
-    )
+    let said = crate::step::record::clean_text(&lines.join("; "), 300);
+    if said.is_empty() {
+        format!("{name} failed ({status})")
+    } else if STDERR_TO_SYSLOG.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::sys::syslog_line(
+            "gpu-tracker-report",
+            &format!("{name} failed ({status}): {said}"),
+        );
+        format!("{name} failed ({status}); what it printed is in the system log")
+    } else {
+        format!("{name} failed ({status}): {said}")
+    }
 }
 
 /// The longest line [`each_line`] hands on; longer ones are cut there (a stored summary is at

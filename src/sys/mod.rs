@@ -5,6 +5,7 @@
 
 mod children;
 mod dir;
+mod environment;
 mod fd;
 mod job_output;
 mod process;
@@ -19,6 +20,7 @@ pub use children::{
     set_interactive_signals, signal_name, spawn_shell, wait_any_ended, wait4,
 };
 pub use dir::{DirEntries, DirEntry, EntryType, list_dir, list_dir_reusing, parse_dirent};
+pub use environment::{replace_environment_at_start, syslog_line};
 pub use fd::{
     create_at, fd_filesystem_type, fd_identity, grow_fd_table, is_fuse, move_fd_at_least, openat,
     rename_at, rename_noreplace, set_cloexec, try_lock, unlinkat,
