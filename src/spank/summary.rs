@@ -36,18 +36,22 @@ pub(super) fn finish_step() -> Result<(), String> {
     let Some(t) = tracker else {
         return Ok(());
     };
-    // The summary goes to the job's output unless that is on a FUSE filesystem: a FUSE
-    // daemon that stops answering would hold slurmstepd (and the job, in COMPLETING) for
-    // ever, whatever the deadline, since the kernel waits for it uninterruptibly.
+    // The summary goes to the job's output unless that is on a FUSE filesystem, or on one the
+    // kernel's tables do not name (lazily unmounted, another mount namespace's): a FUSE daemon
+    // that stops answering would hold slurmstepd (and the job, in COMPLETING) for ever,
+    // whatever the deadline, since the kernel waits for it uninterruptibly.
     let is_batch = t.is_batch();
-    let fuse_output = (is_batch && summary)
-        .then(|| crate::sys::fd_filesystem_type(2))
-        .flatten()
-        .filter(|fs| crate::sys::is_fuse(fs));
-    if let Some(fs) = &fuse_output {
+    let unsafe_output = (is_batch && summary)
+        .then(|| match crate::sys::fd_filesystem_type(2) {
+            Ok(fs) if crate::sys::is_fuse(&fs) => Some(format!("on a {fs} filesystem")),
+            Ok(_) => None,
+            Err(why) => Some(format!("on a filesystem that cannot be told ({why})")),
+        })
+        .flatten();
+    if let Some(why) = &unsafe_output {
         t.note(format!(
-            "the job's output is on a {fs} filesystem: no summary was appended to it \
-             (gpu-tracker-report shows it)"
+            "the job's output is {why}: no summary was appended to it (gpu-tracker-report \
+             shows it)"
         ));
     }
     let (rec, written) = t.finish();
@@ -70,13 +74,14 @@ pub(super) fn finish_step() -> Result<(), String> {
     if rec.step.id != "batch" || !summary {
         return Ok(());
     }
-    if let Some(fs) = fuse_output {
+    if let Some(why) = unsafe_output {
         // Not an error line: slurmstepd copies those to its stderr, the job's output, the
         // very file that may not answer. The record's notes say it too.
         ffi::log_debug(&format!(
-            "gpu-tracker: job {}: summary not written: the job's output is on a {fs} \
-             filesystem, which could hold the step for ever",
-            rec.job.id
+            "gpu-tracker: job {}: summary not written: the job's output is {}, which could \
+             hold the step for ever",
+            rec.job.id,
+            record::terminal_safe(&why)
         ));
         return Ok(());
     }

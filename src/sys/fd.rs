@@ -31,21 +31,47 @@ pub fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> std::io
 /// The filesystem type (`ext4`, `nfs4`, `fuse.sshfs`, ...) of the file open on descriptor `fd`
 /// of this process, from the kernel's tables (`/proc/self/fdinfo`'s `mnt_id`, then
 /// `/proc/self/mountinfo`): nothing is asked of the filesystem itself, which may not answer.
-pub fn fd_filesystem_type(fd: i32) -> Option<String> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
-    let mnt_id = info
+///
+/// `Err(why)` when it cannot be told: fdinfo or mountinfo cannot be read, or the descriptor's
+/// mount is not in this process's mount table. A mount that was lazily unmounted
+/// (`umount -l`, `fusermount3 -u -z`) after the file was opened, or one of another mount
+/// namespace (a file opened through `/proc/<pid>/root/...`), is in no table this process can
+/// read, and may be a FUSE filesystem whose daemon stops answering: callers treat such a
+/// descriptor as one they must not write to.
+pub fn fd_filesystem_type(fd: i32) -> Result<String, String> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .map_err(|e| format!("/proc/self/fdinfo/{fd}: {e}"))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    filesystem_type_of(&info, &mounts)
+}
+
+/// [`fd_filesystem_type`] from the texts of a descriptor's fdinfo and of a mountinfo.
+pub fn filesystem_type_of(fdinfo: &str, mountinfo: &str) -> Result<String, String> {
+    let mnt_id = fdinfo
         .lines()
-        .find_map(|l| l.strip_prefix("mnt_id:"))?
-        .trim()
-        .to_string();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mounts.lines().find_map(|l| {
-        let mut f = l.split(' ');
-        (f.next()? == mnt_id).then_some(())?;
-        // After the optional fields comes "-", then the filesystem type.
-        let mut rest = l.split(" - ").nth(1)?.split(' ');
-        rest.next().map(str::to_string)
-    })
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .ok_or("fdinfo names no mount")?;
+    mountinfo
+        .lines()
+        .find_map(|l| {
+            (l.split(' ').next()? == mnt_id).then_some(())?;
+            // After the optional fields comes "-", then the filesystem type.
+            l.split(" - ")
+                .nth(1)?
+                .split(' ')
+                .next()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+        })
+        .ok_or_else(|| {
+            format!(
+                "mount {mnt_id} is in no mount table of this process (unmounted lazily, or of \
+                 another mount namespace)"
+            )
+        })
 }
 
 /// Whether a filesystem of type `fstype` is served by a user-space daemon (FUSE): once such a
@@ -226,8 +252,9 @@ mod tests {
     fn filesystem_types_come_from_the_kernels_tables() {
         let f = std::fs::File::open("/proc/self/status").unwrap();
         use std::os::fd::AsRawFd;
-        assert_eq!(fd_filesystem_type(f.as_raw_fd()).as_deref(), Some("proc"));
-        assert_eq!(fd_filesystem_type(987_654), None);
+        assert_eq!(fd_filesystem_type(f.as_raw_fd()).as_deref(), Ok("proc"));
+        let e = fd_filesystem_type(987_654).unwrap_err();
+        assert!(e.starts_with("/proc/self/fdinfo/987654: "), "{e}");
         assert!(is_fuse("fuse.sshfs") && is_fuse("fuseblk") && !is_fuse("nfs4"));
     }
 

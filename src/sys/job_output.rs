@@ -27,7 +27,8 @@ pub fn write_to_job_output(fd: i32, text: &[u8], uid: u32) -> Result<(), String>
 ///
 /// Never on FUSE: whether the descriptor is on a FUSE filesystem is found from the kernel's
 /// tables at each call ([`super::fd_filesystem_type`]), without asking the filesystem, and such
-/// a file is refused before anything touches it.
+/// a file is refused before anything touches it; so is a file whose filesystem those tables do
+/// not name (a lazily unmounted mount, another mount namespace's, unreadable tables).
 pub fn write_to_job_output_within(
     fd: i32,
     text: &[u8],
@@ -38,11 +39,21 @@ pub fn write_to_job_output_within(
     let own = dup_cloexec(fd).map_err(|e| format!("descriptor {fd}: {e}"))?;
     // Asked of the duplicate the helper thread writes to: the very file, whatever `fd` is
     // made to point at meanwhile.
-    if let Some(fs) = super::fd_filesystem_type(own.as_raw_fd()).filter(|fs| super::is_fuse(fs)) {
-        return Err(format!(
-            "descriptor {fd}: the job's output is on a {fs} filesystem, which could hold the \
-             step for ever: not written"
-        ));
+    match super::fd_filesystem_type(own.as_raw_fd()) {
+        Ok(fs) if super::is_fuse(&fs) => {
+            return Err(format!(
+                "descriptor {fd}: the job's output is on a {fs} filesystem, which could hold \
+                 the step for ever: not written"
+            ));
+        }
+        Ok(_) => {}
+        // Fail closed: a filesystem nobody can name may be a FUSE one that stops answering.
+        Err(why) => {
+            return Err(format!(
+                "descriptor {fd}: the job's output's filesystem cannot be told ({why}): not \
+                 written"
+            ));
+        }
     }
     write_own_within(own, fd, text, deadline, move |fd| check_job_output(fd, uid))
 }
@@ -433,5 +444,66 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
         std::fs::remove_file(fs.base.join("control/hang")).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    }
+
+    /// The job's output on a FUSE file that was lazily unmounted after it was opened
+    /// (`umount -l`, as `fusermount3 -u -z` does): the descriptor's mount is in no mount table,
+    /// its filesystem cannot be told, and nothing is written, with no wait, even while the
+    /// daemon does not answer.
+    #[test]
+    #[ignore = "mounts tests/hangfs.py: needs root and python3-pyfuse3 (tests/run-all.sh)"]
+    fn hangfs_a_lazily_unmounted_job_output_is_never_written() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        use std::time::{Duration, Instant};
+        let fs = HangFs::mount("lazy");
+        let path = fs.base.join("mnt/out");
+        let f = std::fs::File::options()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let uid = f.metadata().unwrap().uid();
+        let unmounted = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(fs.base.join("mnt"))
+            .status()
+            .unwrap();
+        assert!(unmounted.success());
+        std::fs::write(fs.base.join("control/hang"), "").unwrap();
+        let t0 = Instant::now();
+        let e =
+            write_to_job_output_within(f.as_raw_fd(), b"summary\n", uid, Duration::from_secs(5))
+                .unwrap_err();
+        assert!(e.contains("cannot be told"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        std::fs::remove_file(fs.base.join("control/hang")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(fs.base.join("backing/out")).unwrap(),
+            ""
+        );
+    }
+
+    #[test]
+    fn a_filesystem_is_named_only_from_a_mount_in_the_table() {
+        use crate::sys::filesystem_type_of;
+        let mountinfo = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                         98 22 0:51 / /home/u/mnt rw,nosuid,nodev - fuse.hangfs hangfs rw\n";
+        let fdinfo = |id: &str| format!("pos:\t0\nflags:\t02102001\nmnt_id:\t{id}\nino:\t5\n");
+        assert_eq!(
+            filesystem_type_of(&fdinfo("22"), mountinfo).unwrap(),
+            "ext4"
+        );
+        assert_eq!(
+            filesystem_type_of(&fdinfo("98"), mountinfo).unwrap(),
+            "fuse.hangfs"
+        );
+        // Lazily unmounted, or of another mount namespace: not in the table.
+        let e = filesystem_type_of(&fdinfo("99"), mountinfo).unwrap_err();
+        assert!(e.contains("mount 99 is in no mount table"), "{e}");
+        // An id that is a prefix of another's is not that mount.
+        assert!(filesystem_type_of(&fdinfo("2"), mountinfo).is_err());
+        assert!(filesystem_type_of("pos:\t0\n", mountinfo).is_err());
+        assert!(filesystem_type_of(&fdinfo("22"), "").is_err());
     }
 }

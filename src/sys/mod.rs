@@ -22,8 +22,8 @@ pub use children::{
 pub use dir::{DirEntries, DirEntry, EntryType, list_dir, list_dir_reusing, parse_dirent};
 pub use environment::{replace_environment_at_start, syslog_line};
 pub use fd::{
-    create_at, fd_filesystem_type, fd_identity, grow_fd_table, is_fuse, move_fd_at_least, openat,
-    rename_at, rename_noreplace, set_cloexec, try_lock, unlinkat,
+    create_at, fd_filesystem_type, fd_identity, filesystem_type_of, grow_fd_table, is_fuse,
+    move_fd_at_least, openat, rename_at, rename_noreplace, set_cloexec, try_lock, unlinkat,
 };
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
