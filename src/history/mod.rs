@@ -12,6 +12,7 @@
 mod event;
 mod idle;
 pub mod mark;
+pub mod mark_dir;
 pub mod pressure;
 mod timeline;
 

@@ -72,6 +72,8 @@ struct State {
     launched: Option<(u32, u32)>,
     /// The tracked step's job instance: the end-of-job summary covers its records only.
     instance: Option<Instance>,
+    /// The job's directory of mark sockets on this node, removed when its last step ends.
+    mark_job_dir: Option<PathBuf>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -85,6 +87,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     max_summary_records: crate::config::DEFAULT_MAX_SUMMARY_RECORDS,
     launched: None,
     instance: None,
+    mark_job_dir: None,
 });
 
 fn state() -> MutexGuard<'static, State> {

@@ -9,6 +9,7 @@ use super::ffi::{self, Spank, spank_item};
 use super::{facts, state};
 use crate::config::{Config, Tracking};
 use crate::gres::GpuOrder;
+use crate::history::mark_dir;
 use crate::step::record;
 use crate::step::spool::Spool;
 use crate::step::{LiveSetup, StepSetup, StepTracker};
@@ -116,20 +117,26 @@ pub(super) fn start_step(
         warn_user: cfg.warn_user,
         live: live_setup(&cfg),
     };
-    let mark_prefix = match mark_dir(&cfg.mark_dir) {
-        Ok(Some(dir)) => {
-            Some(dir.join(format!("{job_id}.{}.", record::file_safe(&setup.step.node))))
-        }
+    // The job's own directory of sockets on this node, listable by its user only.
+    let mark_job_dir = match mark_dir(&cfg.mark_dir) {
+        Ok(Some(top)) => match mark_dir::job_dir(&top, job_id, &setup.step.node, setup.job.uid) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                ffi::log_info(&format!("gpu-tracker: phase marks off: {e}"));
+                None
+            }
+        },
         Ok(None) => None,
         Err(e) => {
             ffi::log_info(&format!("gpu-tracker: phase marks off: {e}"));
             None
         }
     };
+    let mark_prefix = mark_job_dir.as_deref().map(mark_dir::prefix_of);
     let mut setup = setup;
-    setup.mark_socket = mark_prefix
+    setup.mark_socket = mark_job_dir
         .as_ref()
-        .map(|p| PathBuf::from(format!("{}{}.sock", p.display(), setup.step.id)));
+        .map(|d| d.join(format!("{}.sock", record::file_safe(&setup.step.id))));
     let name = setup.record_name();
     let instance = setup.instance();
     let tracker = StepTracker::start(setup)?;
@@ -162,33 +169,19 @@ pub(super) fn start_step(
     st.co2_grams_per_kwh = cfg.co2_grams_per_kwh;
     st.class_rules = Some(crate::report::classes::ClassRules::from_config(&cfg));
     st.max_summary_records = cfg.max_summary_records as usize;
+    st.mark_job_dir = mark_job_dir;
     Ok(())
 }
 
-/// The directory of the phase-mark sockets, made when missing: `None` when the settings turn
-/// marks off. Root binds sockets there, so it must be root's and writable by no one else.
+/// The directory of the phase-mark sockets, made when missing ([`mark_dir::prepare_top`]):
+/// `None` when the settings turn marks off. Root binds sockets there, so it must be root's and
+/// writable by no one else, and nobody else may list it.
 fn mark_dir(dir: &str) -> Result<Option<PathBuf>, String> {
     if dir.is_empty() {
         return Ok(None);
     }
     let dir = PathBuf::from(dir);
-    if std::fs::symlink_metadata(&dir).is_err() {
-        use std::os::unix::fs::DirBuilderExt;
-        // Only the last component is made: its parent (/run) must be there.
-        if let Err(e) = std::fs::DirBuilder::new().mode(0o755).create(&dir)
-            && e.kind() != std::io::ErrorKind::AlreadyExists
-        {
-            return Err(format!("cannot make mark_dir {}: {e}", dir.display()));
-        }
-    }
-    let m = std::fs::symlink_metadata(&dir).map_err(|e| format!("mark_dir: {e}"))?;
-    use std::os::unix::fs::MetadataExt;
-    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "mark_dir {} must be a directory of root's that no one else can write to",
-            dir.display()
-        ));
-    }
+    mark_dir::prepare_top(&dir)?;
     trust::check_root_trusted_dir(&dir, "mark_dir")?;
     Ok(Some(dir))
 }

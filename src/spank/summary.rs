@@ -21,7 +21,7 @@ const SRUN_SUMMARY_WAIT: Duration = Duration::from_secs(5);
 /// then appends the job's summary to the job's output through the descriptor slurmstepd
 /// already holds (never by path).
 pub(super) fn finish_step() -> Result<(), String> {
-    let (tracker, spool_dir, summary, instance, co2, rules, max_records) = {
+    let (tracker, spool_dir, summary, instance, co2, rules, max_records, mark_job_dir) = {
         let mut st = state();
         (
             st.tracker.take(),
@@ -31,6 +31,7 @@ pub(super) fn finish_step() -> Result<(), String> {
             st.co2_grams_per_kwh,
             st.class_rules.take().unwrap_or_default(),
             st.max_summary_records,
+            st.mark_job_dir.take(),
         )
     };
     let Some(t) = tracker else {
@@ -55,6 +56,10 @@ pub(super) fn finish_step() -> Result<(), String> {
         ));
     }
     let (rec, written) = t.finish();
+    // The step's socket went with the sampler: the job's directory goes with its last step.
+    if let Some(d) = &mark_job_dir {
+        crate::history::mark_dir::remove_if_empty(d);
+    }
     // What went wrong while recording, in one line for the admin (the record has it too).
     if !rec.sampler.faults.is_empty() {
         ffi::log_info(&format!(

@@ -81,6 +81,9 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     let script = format!(
         "#!/bin/bash\n#SBATCH --gpu-track=0.5 --gres=gpu:2 --mem=200M\n\
          echo mark=$GPU_TRACKER_MARK\n\
+         d=${{GPU_TRACKER_MARK%/}}\n\
+         ls -a \"${{d%/*}}\" >/dev/null 2>&1 && echo marks-top=listed || echo marks-top=denied\n\
+         echo marks-own=$(ls \"$d\" | tr '\\n' ' ')\n\
          {gt} mark load\nsleep 3\n\
          {gt} mark train\nsrun bash {}\n\
          {gt} mark save\nsleep 2\n",
@@ -115,6 +118,13 @@ fn a_job_in_three_phases_with_an_alert_and_an_idle_gpu_tells_its_story() {
     let job = wait_job(USER, "story", id);
     drop(nvml);
     assert_eq!(job.state, "COMPLETED", "{}", job.output);
+    // The node's directory of mark sockets names no job to anyone but root; the job's own
+    // directory shows its user the batch step's socket.
+    assert!(
+        job.output.contains("marks-top=denied") && job.output.contains("marks-own=batch.sock"),
+        "{}",
+        job.output
+    );
     let id = job.id;
     let recs = final_records(id, &["batch", "0"]);
     let batch = &recs["batch"];
