@@ -260,6 +260,7 @@ guest_env() {
     local suite=$1
     printf '%s ' env "GPU_TRACKER_PLUGIN=$REPO/target/vm/$suite/libgpu_tracker.so" \
         "GPU_TRACKER_TEST_SUPPORT=$REPO/target/test-support/debug" \
+        "GPU_TRACKER_GUEST_TESTS=${GPU_TRACKER_GUEST_TESTS:-}" \
         "PATH=$REPO/target/release:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 }
 
@@ -322,8 +323,9 @@ suite_mode() {
     esac
 }
 
-# test SUITE [FILTER...]: the whole real-Slurm suite in the guest (or the tests the FILTERs
-# name), in the suite's mode (suite_mode).
+# test SUITE [FILTER...]: the real-Slurm tests whose subject differs by release
+# (slurm/vm/guest-tests.txt; GPU_TRACKER_GUEST_TESTS=all: the whole suite) in the guest, or the
+# tests the FILTERs name, in the suite's mode (suite_mode).
 cmd_test() {
     local suite=$1 rc=0 t0=$SECONDS release mode words
     shift
