@@ -34,8 +34,10 @@ fn now() -> i64 {
 /// `--advise-submission NAME=VALUE...`: the note for the submission with these options, on
 /// stderr. Always exits 0: the submission goes on whatever happens here.
 pub fn submission(args: &[String]) -> u8 {
+    use std::io::IsTerminal;
     let fields = submit::parse_fields(args);
     let mode = std::env::var("GPU_TRACKER_ADVICE").ok();
+    let shown = submit::asked_for(mode.as_deref()) || std::io::stderr().is_terminal();
     let why = mode.as_deref().is_some_and(|m| m.trim() == "why");
     let say_why = |what: &str| {
         if why {
@@ -70,6 +72,10 @@ pub fn submission(args: &[String]) -> u8 {
         now: now(),
         report: "gpu-tracker-report",
     };
+    if !shown {
+        submit::note_only(&fields, &ctx);
+        return 0;
+    }
     match submit::at_submission(&fields, &ctx, |wait| submit::ask_in_background(&exe, wait)) {
         Outcome::Note(n) => eprint!("{}", crate::text::terminal_safe(&n)),
         Outcome::Quiet(w) => say_why(&w),

@@ -36,6 +36,16 @@ pub fn silenced(env_value: Option<&str>, setting_file: Option<&Path>) -> Option<
     (text.trim() == "off").then_some("~/.config/gpu-tracker/advice says off")
 }
 
+/// Whether the user asked for the note wherever stderr goes (`GPU_TRACKER_ADVICE=always`, or
+/// `why`, which also says why there is none); otherwise it is printed only on a terminal, so
+/// that a script reading `sbatch --parsable`'s output with its stderr gets the job id alone.
+pub fn asked_for(env_value: Option<&str>) -> bool {
+    env_value.is_some_and(|v| {
+        let v = v.trim();
+        v.eq_ignore_ascii_case("always") || v.eq_ignore_ascii_case("why")
+    })
+}
+
 /// The name of the user's own setting file in [`setting_dir`].
 pub const SETTING_FILE: &str = "advice";
 
@@ -280,6 +290,18 @@ pub fn at_submission(
         ));
     }
     Outcome::Note(super::note::submission_note(&advice, cfg, ctx.report))
+}
+
+/// For a submission whose note nobody would see (stderr no terminal, and not asked for):
+/// only notes it where [`at_submission`] would, so that the next submission of the name knows
+/// it may have ended; nothing is asked of Slurm's database.
+pub fn note_only(fields: &BTreeMap<String, String>, ctx: &Context<'_>) {
+    if !ctx.cfg.advise.enabled || !tracked(fields, ctx.cfg) {
+        return;
+    }
+    if let (Some(key), Ok(place)) = (key_of(fields, ctx.cwd), ctx.cache) {
+        let _ = history::note_submission(place, &key, ctx.now);
+    }
 }
 
 /// Runs `gpu-tracker-report --advise-refresh` (this program, `exe`) as a process of its own

@@ -531,3 +531,27 @@ fn a_first_submission_is_noted_while_its_question_has_not_started() {
     assert_eq!(mode & 0o777, 0o700);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_note_goes_where_stderr_is_no_terminal_only_when_asked_for() {
+    assert!(submit::asked_for(Some("always")) && submit::asked_for(Some(" WHY ")));
+    for v in [None, Some("on"), Some("off"), Some("")] {
+        assert!(!submit::asked_for(v), "{v:?}");
+    }
+    // A submission nobody sees a note of is still noted, where a note would have been made.
+    let dir = std::env::temp_dir().join(format!("gt-advise-unseen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let place = Place::open(&dir, crate::sys::euid(), "c").unwrap();
+    let cfg = Config::default();
+    let ctx = alices(&cfg, &place, 1_764_000_000);
+    let mut sub = fields(&[("type", "sbatch"), ("job-name", "train")]);
+    submit::note_only(&sub, &ctx);
+    assert!(history::submissions(&place).is_empty(), "not tracked");
+    sub.insert("gpu_track".into(), "set".into());
+    submit::note_only(&sub, &ctx);
+    assert_eq!(
+        history::submissions(&place),
+        vec![("n:train".to_string(), 1_764_000_000)]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
