@@ -75,8 +75,9 @@ def main():
         "off": (bare, ["-J", NAME, "--gpu-track"], ()),
         "untracked": (conf, ["-J", NAME], ()),
         "silenced": (conf, ["-J", NAME, "--gpu-track"], ("GPU_TRACKER_ADVICE=off",)),
-        "note": (conf, ["-J", NAME, "--gpu-track"], ()),
-        "asking": (conf, ["-J", NAME, "--gpu-track"], ()),
+        # stderr is a pipe here: the note is asked for, as a terminal would show it.
+        "note": (conf, ["-J", NAME, "--gpu-track"], ("GPU_TRACKER_ADVICE=always",)),
+        "asking": (conf, ["-J", NAME, "--gpu-track"], ("GPU_TRACKER_ADVICE=always",)),
     }
     cache = os.path.join(pwd.getpwnam("gtuser").pw_dir, ".cache", "gpu-tracker")
     times = {k: [] for k in ways}

@@ -13,11 +13,20 @@
 -- pcall(gpu_tracker_advise, options, offset) from its slurm_cli_pre_submit.
 --
 -- It never refuses, fails or holds a submission: every error is caught, the job is submitted
--- whatever happens, and gpu-tracker-report waits at most the site's advise.wait_seconds for
--- Slurm's database. The options are handed over as arguments, each quoted: a job's name is
--- the user's text, and a pipe to a program that is gone would kill sbatch with SIGPIPE.
+-- whatever happens, gpu-tracker-report waits at most the site's advise.wait_seconds for
+-- Slurm's database, and coreutils' timeout stops the whole call after GPU_TRACKER_SECONDS
+-- (then kills it a second later), whatever holds it; without timeout there is no advice. The
+-- options are handed over as arguments, each quoted: a job's name is the user's text, and a
+-- pipe to a program that is gone would kill sbatch with SIGPIPE.
+--
+-- The note goes to the submission's stderr only where that is a terminal, or where the user
+-- asked for it with GPU_TRACKER_ADVICE=always (or why): a script that reads
+-- `sbatch --parsable` with its stderr (2>&1) gets the job id alone.
 
 local GPU_TRACKER_REPORT = "/usr/bin/gpu-tracker-report"
+local GPU_TRACKER_TIMEOUT = "/usr/bin/timeout"
+-- Longest the advice may hold a submission, seconds (above the site's advise.wait_seconds).
+local GPU_TRACKER_SECONDS = 5
 
 -- The submission's options the note uses (Slurm's long option names).
 local GPU_TRACKER_FIELDS = {
@@ -59,8 +68,17 @@ function gpu_tracker_advise(options, offset)
             args[#args + 1] = gpu_tracker_word("gpu_track=" .. v)
         end
     end
-    local p = io.popen(gpu_tracker_word(GPU_TRACKER_REPORT) .. " --advise-submission "
-        .. table.concat(args, " ") .. " </dev/null", "r")
+    -- Nothing unbounded: no timeout, no advice.
+    local t = io.open(GPU_TRACKER_TIMEOUT, "r")
+    if t == nil then
+        return
+    end
+    t:close()
+    -- --foreground: the program stays in sbatch's process group, so that it may write to the
+    -- terminal and Ctrl-C reaches it (the question it leaves running has a group of its own).
+    local p = io.popen(gpu_tracker_word(GPU_TRACKER_TIMEOUT) .. " --foreground -k 1 "
+        .. tostring(GPU_TRACKER_SECONDS) .. " " .. gpu_tracker_word(GPU_TRACKER_REPORT)
+        .. " --advise-submission " .. table.concat(args, " ") .. " </dev/null", "r")
     if p ~= nil then
         p:read("*a")
         p:close()

@@ -244,6 +244,66 @@ pub fn unlinkat(dir: &std::fs::File, name: &std::ffi::CStr) -> std::io::Result<(
     Ok(())
 }
 
+/// `openat(dir, name, flags, mode)`: [`openat`] with the mode a file made by `O_CREAT` gets.
+pub fn openat_mode(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's duration;
+    // the mode is passed as the variadic argument (promoted to an unsigned int).
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat and nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// `mkdirat(dir, name, mode)`: makes a directory in an open directory (`AlreadyExists` where
+/// any entry of that name is, a symbolic link included, which is not followed).
+pub fn mkdirat(
+    dir: &std::fs::File,
+    name: &std::ffi::CStr,
+    mode: libc::mode_t,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `name` is NUL-terminated and `dir` an open descriptor for the call's duration.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The target of the symbolic link open on `link` (opened with `O_PATH | O_NOFOLLOW`):
+/// `readlinkat(link, "")`, so that the link read is the one opened, not one put at its path
+/// since.
+pub fn readlink_fd(link: &std::fs::File) -> std::io::Result<std::ffi::OsString> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStringExt;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: the empty name is NUL-terminated, `buf` is writable for its whole length, and
+    // `link` an open descriptor for the call's duration.
+    let n = unsafe {
+        libc::readlinkat(
+            link.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast::<libc::c_char>(),
+            buf.len(),
+        )
+    };
+    let Ok(n) = usize::try_from(n) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    if n >= buf.len() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    buf.truncate(n);
+    Ok(std::ffi::OsString::from_vec(buf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

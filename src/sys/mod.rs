@@ -25,6 +25,7 @@ pub use fd::{
     create_at, fd_filesystem_type, fd_identity, filesystem_type_of, grow_fd_table, is_fuse,
     move_fd_at_least, openat, rename_at, rename_noreplace, set_cloexec, try_lock, unlinkat,
 };
+pub use fd::{mkdirat, openat_mode, readlink_fd};
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
     Rusage, Who, clock_ticks, euid, gettid, hostname, nofile_limit, online_cpus, page_size,

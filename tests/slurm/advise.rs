@@ -1,7 +1,11 @@
 //! Advice at submission (slurm/cli_filter.lua, which the test cluster installs): after a
 //! user's finished jobs of one name asked for far more than they used, the next submission of
-//! that name says so before the job id; another user never sees that history; and a stopped
-//! slurmdbd leaves the submission as quick as ever.
+//! that name says so before the job id; another user never sees that history; a script that
+//! reads `sbatch --parsable` with its stderr gets the job id alone; and a stopped slurmdbd
+//! leaves the submission as quick as ever.
+//!
+//! sbatch's stderr is a pipe here, not a terminal: a submission that expects the note asks for
+//! it (`GPU_TRACKER_ADVICE=always`, or `why`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,6 +36,36 @@ fn sbatch(user: &str, env: &[(&str, &str)], args: &[&str]) -> (String, String, D
     );
     assert!(out.status.success(), "sbatch failed: {stderr}");
     (stdout, stderr, took)
+}
+
+/// `jobid=$(sbatch --parsable ARGS 2>&1)` as `user` runs it in a script, from the user's job
+/// directory: stderr in the same pipe as stdout, no terminal, `GPU_TRACKER_ADVICE` unset. All
+/// it printed.
+fn sbatch_parsable_with_stderr(user: &str, args: &[&str]) -> String {
+    cluster();
+    let dir = state_dir().join("jobs").join(user);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("runuser")
+        .args(["-u", user, "--", "env", "-u", "GPU_TRACKER_ADVICE"])
+        .args([
+            "sh",
+            "-c",
+            r#"exec sbatch "$@" 2>&1"#,
+            "sh",
+            "--parsable",
+            "-o",
+        ])
+        .arg(dir.join("advise-%j.out"))
+        .args(args)
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "sbatch failed: {said}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    said
 }
 
 /// The job id in sbatch's "Submitted batch job N".
@@ -140,7 +174,7 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     while note.contains("did not answer within") && asked.elapsed() < Duration::from_secs(60) {
         println!("slow database: {note}");
         std::thread::sleep(Duration::from_secs(3));
-        let (out, again, _) = sbatch(USER, &[], &held);
+        let (out, again, _) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "why")], &held);
         cancel.push(job_id(&out).to_string());
         note = again;
     }
@@ -158,6 +192,24 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
         note.lines().all(|l| l.starts_with("gpu-tracker: ")),
         "{note}"
     );
+    // Asked for with `always`: the same note.
+    let (out, always, _) = sbatch(USER, &[("GPU_TRACKER_ADVICE", "always")], &held);
+    cancel.push(job_id(&out).to_string());
+    assert!(
+        always.contains(&format!("3 past job(s) named \"{name}\"")),
+        "{always}"
+    );
+    // Not asked for, and stderr no terminal (a script's `jobid=$(sbatch --parsable ... 2>&1)`):
+    // the job id alone.
+    let said = sbatch_parsable_with_stderr(USER, &held);
+    let id = said
+        .trim_end()
+        .split(';')
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|_| said.lines().count() == 1)
+        .unwrap_or_else(|| panic!("not the job id alone: {said:?}"));
+    cancel.push(id.to_string());
     // The same, asked for: the table of the three, and JSON.
     let (code, text, err) = report_as(USER, &["--advise", &name, "-f", "json"]);
     assert_eq!(code, 0, "{err}");

@@ -1,5 +1,6 @@
 //! The user's history of finished jobs, from Slurm's database, kept in a cache in the user's
-//! own home (`~/.cache/gpu-tracker/advice-<cluster>.json`, written by the user's own process).
+//! own home (`~/.cache/gpu-tracker/advice-<cluster>.json`, written by the user's own process,
+//! in a directory no other user can get at: [`Place`]; none for root).
 //!
 //! Slurm's database is asked for the user's own jobs only (`sacct -u <uid>`, rows of another
 //! uid dropped), never more often than `advise.refresh_seconds` for one user, and only when the
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::own_dir::OwnDir;
 use super::{Key, PastRun};
 use crate::config::AdviseConfig;
 use crate::report::figures::Summary;
@@ -145,120 +147,105 @@ impl Cache {
     }
 }
 
-/// The cache file of `uid` on `cluster`: under `XDG_CACHE_HOME` where it is an absolute path,
-/// else under the user's home as the user database has it (not `HOME`: `runuser` and `sudo`
-/// keep another user's).
-pub fn cache_path(uid: u32, cluster: &str) -> Option<PathBuf> {
+/// The directory of `uid`'s caches: `gpu-tracker` under `XDG_CACHE_HOME` where it is an
+/// absolute path, else under the user's home as the user database has it (not `HOME`:
+/// `runuser` and `sudo` keep another user's). Whether it may be used is [`Place`]'s to say.
+pub fn cache_dir(uid: u32) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| crate::sys::user_home(uid).map(|h| h.join(".cache")))?;
-    Some(base.join("gpu-tracker").join(format!(
-        "advice-{}.json",
-        crate::step::record::file_safe(cluster)
-    )))
+    Some(base.join("gpu-tracker"))
 }
 
-/// The cache at `path`, when it is one of `uid` on `cluster` in this format.
-pub fn load(path: &Path, uid: u32, cluster: &str) -> Option<Cache> {
-    let text = crate::sys::read_small_file(path, 16 << 20, "the advice cache").ok()?;
+/// Where one user's cache of one cluster is kept: a directory of the user's own ([`OwnDir`]:
+/// no other user can choose, replace or block its files) and the names there,
+/// `advice-<cluster>.json`, with `.lock` (a change of the cache), `.refresh` (a question in
+/// flight) and `.submitted` (the submissions noted) beside it.
+#[derive(Debug)]
+pub struct Place {
+    dir: OwnDir,
+    stem: String,
+}
+
+impl Place {
+    /// The cache of `cluster` in directory `dir`, as `owner`'s own ([`OwnDir::open`]: made
+    /// where missing, refused where another user could get at it).
+    pub fn open(dir: &Path, owner: u32, cluster: &str) -> Result<Place, String> {
+        Ok(Place::within(OwnDir::open(dir, owner)?, cluster))
+    }
+
+    /// The same as the calling user's own; refused for root ([`OwnDir::for_caller`]).
+    pub fn for_caller(dir: &Path, cluster: &str) -> Result<Place, String> {
+        Ok(Place::within(OwnDir::for_caller(dir)?, cluster))
+    }
+
+    fn within(dir: OwnDir, cluster: &str) -> Place {
+        let stem = format!("advice-{}", crate::step::record::file_safe(cluster));
+        Place { dir, stem }
+    }
+
+    /// The cache file's path, for people.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join(self.file("json"))
+    }
+
+    /// The name of the file with extension `ext`.
+    fn file(&self, ext: &str) -> String {
+        format!("{}.{ext}", self.stem)
+    }
+}
+
+/// The cache at `place`, when it is one of `uid` on `cluster` in this format.
+pub fn load(place: &Place, uid: u32, cluster: &str) -> Option<Cache> {
+    let text = place.dir.read(&place.file("json"), 16 << 20).ok()?;
     let c: Cache = serde_json::from_str(&text).ok()?;
     (c.version == CACHE_VERSION && c.uid == uid && c.cluster == cluster).then_some(c)
 }
 
-/// Writes `cache` to `path` whole ([`write_whole`]).
-pub fn save(path: &Path, cache: &Cache) -> std::io::Result<()> {
-    write_whole(
-        path,
-        serde_json::to_string(cache).unwrap_or_default().as_bytes(),
-    )
-}
-
-/// Writes `bytes` to `path` whole (a new file, 0600, then a rename), making its directory
-/// (0700).
-fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = make_dir(path)?;
-    let tmp = dir.join(format!(
-        ".{}.{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    drop(f);
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// Makes the directory of `path` (0700) where it is missing; returns it.
-fn make_dir(path: &Path) -> std::io::Result<&Path> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    Ok(dir)
+/// Writes `cache` at `place` whole ([`OwnDir::write_whole`]).
+pub fn save(place: &Place, cache: &Cache) -> std::io::Result<()> {
+    let text = serde_json::to_string(cache).unwrap_or_default();
+    place.dir.write_whole(&place.file("json"), text.as_bytes())
 }
 
 /// The lock file beside the cache: `suffix` `lock` for a change of the cache, `refresh` for a
 /// question in flight. `Ok(None)`: another process holds it.
-pub fn lock(path: &Path, suffix: &str) -> std::io::Result<Option<std::fs::File>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path.with_extension(suffix))?;
-    Ok(crate::sys::try_lock(&f)?.then_some(f))
+pub fn lock(place: &Place, suffix: &str) -> std::io::Result<Option<std::fs::File>> {
+    place.dir.try_lock(&place.file(suffix))
 }
 
-/// The file of the submissions noted beside the cache at `path`: a small one of its own, so
-/// that noting one does not rewrite the history.
-pub fn submissions_path(path: &Path) -> PathBuf {
-    path.with_extension("submitted")
-}
-
-/// The submissions noted beside the cache at `path`: each key's [`Key::id`] and when.
-pub fn submissions(path: &Path) -> Vec<(String, i64)> {
-    crate::sys::read_small_file(&submissions_path(path), 1 << 20, "the submissions noted")
+/// The submissions noted beside the cache at `place`: each key's [`Key::id`] and when.
+pub fn submissions(place: &Place) -> Vec<(String, i64)> {
+    place
+        .dir
+        .read(&place.file("submitted"), 1 << 20)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()
 }
 
-/// Notes a submission of `key` at `now` beside the cache at `path`, under the cache's lock;
-/// the newest [`MAX_SUBMISSIONS`] are kept.
-pub fn note_submission(path: &Path, key: &Key, now: i64) -> std::io::Result<()> {
-    // The first submission's question makes the directory too, but in a process of its own
-    // that a slow machine may not have started yet (a busy 26.05 guest took over 2 s).
-    make_dir(path)?;
-    let _held = wait_for_lock(path)?;
-    let mut list = submissions(path);
+/// Notes a submission of `key` at `now` beside the cache at `place` (a small file of its
+/// own, so that noting one does not rewrite the history), under the cache's lock; the newest
+/// [`MAX_SUBMISSIONS`] are kept.
+pub fn note_submission(place: &Place, key: &Key, now: i64) -> std::io::Result<()> {
+    let _held = wait_for_lock(place)?;
+    let mut list = submissions(place);
     let id = key.id();
     list.retain(|(k, _)| *k != id);
     list.push((id, now));
     let extra = list.len().saturating_sub(MAX_SUBMISSIONS);
     list.drain(..extra);
-    write_whole(
-        &submissions_path(path),
-        serde_json::to_string(&list).unwrap_or_default().as_bytes(),
-    )
+    let text = serde_json::to_string(&list).unwrap_or_default();
+    place
+        .dir
+        .write_whole(&place.file("submitted"), text.as_bytes())
 }
 
 /// The cache's lock, waited for up to 200 ms.
-fn wait_for_lock(path: &Path) -> std::io::Result<std::fs::File> {
+fn wait_for_lock(place: &Place) -> std::io::Result<std::fs::File> {
     for _ in 0..20 {
-        if let Some(f) = lock(path, "lock")? {
+        if let Some(f) = lock(place, "lock")? {
             return Ok(f);
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -269,50 +256,59 @@ fn wait_for_lock(path: &Path) -> std::io::Result<std::fs::File> {
     ))
 }
 
-/// Changes the cache at `path` with `change` under its lock (waiting up to 200 ms for it):
+/// Changes the cache at `place` with `change` under its lock (waiting up to 200 ms for it):
 /// read, changed, written whole. A missing or unusable cache starts empty.
 pub fn update(
-    path: &Path,
+    place: &Place,
     uid: u32,
     cluster: &str,
     change: impl FnOnce(&mut Cache),
 ) -> std::io::Result<Cache> {
-    let _held = wait_for_lock(path)?;
-    let mut c = load(path, uid, cluster).unwrap_or_else(|| Cache::new(uid, cluster));
+    let _held = wait_for_lock(place)?;
+    let mut c = load(place, uid, cluster).unwrap_or_else(|| Cache::new(uid, cluster));
     change(&mut c);
-    save(path, &c)?;
+    save(place, &c)?;
     Ok(c)
 }
 
 /// Asks Slurm's database for `uid`'s runs that ended from `since` (Unix seconds) to `now`
-/// and takes them into the cache at `path`. Does nothing while another process asks
+/// and takes them into the cache at `place`. Does nothing while another process asks
 /// (`Ok(false)`). The question's failure is kept in the cache.
 pub fn refresh(
-    path: &Path,
+    place: &Place,
     uid: u32,
     cluster: &str,
     cfg: &AdviseConfig,
     now: i64,
 ) -> Result<bool, String> {
-    let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    make_dir(path).map_err(io)?;
-    let Some(_asking) = lock(path, "refresh").map_err(io)? else {
+    let io = |e: std::io::Error| format!("{}: {e}", place.path().display());
+    let Some(_asking) = lock(place, "refresh").map_err(io)? else {
         return Ok(false);
     };
-    let before = update(path, uid, cluster, |c| c.attempted = now).map_err(io)?;
+    let before = update(place, uid, cluster, |c| c.attempted = now).map_err(io)?;
     let since = before.since(now, cfg.days);
+    let (answer, asked) = match fetch(uid, since) {
+        Ok(runs) => (Ok(true), Ok(runs)),
+        Err(e) => (Err(e.clone()), Err(e)),
+    };
+    update(place, uid, cluster, |c| match asked {
+        Ok(runs) => c.merge(runs, since, now, cfg.days),
+        Err(e) => c.failed = Some(e),
+    })
+    .map_err(io)?;
+    answer
+}
+
+/// `uid`'s runs with a stored summary that ended from `since` (Unix seconds) to now, from
+/// Slurm's database.
+pub fn fetch(uid: u32, since: i64) -> Result<Vec<PastRun>, String> {
     let mut runs = Vec::new();
-    let asked = ask(uid, since, |line| {
+    ask(uid, since, |line| {
         if let Some(r) = parse_row(line, uid) {
             runs.push(r);
         }
-    });
-    update(path, uid, cluster, |c| match &asked {
-        Ok(()) => c.merge(runs, since, now, cfg.days),
-        Err(e) => c.failed = Some(e.clone()),
-    })
-    .map_err(io)?;
-    asked.map(|()| true)
+    })?;
+    Ok(runs)
 }
 
 /// Runs `sacct` for `uid`'s runs in [`STATES`] from `since` (Unix seconds) to now, handing

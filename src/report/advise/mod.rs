@@ -4,12 +4,14 @@
 //! The same job is what a user would call it: the job name (`-J`), else the batch script's
 //! path (Slurm then names the job after the script). The history is the user's own finished
 //! jobs that gpu-tracker summarised, from Slurm's database (each job's `AdminComment`, written
-//! only by the site's EpilogSlurmctld), kept in a cache in the user's home ([`history`]); the
-//! note ([`note`]) is printed at submission by `slurm/cli_filter.lua` ([`submit`]) and by
-//! `gpu-tracker-report --advise`. Jobs of an array all count, as one job of many runs.
+//! only by the site's EpilogSlurmctld), kept in a cache in the user's home ([`history`]), in a
+//! directory no other user can get at ([`own_dir`]); the note ([`note`]) is printed at
+//! submission by `slurm/cli_filter.lua` ([`submit`]) and by `gpu-tracker-report --advise`.
+//! Jobs of an array all count, as one job of many runs.
 
 pub mod history;
 pub mod note;
+pub mod own_dir;
 pub mod run;
 pub mod submit;
 
@@ -397,5 +399,7 @@ fn mem_text(bytes: u64) -> String {
     }
 }
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::history;
+use super::history::{self, Cache};
+use super::own_dir::OwnDir;
 use super::submit::{self, Context, Outcome};
 use super::{Key, Request};
 use crate::config::Config;
@@ -33,8 +34,10 @@ fn now() -> i64 {
 /// `--advise-submission NAME=VALUE...`: the note for the submission with these options, on
 /// stderr. Always exits 0: the submission goes on whatever happens here.
 pub fn submission(args: &[String]) -> u8 {
+    use std::io::IsTerminal;
     let fields = submit::parse_fields(args);
     let mode = std::env::var("GPU_TRACKER_ADVICE").ok();
+    let shown = submit::asked_for(mode.as_deref()) || std::io::stderr().is_terminal();
     let why = mode.as_deref().is_some_and(|m| m.trim() == "why");
     let say_why = |what: &str| {
         if why {
@@ -58,17 +61,21 @@ pub fn submission(args: &[String]) -> u8 {
         return 0;
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let cache = history::cache_path(site.uid, &site.cluster);
+    let place = cache_place(&site);
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gpu-tracker-report"));
     let ctx = Context {
         cfg: &site.cfg,
         cluster: &site.cluster,
         uid: site.uid,
         cwd: &cwd,
-        cache: cache.as_deref(),
+        cache: place.as_ref().map_err(String::as_str),
         now: now(),
         report: "gpu-tracker-report",
     };
+    if !shown {
+        submit::note_only(&fields, &ctx);
+        return 0;
+    }
     match submit::at_submission(&fields, &ctx, |wait| submit::ask_in_background(&exe, wait)) {
         Outcome::Note(n) => eprint!("{}", crate::text::terminal_safe(&n)),
         Outcome::Quiet(w) => say_why(&w),
@@ -76,29 +83,36 @@ pub fn submission(args: &[String]) -> u8 {
     0
 }
 
+/// Where the caller's cache is kept, or why none is (no home, a directory another user could
+/// get at, root: [`history::Place::for_caller`]).
+fn cache_place(site: &Site) -> Result<history::Place, String> {
+    let dir = history::cache_dir(site.uid).ok_or("no home directory")?;
+    history::Place::for_caller(&dir, &site.cluster)
+}
+
 /// `--advise-refresh`: asks Slurm's database for the caller's history into their cache.
 pub fn refresh() -> u8 {
     let Ok(site) = site() else { return 1 };
-    let Some(path) = history::cache_path(site.uid, &site.cluster) else {
+    let Ok(place) = cache_place(&site) else {
         return 1;
     };
-    match history::refresh(&path, site.uid, &site.cluster, &site.cfg.advise, now()) {
+    match history::refresh(&place, site.uid, &site.cluster, &site.cfg.advise, now()) {
         Ok(_) => 0,
         Err(_) => 1,
     }
 }
 
-/// `--advice on|off`: the note at submission for the caller, for good.
+/// `--advice on|off`: the note at submission for the caller, for good. The file is written
+/// only in a directory of the caller's own ([`OwnDir`]), never through a link.
 pub fn set_advice(value: &str) -> Result<String, String> {
     let uid = crate::sys::uid();
-    let file = submit::setting_file(uid).ok_or("no home directory to keep the setting in")?;
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::write(&file, format!("{value}\n")).map_err(|e| format!("{}: {e}", file.display()))?;
+    let dir = submit::setting_dir(uid).ok_or("no home directory to keep the setting in")?;
+    let own = OwnDir::open(&dir, crate::sys::euid())?;
+    own.write_whole(submit::SETTING_FILE, format!("{value}\n").as_bytes())
+        .map_err(|e| format!("{}: {e}", dir.join(submit::SETTING_FILE).display()))?;
     Ok(format!(
         "advice at submission {value} for you ({}); GPU_TRACKER_ADVICE=off silences one submission",
-        file.display()
+        dir.join(submit::SETTING_FILE).display()
     ))
 }
 
@@ -112,6 +126,36 @@ pub fn key_of_argument(arg: &str, cwd: &Path) -> Option<Key> {
     }
 }
 
+/// The caller's history for `--advise` at `t`: the cache, asked into first unless it was
+/// asked within `advise.refresh_seconds`; without a cache ([`cache_place`]), asked of Slurm's
+/// database for this once. What could not be used goes to `notes`.
+fn history_for_advise(site: &Site, t: i64, notes: &mut Vec<String>) -> Result<Cache, String> {
+    let cfg = &site.cfg.advise;
+    let place = match cache_place(site) {
+        Ok(place) => place,
+        Err(why) => {
+            notes.push(format!("no history is kept: {why}"));
+            let since = t - (cfg.days * 86_400.0) as i64;
+            let runs = history::fetch(site.uid, since)
+                .map_err(|e| format!("Slurm's database: {e}; {}", notes.join("; ")))?;
+            let mut c = Cache::new(site.uid, &site.cluster);
+            c.merge(runs, since, t, cfg.days);
+            return Ok(c);
+        }
+    };
+    let fresh = history::load(&place, site.uid, &site.cluster)
+        .is_some_and(|c| c.failed.is_none() && ((t - c.attempted) as f64) < cfg.refresh_seconds);
+    if !fresh {
+        match history::refresh(&place, site.uid, &site.cluster, cfg, t) {
+            Ok(true) => {}
+            Ok(false) => notes.push("another process is asking Slurm's database".to_string()),
+            Err(e) => notes.push(format!("Slurm's database: {e}; the history kept is used")),
+        }
+    }
+    history::load(&place, site.uid, &site.cluster)
+        .ok_or_else(|| format!("no history: {}", notes.join("; ")))
+}
+
 /// `--advise ARG`: the advice, the matched runs, as text or JSON (`json`). Asks Slurm's
 /// database first unless it was asked within `advise.refresh_seconds`. Exit status 0, or 1
 /// when neither the database nor the cache has a history to look at.
@@ -119,22 +163,10 @@ pub fn advise(arg: &str, json: bool) -> Result<(u8, String), String> {
     let site = site()?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let key = key_of_argument(arg, &cwd).ok_or("a script path that cannot be made absolute")?;
-    let path = history::cache_path(site.uid, &site.cluster).ok_or("no home directory")?;
     let cfg = &site.cfg.advise;
     let mut notes = Vec::new();
     let t = now();
-    let fresh = history::load(&path, site.uid, &site.cluster)
-        .is_some_and(|c| c.failed.is_none() && ((t - c.attempted) as f64) < cfg.refresh_seconds);
-    if !fresh {
-        match history::refresh(&path, site.uid, &site.cluster, cfg, t) {
-            Ok(true) => {}
-            Ok(false) => notes.push("another process is asking Slurm's database".to_string()),
-            Err(e) => notes.push(format!("Slurm's database: {e}; the history kept is used")),
-        }
-    }
-    let Some(cache) = history::load(&path, site.uid, &site.cluster) else {
-        return Err(format!("no history: {}", notes.join("; ")));
-    };
+    let cache = history_for_advise(&site, t, &mut notes)?;
     let runs = super::matching(&cache.runs, &key);
     let advice = super::advise(&key, &runs, &Request::default(), cfg);
     let text = if json {

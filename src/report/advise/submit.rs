@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::history::{self, Cache};
+use super::history::{self, Cache, Place};
 use super::{Key, Request};
 use crate::config::{Config, Tracking};
 
@@ -36,14 +36,32 @@ pub fn silenced(env_value: Option<&str>, setting_file: Option<&Path>) -> Option<
     (text.trim() == "off").then_some("~/.config/gpu-tracker/advice says off")
 }
 
-/// The user's own setting file: `XDG_CONFIG_HOME` (an absolute path) or `~/.config`, then
-/// `gpu-tracker/advice`.
-pub fn setting_file(uid: u32) -> Option<PathBuf> {
+/// Whether the user asked for the note wherever stderr goes (`GPU_TRACKER_ADVICE=always`, or
+/// `why`, which also says why there is none); otherwise it is printed only on a terminal, so
+/// that a script reading `sbatch --parsable`'s output with its stderr gets the job id alone.
+pub fn asked_for(env_value: Option<&str>) -> bool {
+    env_value.is_some_and(|v| {
+        let v = v.trim();
+        v.eq_ignore_ascii_case("always") || v.eq_ignore_ascii_case("why")
+    })
+}
+
+/// The name of the user's own setting file in [`setting_dir`].
+pub const SETTING_FILE: &str = "advice";
+
+/// The directory of the user's own setting file: `XDG_CONFIG_HOME` (an absolute path) or
+/// `~/.config`, then `gpu-tracker`.
+pub fn setting_dir(uid: u32) -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| crate::sys::user_home(uid).map(|h| h.join(".config")))?;
-    Some(base.join("gpu-tracker").join("advice"))
+    Some(base.join("gpu-tracker"))
+}
+
+/// The user's own setting file: [`SETTING_FILE`] in [`setting_dir`].
+pub fn setting_file(uid: u32) -> Option<PathBuf> {
+    setting_dir(uid).map(|d| d.join(SETTING_FILE))
 }
 
 /// Whether the plugin will track the job: its `--gpu-track` (`gpu_track`: `set` for the bare
@@ -179,8 +197,9 @@ pub struct Context<'a> {
     pub uid: u32,
     /// The directory the submission was made in.
     pub cwd: &'a Path,
-    /// The user's cache file; `None`: the user has no home.
-    pub cache: Option<&'a Path>,
+    /// Where the user's cache is kept; `Err`: why none is (no home, a directory another
+    /// user could get at, root).
+    pub cache: Result<&'a Place, &'a str>,
     /// Now, Unix seconds.
     pub now: i64,
     /// The name `gpu-tracker-report` is run by, for the note's last line.
@@ -204,13 +223,14 @@ pub fn at_submission(
     let Some(key) = key_of(fields, ctx.cwd) else {
         return Outcome::Quiet("no job name and no script to match past jobs by".into());
     };
-    let Some(path) = ctx.cache else {
-        return Outcome::Quiet("no home directory to keep the history in".into());
+    let place = match ctx.cache {
+        Ok(p) => p,
+        Err(why) => return Outcome::Quiet(format!("no history is kept: {why}")),
     };
-    let mut cache = history::load(path, ctx.uid, ctx.cluster);
+    let mut cache = history::load(place, ctx.uid, ctx.cluster);
     let mut said = String::new();
     let due = match &cache {
-        Some(c) => c.due(&key, ctx.now, cfg, &history::submissions(path)),
+        Some(c) => c.due(&key, ctx.now, cfg, &history::submissions(place)),
         None => Some("no history kept yet".into()),
     };
     if let Some(why) = due {
@@ -225,10 +245,10 @@ pub fn at_submission(
             }
             Err(e) => said = format!("Slurm's database could not be asked ({why}): {e}"),
         }
-        cache = history::load(path, ctx.uid, ctx.cluster);
+        cache = history::load(place, ctx.uid, ctx.cluster);
     }
     // The submission is noted for the next one (a job of this name may end before it).
-    let noted = history::note_submission(path, &key, ctx.now);
+    let noted = history::note_submission(place, &key, ctx.now);
     let cache = cache.unwrap_or_else(|| Cache::new(ctx.uid, ctx.cluster));
     if let Some(f) = cache.failed.as_deref() {
         said = format!("Slurm's database did not answer last time: {f}");
@@ -270,6 +290,18 @@ pub fn at_submission(
         ));
     }
     Outcome::Note(super::note::submission_note(&advice, cfg, ctx.report))
+}
+
+/// For a submission whose note nobody would see (stderr no terminal, and not asked for):
+/// only notes it where [`at_submission`] would, so that the next submission of the name knows
+/// it may have ended; nothing is asked of Slurm's database.
+pub fn note_only(fields: &BTreeMap<String, String>, ctx: &Context<'_>) {
+    if !ctx.cfg.advise.enabled || !tracked(fields, ctx.cfg) {
+        return;
+    }
+    if let (Some(key), Ok(place)) = (key_of(fields, ctx.cwd), ctx.cache) {
+        let _ = history::note_submission(place, &key, ctx.now);
+    }
 }
 
 /// Runs `gpu-tracker-report --advise-refresh` (this program, `exe`) as a process of its own

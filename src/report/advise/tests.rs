@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::history::{self, Cache, DELIMITER};
+use super::history::{self, Cache, DELIMITER, Place};
 use super::submit::{self, Context, Outcome};
 use super::*;
 use crate::config::{Config, GpuType};
@@ -368,14 +368,14 @@ fn the_submission_options_read_as_slurm_hands_them() {
     assert_eq!(submit::key_of(&fields(&[("type", "sbatch")]), cwd), None);
 }
 
-/// A submission by uid 1001 from /home/alice on cluster `c`, with its cache at `path`.
-fn alices<'a>(cfg: &'a Config, path: &'a Path, now: i64) -> Context<'a> {
+/// A submission by uid 1001 from /home/alice on cluster `c`, with its cache at `place`.
+fn alices<'a>(cfg: &'a Config, place: &'a Place, now: i64) -> Context<'a> {
     Context {
         cfg,
         cluster: "c",
         uid: 1001,
         cwd: Path::new("/home/alice"),
-        cache: Some(path),
+        cache: Ok(place),
         now,
         report: "gpu-tracker-report",
     }
@@ -384,7 +384,8 @@ fn alices<'a>(cfg: &'a Config, path: &'a Path, now: i64) -> Context<'a> {
 #[test]
 fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
     let dir = std::env::temp_dir().join(format!("gt-advise-{}", std::process::id()));
-    let path = dir.join("advice-c.json");
+    let place = Place::open(&dir, crate::sys::euid(), "c").unwrap();
+    let path = place.path();
     let now = 1_764_000_000 + 1000;
     let mut c = Cache::new(1001, "c");
     c.attempted = now - 1;
@@ -394,9 +395,9 @@ fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
         now - 1,
         30.0,
     );
-    history::save(&path, &c).unwrap();
+    history::save(&place, &c).unwrap();
     let cfg = Config::default();
-    let ctx = alices(&cfg, &path, now);
+    let ctx = alices(&cfg, &place, now);
     let sub = fields(&[
         ("type", "sbatch"),
         ("job-name", "train"),
@@ -414,7 +415,7 @@ fn a_submission_gets_the_note_from_the_cache_and_none_where_it_should_not() {
     );
     // The submission is noted: the next one a while later asks Slurm's database.
     assert_eq!(
-        history::submissions(&path),
+        history::submissions(&place),
         vec![("n:train".to_string(), now)]
     );
     let later = Context {
@@ -506,10 +507,11 @@ fn a_first_submission_is_noted_while_its_question_has_not_started() {
     // that far when the wait ends: the submission still makes it and is noted.
     let dir = std::env::temp_dir().join(format!("gt-advise-first-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let path = dir.join("cache/advice-c.json");
+    let cache = dir.join("cache");
+    let place = Place::open(&cache, crate::sys::euid(), "c").unwrap();
     let now = 1_764_000_000;
     let cfg = Config::default();
-    let ctx = alices(&cfg, &path, now);
+    let ctx = alices(&cfg, &place, now);
     let sub = fields(&[
         ("type", "sbatch"),
         ("job-name", "train"),
@@ -521,14 +523,35 @@ fn a_first_submission_is_noted_while_its_question_has_not_started() {
     assert!(why.contains("did not answer within 0.5 s"), "{why}");
     assert!(!why.contains("could not be kept"), "{why}");
     assert_eq!(
-        history::submissions(&path),
+        history::submissions(&place),
         vec![("n:train".to_string(), now)]
     );
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path.parent().unwrap())
-        .unwrap()
-        .permissions()
-        .mode();
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_note_goes_where_stderr_is_no_terminal_only_when_asked_for() {
+    assert!(submit::asked_for(Some("always")) && submit::asked_for(Some(" WHY ")));
+    for v in [None, Some("on"), Some("off"), Some("")] {
+        assert!(!submit::asked_for(v), "{v:?}");
+    }
+    // A submission nobody sees a note of is still noted, where a note would have been made.
+    let dir = std::env::temp_dir().join(format!("gt-advise-unseen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let place = Place::open(&dir, crate::sys::euid(), "c").unwrap();
+    let cfg = Config::default();
+    let ctx = alices(&cfg, &place, 1_764_000_000);
+    let mut sub = fields(&[("type", "sbatch"), ("job-name", "train")]);
+    submit::note_only(&sub, &ctx);
+    assert!(history::submissions(&place).is_empty(), "not tracked");
+    sub.insert("gpu_track".into(), "set".into());
+    submit::note_only(&sub, &ctx);
+    assert_eq!(
+        history::submissions(&place),
+        vec![("n:train".to_string(), 1_764_000_000)]
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
