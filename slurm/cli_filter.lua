@@ -26,7 +26,7 @@
 local GPU_TRACKER_REPORT = "/usr/bin/gpu-tracker-report"
 local GPU_TRACKER_TIMEOUT = "/usr/bin/timeout"
 -- Longest the advice may hold a submission, seconds (above the site's advise.wait_seconds).
-local GPU_TRACKER_SECONDS = 5
+local GPU_TRACKER_SECONDS = 12
 
 -- The submission's options the note uses (Slurm's long option names).
 local GPU_TRACKER_FIELDS = {
