@@ -62,7 +62,7 @@ mod spank {
             // Only the 22.05 API that the plugin calls: a symbol the running Slurm lacks would
             // keep the plugin from loading (Rust cdylibs bind eagerly).
             .allowlist_function(
-                "spank_(context|option_register|option_getopt|get_item|getenv|setenv|strerror)",
+                "spank_(context|option_register|option_getopt|get_item|getenv|setenv|job_control_setenv|strerror)",
             )
             .allowlist_function("slurm_(info|error|verbose|debug)")
             .allowlist_type("spank_(t|item|item_t|context|context_t|option|err_t|opt_cb_f)")

@@ -222,6 +222,7 @@ fn track(
         mark_socket: None,
         warn_user: false,
         live: None,
+        record_run: gpu_tracker::step::run::RecordRun::Known(0),
     };
     let tracker = StepTracker::start(setup)
         .map_err(anyhow::Error::msg)

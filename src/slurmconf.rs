@@ -25,6 +25,9 @@ pub struct SlurmConf {
     pub gres_types: Vec<String>,
     /// `PlugStackConfig`, as written; `None` when not set (or empty).
     pub plug_stack_config: Option<String>,
+    /// `PrologFlags` has `RunInJob` (24.11 on): the extern step's slurmstepd runs the prolog,
+    /// after the extern step started.
+    pub prolog_runs_in_job: bool,
 }
 
 impl SlurmConf {
@@ -44,6 +47,10 @@ impl SlurmConf {
                     out.cluster_name = Some(v.to_ascii_lowercase());
                 } else if k.eq_ignore_ascii_case("PlugStackConfig") {
                     out.plug_stack_config = (!v.is_empty()).then(|| v.to_string());
+                } else if k.eq_ignore_ascii_case("PrologFlags") {
+                    out.prolog_runs_in_job = v
+                        .split(',')
+                        .any(|f| f.trim().eq_ignore_ascii_case("RunInJob"));
                 } else if k.eq_ignore_ascii_case("GresTypes") {
                     out.gres_types = v
                         .split(',')
@@ -135,6 +142,19 @@ mod tests {
         let c = SlurmConf::parse("ClusterName=x\nGresTypes=shard # gpu\n");
         assert!(!c.has_gpu_gres());
         assert_eq!(SlurmConf::parse("").cluster_name, None);
+    }
+
+    #[test]
+    fn prolog_flags_say_whether_the_prolog_runs_in_the_job() {
+        for (text, yes) in [
+            ("PrologFlags=Contain,RunInJob\n", true),
+            ("prologflags=runinjob # x\n", true),
+            ("PrologFlags=Contain,X11\n", false),
+            ("# PrologFlags=RunInJob\n", false),
+            ("", false),
+        ] {
+            assert_eq!(SlurmConf::parse(text).prolog_runs_in_job, yes, "{text:?}");
+        }
     }
 
     #[test]

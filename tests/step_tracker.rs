@@ -83,6 +83,7 @@ impl Fixture {
             mark_socket: Some(dir.join("4242.n1.0.sock")),
             warn_user: false,
             live: None,
+            record_run: gpu_tracker::step::run::RecordRun::Known(0),
         };
         Fixture { dir, setup }
     }

@@ -247,6 +247,17 @@ impl Spank {
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
+    /// Sets a variable in the job's control environment (sbatch, salloc, srun: local and
+    /// allocator contexts), which slurmd passes to the job's prolog and epilog as
+    /// `SPANK_<name>`, replacing any value set before.
+    pub fn job_control_setenv(self, name: &str, value: &str) -> Result<(), String> {
+        let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
+            return Err("a NUL byte in a variable".into());
+        };
+        // SAFETY: two valid C strings alive for the call; SPANK copies them.
+        check(unsafe { spank_job_control_setenv(self.0, n.as_ptr(), v.as_ptr(), 1) })
+    }
+
     /// Sets a variable in the environment of the step's tasks (remote context), replacing any
     /// value the job had.
     pub fn setenv(self, name: &str, value: &str) -> Result<(), String> {

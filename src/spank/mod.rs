@@ -181,7 +181,15 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
         let new_job = in_context(&[S_CTX_ALLOCATOR])
             || (in_context(&[S_CTX_LOCAL]) && std::env::var_os("SLURM_JOB_ID").is_none());
         if new_job {
-            ffi::set_submission_env(option::SUBMIT_TOKEN_VAR, &option::new_token());
+            let token = option::new_token();
+            ffi::set_submission_env(option::SUBMIT_TOKEN_VAR, &token);
+            // The job's prolog writes it into the run file, which the job's steps take only
+            // with their own token (a reused job id is another job).
+            if let Err(e) = Spank::new(sp).job_control_setenv(option::SUBMIT_TOKEN_VAR, &token) {
+                ffi::log_debug(&format!(
+                    "gpu-tracker: the submission token is not passed to the prolog: {e}"
+                ));
+            }
             return Ok(());
         }
         if !in_context(&[S_CTX_REMOTE]) {

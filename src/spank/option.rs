@@ -36,6 +36,10 @@ unsafe extern "C" fn option_cb(_val: c_int, optarg: *const c_char, remote: c_int
 /// `--export=NONE`.
 pub(super) const SUBMIT_TOKEN_VAR: &str = "SLURM_GPU_TRACKER_SUBMIT";
 
+/// The token as the job's prolog sees it: given at submission to the job's control environment
+/// too, which slurmd passes to the prolog with the `SPANK_` prefix ([`super::prolog`]).
+pub(super) const SPANK_SUBMIT_TOKEN_VAR: &str = "SPANK_SLURM_GPU_TRACKER_SUBMIT";
+
 /// A token as the plugin makes them: digits and dots, at most 40 characters.
 pub(super) fn valid_token(t: &str) -> bool {
     !t.is_empty() && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')

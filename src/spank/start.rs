@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use super::ffi::{self, Spank, spank_item};
 use super::{facts, state};
-use crate::config::{Config, Tracking};
+use crate::config::{Config, StepKind, Tracking};
 use crate::gres::GpuOrder;
 use crate::history::mark_dir;
-use crate::step::record;
 use crate::step::spool::Spool;
 use crate::step::{LiveSetup, StepSetup, StepTracker};
+use crate::step::{record, run};
 use crate::trust;
 
 /// Reads the step's facts and starts tracking it, when the job asked (or the site tracks all).
@@ -72,11 +72,27 @@ pub(super) fn start_step(
         .and_then(|s| s.for_cluster(&cluster))
         .map_err(|e| format!("spool: {e}"))?
         .readable_by(uid);
-    // The run, with its time limit, as the job_prolog wrote it from Slurm's credential.
+    // The run, with its time limit, as this run's job_prolog wrote it from Slurm's credential;
+    // a step that cannot tie itself to its run is named by its own start.
     let now = crate::clock::unix_now() as i64;
-    job.run = spool
-        .read_run(job_id)
-        .and_then(|f| crate::step::run::accept(f, job_id, uid, now));
+    let claim = run::StepClaim {
+        job_id,
+        uid,
+        token: job.submit_token.clone(),
+        job_start: (kind == StepKind::Srun)
+            .then(|| sp.getenv("SLURM_JOB_START_TIME"))
+            .flatten()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .filter(|t| *t > 0),
+        now,
+        // Under RunInJob the extern step starts before its run's prolog (which it runs).
+        not_before: (kind == StepKind::Extern && prolog_runs_in_job()).then_some(now),
+    };
+    job.run = spool.read_run(job_id).and_then(|f| run::accept(f, &claim));
+    let record_run = match &job.run {
+        Some(r) => run::RecordRun::Known(r.restart_count),
+        None => run::RecordRun::Unknown { started_unix: now },
+    };
     if !record::is_recorded(step_id, cfg.max_step_records) {
         // Past the job's bound on step records: not tracked, and its directory says so once
         // (the summary and the report show it). A job may have 40,000 steps.
@@ -116,6 +132,7 @@ pub(super) fn start_step(
         mark_socket: None,
         warn_user: cfg.warn_user,
         live: live_setup(&cfg),
+        record_run,
     };
     // The job's own directory of sockets on this node, listable by its user only.
     let mark_job_dir = match mark_dir(&cfg.mark_dir) {
@@ -171,6 +188,12 @@ pub(super) fn start_step(
     st.max_summary_records = cfg.max_summary_records as usize;
     st.mark_job_dir = mark_job_dir;
     Ok(())
+}
+
+/// Whether slurm.conf's `PrologFlags` has `RunInJob` (the extern step runs the prolog).
+fn prolog_runs_in_job() -> bool {
+    crate::slurmconf::SlurmConf::read(&crate::slurmconf::path_from_env())
+        .is_ok_and(|c| c.prolog_runs_in_job)
 }
 
 /// The directory of the phase-mark sockets, made when missing ([`mark_dir::prepare_top`]):

@@ -6,13 +6,20 @@
 //! from the job's signed credential: `SLURM_JOB_RESTART_COUNT` (22.05 on), `SLURM_JOB_START_TIME`
 //! and `SLURM_JOB_END_TIME` (23.02 on). The plugin's `job_prolog` callback, which slurmd runs as
 //! root on each node before the run's first step there, reads them and writes a run file
-//! ([`RunFile`]) into `<spool>/<cluster>/.runs/<jobid>.json` (root only); each step of the run
-//! reads it at its start ([`accept`]) and copies the run into its record (`job.run`). The job's
-//! environment is never read: the user writes it.
+//! ([`RunFile`]) into `<spool>/<cluster>/.runs/<jobid>.json` (root only), for every job whose
+//! steps may be tracked; each step of the run reads it at its start ([`accept`]) and copies the
+//! run into its record (`job.run`). The job's environment is never read: the user writes it.
+//!
+//! A run file names its job instance (job id, user, and the submission token the plugin gave the
+//! job: a reused job id is another job) and, from 23.02, the run's start as the credential
+//! says. A step takes it only where all of these are its own ([`StepClaim`]); a step that
+//! cannot tie itself to a run (no run file of its job, or one of an earlier run) is named by its
+//! own start ([`record_file_name`]), so its record never replaces another run's.
 //!
 //! Records of a job's first run are `<node>.<step>.json`; those of run k > 1 (restart count
 //! k - 1) are `<node>.<step>.run<k>.json`, so a requeued job's second run keeps the first's
-//! records ([`record_file_name`], [`split_run`]).
+//! records; those of a step of unknown run are `<node>.<step>.run-<unix start>.json`
+//! ([`record_file_name`], [`split_run`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -45,17 +52,57 @@ pub struct RunInfo {
     pub source: String,
 }
 
-/// What a run file holds: the run, and whose job it is.
+/// What a run file holds: the run, and which job instance it belongs to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunFile {
     /// Slurm's job id.
     pub job_id: u32,
     /// The job's user id (from SPANK's `S_JOB_UID`).
     pub uid: u32,
+    /// The job's submission token as the prolog saw it (the plugin sets it at submission, in
+    /// the job's environment and in the prolog's as `SPANK_SLURM_GPU_TRACKER_SUBMIT`); absent
+    /// for a job submitted without the plugin (and in files of earlier builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The run's start as the job's credential says (`SLURM_JOB_START_TIME`, 23.02 on), Unix
+    /// seconds; absent where slurmd did not give it (22.05: `run.start` is the prolog's time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_start_unix: Option<i64>,
     /// When the file was written, Unix seconds.
     pub written_unix: i64,
     /// The run.
     pub run: RunInfo,
+}
+
+/// What a step knows of its own job when it looks for its run: a run file is its run only
+/// where it names all of this ([`accept`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepClaim {
+    /// The job id (SPANK's `S_JOB_ID`).
+    pub job_id: u32,
+    /// The job's user (`S_JOB_UID`).
+    pub uid: u32,
+    /// The job's submission token from its environment (`None`: submitted without the plugin).
+    pub token: Option<String>,
+    /// The run's start as the step was told it (`None`: not told). Only an srun step is:
+    /// `SLURM_JOB_START_TIME` in the environment srun passed on, which slurmstepd wrote into
+    /// the batch script's environment from the credential (23.02 on). Read from the job's
+    /// environment, so it only ever refuses the job its own run: what it says is checked
+    /// against the credential's start in the file, never taken for it.
+    pub job_start: Option<i64>,
+    /// When the step started, Unix seconds.
+    pub now: i64,
+    /// A run file written before this time is an earlier run's: the extern step under
+    /// `PrologFlags=RunInJob` starts before its run's prolog, which that step itself runs.
+    pub not_before: Option<i64>,
+}
+
+/// The start time in a prolog environment (`SLURM_JOB_START_TIME`, from the credential: 23.02
+/// on), Unix seconds.
+pub fn credential_start(get: impl Fn(&str) -> Option<String>) -> Option<i64> {
+    get("SLURM_JOB_START_TIME")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|t| *t > 0)
 }
 
 /// RFC 3339 time, in the node's offset, of Unix second `t`.
@@ -71,7 +118,7 @@ pub fn from_prolog_env(get: impl Fn(&str) -> Option<String>, now: i64) -> RunInf
     let restart_count = num("SLURM_JOB_RESTART_COUNT")
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(0);
-    let start = num("SLURM_JOB_START_TIME").filter(|t| *t > 0);
+    let start = credential_start(&get);
     let end = num("SLURM_JOB_END_TIME").filter(|t| *t > 0);
     let (time_limit_seconds, time_limit_unknown) = match (start, end) {
         (Some(s), Some(e)) if e > s => {
@@ -160,43 +207,81 @@ pub fn parse_time_limit(text: &str) -> Result<Option<u64>, String> {
     Ok(Some(days * 86_400 + h * 3600 + m * 60 + s))
 }
 
-/// A run file of job `job_id`, user `uid`, read by a step that starts at Unix time `now`: its run,
-/// when it is that job's current run. A file of another user's job with the same id, or of a run
-/// that had ended (by its time limit) over an hour before, is an earlier job's (the prolog that
-/// would have replaced it did not run: slurmd started before the plugin was installed).
-pub fn accept(file: RunFile, job_id: u32, uid: u32, now: i64) -> Option<RunInfo> {
-    if file.job_id != job_id || file.uid != uid || file.written_unix > now + 300 {
+/// The run in `file`, when it is the run of the step that `claim` describes: the same job id,
+/// user and submission token (a reused job id is another job; a file of a job submitted by an
+/// earlier build has no token and is refused by a step that has one); the same start, where
+/// both the step and the file know it; not written after the step's start by more than the
+/// clocks may differ, nor before `claim.not_before`; and not of a run that had ended (by its
+/// time limit) over an hour before the step started.
+///
+/// The prolog of each run rewrites the file before the run's first step on the node starts, so
+/// an earlier run's file is left only where this run's prolog did not write (it failed, or
+/// slurmd did not run it) or runs later (the extern step under RunInJob: `not_before`).
+pub fn accept(file: RunFile, claim: &StepClaim) -> Option<RunInfo> {
+    if file.job_id != claim.job_id
+        || file.uid != claim.uid
+        || file.token != claim.token
+        || file.written_unix > claim.now + 300
+        || claim.not_before.is_some_and(|t| file.written_unix < t)
+        || matches!((claim.job_start, file.job_start_unix), (Some(a), Some(b)) if a != b)
+    {
         return None;
     }
     let ended = match (file.run.start_unix(), file.run.time_limit_seconds) {
-        (Some(s), Some(l)) => s.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)) < now - 3600,
+        (Some(s), Some(l)) => {
+            s.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)) < claim.now - 3600
+        }
         _ => false,
     };
     (!ended).then_some(file.run)
 }
 
-/// The file name of the record of `step` on `node` (already file-safe) in run `restart_count`.
-pub fn record_file_name(node: &str, step: &str, restart_count: u32) -> String {
-    if restart_count == 0 {
-        format!("{node}.{step}.json")
-    } else {
-        format!("{node}.{step}.run{}.json", u64::from(restart_count) + 1)
+/// Which run a step's record belongs to, for its file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordRun {
+    /// The run with this restart count (0: the first run).
+    Known(u32),
+    /// Not known: the step could not tie itself to a run. Named by the step's start (Unix
+    /// seconds), a name no other run's step has.
+    Unknown {
+        /// When the step started.
+        started_unix: i64,
+    },
+}
+
+/// The file name of the record of `step` on `node` (already file-safe) in run `run`.
+pub fn record_file_name(node: &str, step: &str, run: RecordRun) -> String {
+    match run {
+        RecordRun::Known(0) => format!("{node}.{step}.json"),
+        RecordRun::Known(k) => format!("{node}.{step}.run{}.json", u64::from(k) + 1),
+        RecordRun::Unknown { started_unix } => {
+            format!("{node}.{step}.run-{}.json", started_unix.max(0))
+        }
     }
 }
 
-/// A record file name's stem (`<node>.<step>` or `<node>.<step>.run<k>`) without its run, and
-/// the run's number (1 for the first). A step is never `run<k>`, so a node name with dots
+/// A record file name's stem (`<node>.<step>`, `<node>.<step>.run<k>` or
+/// `<node>.<step>.run-<unix>`) without its run, and the run's number (1 for the first, 0 for a
+/// step of unknown run). A step is never `run<k>` or `run-<unix>`, so a node name with dots
 /// cannot be taken for a run.
 pub fn split_run(stem: &str) -> (&str, u32) {
+    let digits = |k: &str, max: usize| {
+        !k.is_empty() && k.len() <= max && k.bytes().all(|b| b.is_ascii_digit())
+    };
     if let Some((rest, last)) = stem.rsplit_once('.')
         && let Some(k) = last.strip_prefix("run")
-        && !k.is_empty()
-        && k.len() <= 6
-        && k.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(k) = k.parse::<u32>()
-        && k >= 2
     {
-        return (rest, k);
+        if let Some(t) = k.strip_prefix('-')
+            && digits(t, 20)
+        {
+            return (rest, 0);
+        }
+        if digits(k, 6)
+            && let Ok(k) = k.parse::<u32>()
+            && k >= 2
+        {
+            return (rest, k);
+        }
     }
     (stem, 1)
 }
@@ -279,33 +364,139 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_run_file_is_taken_only_for_its_own_job_user_and_time() {
-        let run = RunInfo {
-            start: rfc3339(1_800_000_000),
-            time_limit_seconds: Some(60),
-            ..RunInfo::default()
-        };
-        let file = RunFile {
+    fn claim(now: i64) -> StepClaim {
+        StepClaim {
             job_id: 7,
             uid: 1001,
-            written_unix: 1_800_000_001,
-            run: run.clone(),
+            token: Some("1800000000.000000001.42".into()),
+            job_start: None,
+            now,
+            not_before: None,
+        }
+    }
+
+    fn file(start: i64, limit: Option<u64>) -> RunFile {
+        RunFile {
+            job_id: 7,
+            uid: 1001,
+            token: Some("1800000000.000000001.42".into()),
+            job_start_unix: Some(start),
+            written_unix: start + 1,
+            run: RunInfo {
+                start: rfc3339(start),
+                time_limit_seconds: limit,
+                time_limit_unknown: limit.is_none().then(|| "unlimited".into()),
+                ..RunInfo::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_run_file_is_taken_only_for_its_own_job_user_and_time() {
+        let f = file(1_800_000_000, Some(60));
+        let now = 1_800_000_010;
+        assert_eq!(accept(f.clone(), &claim(now)), Some(f.run.clone()));
+        assert_eq!(
+            accept(
+                f.clone(),
+                &StepClaim {
+                    job_id: 8,
+                    ..claim(now)
+                }
+            ),
+            None
+        );
+        assert_eq!(
+            accept(
+                f.clone(),
+                &StepClaim {
+                    uid: 1002,
+                    ..claim(now)
+                }
+            ),
+            None
+        );
+        // Written long after the step started: not a file this step could have read.
+        assert_eq!(accept(f.clone(), &claim(1_800_000_000 - 400)), None);
+        // Its run ended (at its limit) long before this step started: another run's.
+        assert_eq!(accept(f, &claim(1_800_000_000 + 7200)), None);
+    }
+
+    #[test]
+    fn a_run_file_of_another_submission_is_refused_whatever_its_limit() {
+        let now = 1_800_000_010;
+        for limit in [Some(60), None] {
+            // A reused job id: the same user's earlier job, another token.
+            let mut other = file(1_800_000_000, limit);
+            other.token = Some("1700000000.000000001.7".into());
+            assert_eq!(accept(other, &claim(now)), None, "{limit:?}");
+            // A file of a job submitted without the plugin (or by an earlier build).
+            let mut none = file(1_800_000_000, limit);
+            none.token = None;
+            assert_eq!(accept(none.clone(), &claim(now)), None, "{limit:?}");
+            // Jobs submitted without the plugin are told apart by the user only (promise 1).
+            let untokened = StepClaim {
+                token: None,
+                ..claim(now)
+            };
+            assert!(accept(none, &untokened).is_some(), "{limit:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_file_of_another_start_is_refused_by_a_step_told_its_start() {
+        let now = 1_800_000_010;
+        let told = |t| StepClaim {
+            job_start: Some(t),
+            ..claim(now)
         };
-        assert_eq!(accept(file.clone(), 7, 1001, 1_800_000_010), Some(run));
-        assert_eq!(accept(file.clone(), 8, 1001, 1_800_000_010), None);
-        assert_eq!(accept(file.clone(), 7, 1002, 1_800_000_010), None);
-        // Its run ended (at its limit) long before this step started: another job's.
-        assert_eq!(accept(file.clone(), 7, 1001, 1_800_000_000 + 7200), None);
-        let mut unlimited = file;
-        unlimited.run.time_limit_seconds = None;
-        assert!(accept(unlimited, 7, 1001, 1_800_000_000 + 7200).is_some());
+        for limit in [Some(60), None] {
+            let f = file(1_800_000_000, limit);
+            assert!(
+                accept(f.clone(), &told(1_800_000_000)).is_some(),
+                "{limit:?}"
+            );
+            // The run before (a requeue: same job and token) started at another time.
+            assert_eq!(accept(f.clone(), &told(1_800_000_005)), None, "{limit:?}");
+            // A file without the credential's start (22.05) is judged by the rest.
+            let mut old_release = f;
+            old_release.job_start_unix = None;
+            assert!(accept(old_release, &told(1_800_000_005)).is_some());
+        }
+    }
+
+    #[test]
+    fn an_old_run_file_is_refused_even_when_the_limit_is_unlimited() {
+        // The run before this one (a requeue: same job, same token), unlimited, written a
+        // month ago; the step is the extern step under RunInJob, started before its own run's
+        // prolog: nothing written before it started is its run.
+        let old = file(1_800_000_000, None);
+        let now = 1_800_000_000 + 30 * 86_400;
+        let extern_step = StepClaim {
+            not_before: Some(now),
+            ..claim(now)
+        };
+        assert_eq!(accept(old.clone(), &extern_step), None);
+        // What its run's prolog writes after it started is taken.
+        let mut fresh = file(now - 1, None);
+        fresh.written_unix = now + 1;
+        assert!(accept(fresh, &extern_step).is_some());
+    }
+
+    #[test]
+    fn the_credentials_start_is_read_where_slurmd_gives_it() {
+        let at = |v: &'static str| move |k: &str| (k == "SLURM_JOB_START_TIME").then(|| v.into());
+        assert_eq!(credential_start(at("1800000000")), Some(1_800_000_000));
+        assert_eq!(credential_start(at("0")), None);
+        assert_eq!(credential_start(at("x")), None);
+        assert_eq!(credential_start(|_: &str| None), None);
     }
 
     #[test]
     fn later_runs_have_their_own_record_names() {
-        assert_eq!(record_file_name("n1", "batch", 0), "n1.batch.json");
-        assert_eq!(record_file_name("n1", "batch", 1), "n1.batch.run2.json");
+        let name = |k| record_file_name("n1", "batch", RecordRun::Known(k));
+        assert_eq!(name(0), "n1.batch.json");
+        assert_eq!(name(1), "n1.batch.run2.json");
         assert_eq!(split_run("n1.batch.run2"), ("n1.batch", 2));
         assert_eq!(split_run("n1.batch"), ("n1.batch", 1));
         // A node named like a run is still a node: its step follows it.
@@ -316,5 +507,23 @@ mod tests {
             "run 1 has no suffix"
         );
         assert_eq!(split_run("n1.0.runx"), ("n1.0.runx", 1));
+    }
+
+    #[test]
+    fn a_step_of_unknown_run_never_takes_another_runs_name() {
+        let unknown = |t| record_file_name("n1", "0", RecordRun::Unknown { started_unix: t });
+        let a = unknown(1_800_000_000);
+        assert_eq!(a, "n1.0.run-1800000000.json");
+        // Neither run 1's nor run 2's name, nor that of a step of unknown run started later.
+        for other in [
+            record_file_name("n1", "0", RecordRun::Known(0)),
+            record_file_name("n1", "0", RecordRun::Known(1)),
+            unknown(1_800_000_120),
+        ] {
+            assert_ne!(a, other);
+        }
+        // The report still finds its node and step.
+        assert_eq!(split_run("n1.0.run-1800000000"), ("n1.0", 0));
+        assert_eq!(split_run("n1.0.run-"), ("n1.0.run-", 1));
     }
 }

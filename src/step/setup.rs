@@ -41,6 +41,9 @@ pub struct StepSetup {
     pub warn_user: bool,
     /// Where and how often the running step's live state is written (`None`: off).
     pub live: Option<LiveSetup>,
+    /// The run the record's file name says: `job.run`'s restart count where the step tied
+    /// itself to its run, else its own start ([`super::run::RecordRun`]).
+    pub record_run: super::run::RecordRun,
 }
 
 /// Where the step's live state goes ([`super::live`]), as the plugin's settings say.
@@ -60,13 +63,13 @@ pub struct LiveSetup {
 
 impl StepSetup {
     /// The record's file name: `<node>.<step>.json` (`<node>.<step>.run<k>.json` in the job's
-    /// run k > 1), the node name cut to letters, digits, `-`, `_` and `.` (a file name is
-    /// shown on terminals).
+    /// run k > 1, `<node>.<step>.run-<unix start>.json` for a step of unknown run), the node
+    /// name cut to letters, digits, `-`, `_` and `.` (a file name is shown on terminals).
     pub fn record_name(&self) -> String {
         super::run::record_file_name(
             &record::file_safe(&self.step.node),
             &self.step.id,
-            self.job.run.as_ref().map_or(0, |r| r.restart_count),
+            self.record_run,
         )
     }
 

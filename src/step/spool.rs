@@ -563,6 +563,8 @@ mod tests {
         let file = RunFile {
             job_id: 7,
             uid: 4242,
+            token: Some("1.2.3".into()),
+            job_start_unix: Some(1),
             written_unix: 1,
             run: RunInfo {
                 restart_count: 1,

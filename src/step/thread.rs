@@ -246,6 +246,7 @@ mod tests {
             mark_socket: Some(dir.join("77.n1.batch.sock")),
             warn_user: false,
             live: None,
+            record_run: crate::step::run::RecordRun::Known(0),
         }
     }
 

@@ -14,6 +14,7 @@ mod nodes;
 mod nvml;
 mod pressure;
 mod report;
+mod runs;
 mod security;
 mod settings;
 mod site;

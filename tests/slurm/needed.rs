@@ -226,8 +226,8 @@ fn a_short_job_in_a_long_time_limit_is_told_to_ask_for_less() {
     assert!(sum.contains("--time=00:01:00"), "{sum}");
     let run = batch_run(job.id);
     assert_eq!(run["time_limit_seconds"], 7200, "{run}");
-    // A job the plugin does not track gets no run file (nor, on 22.05, a question to the
-    // controller): its prolog does nothing.
+    // A job the plugin does not track at its level gets a run file (its srun steps may say
+    // --gpu-track) but, on 22.05, no question to the controller.
     let untracked = run_job(
         "needed-untracked",
         "#!/bin/bash\n#SBATCH -t 2:00:00\necho untracked-done\n",
@@ -235,7 +235,9 @@ fn a_short_job_in_a_long_time_limit_is_told_to_ask_for_less() {
     assert_eq!(untracked.state, "COMPLETED", "{}", untracked.output);
     let runs = crate::records::cluster_spool().join(".runs");
     assert!(runs.join(format!("{}.json", job.id)).exists());
-    assert!(!runs.join(format!("{}.json", untracked.id)).exists());
+    let text = std::fs::read_to_string(runs.join(format!("{}.json", untracked.id))).unwrap();
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(file["run"]["source"], "credential", "{file}");
 }
 
 #[test]

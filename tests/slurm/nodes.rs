@@ -17,12 +17,12 @@ fn shared_spool_node() -> String {
 /// The third node: it keeps its records in a node-local spool (its own mount namespace, where
 /// another directory is mounted over the spool), as on a cluster whose nodes have their own
 /// disks.
-fn local_spool_node() -> String {
+pub(crate) fn local_spool_node() -> String {
     format!("{}-3", node())
 }
 
 /// Fails with how to bring them up unless the cluster has the nodes the multi-node tests use.
-fn need_nodes() {
+pub(crate) fn need_nodes() {
     cluster();
     let out = Command::new("sinfo")
         .args(["-h", "-N", "-p", "multi", "-o", "%N %T"])
@@ -41,7 +41,7 @@ fn need_nodes() {
 }
 
 /// `CMD` run as root in node `node`'s mount namespace (slurm/local-cluster.sh on-node).
-fn on_node(node: &str, cmd: &[&str]) -> (bool, String) {
+pub(crate) fn on_node(node: &str, cmd: &[&str]) -> (bool, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm/local-cluster.sh");
     let out = Command::new(script)
         .args(["on-node", node, "--"])
