@@ -347,6 +347,18 @@ mod tests {
             }
             HangFs { base, child }
         }
+
+        /// A new file at `path` (on the mount) open for appending, and its owner.
+        fn new_output(&self, path: &std::path::Path) -> (std::fs::File, u32) {
+            use std::os::unix::fs::MetadataExt;
+            let f = std::fs::File::options()
+                .create_new(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            let uid = f.metadata().unwrap().uid();
+            (f, uid)
+        }
     }
 
     impl Drop for HangFs {
@@ -425,16 +437,10 @@ mod tests {
     #[ignore = "mounts tests/hangfs.py: needs root and python3-pyfuse3 (tests/run-all.sh)"]
     fn hangfs_a_job_output_on_fuse_is_never_written() {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
         use std::time::{Duration, Instant};
         let fs = HangFs::mount("refuse");
         let path = fs.base.join("mnt/out");
-        let f = std::fs::File::options()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-            .unwrap();
-        let uid = f.metadata().unwrap().uid();
+        let (f, uid) = fs.new_output(&path);
         let e = write_to_job_output(f.as_raw_fd(), b"warning\n", uid).unwrap_err();
         assert!(e.contains("on a fuse"), "{e}");
         std::fs::write(fs.base.join("control/hang"), "").unwrap();
@@ -454,16 +460,10 @@ mod tests {
     #[ignore = "mounts tests/hangfs.py: needs root and python3-pyfuse3 (tests/run-all.sh)"]
     fn hangfs_a_lazily_unmounted_job_output_is_never_written() {
         use std::os::fd::AsRawFd;
-        use std::os::unix::fs::MetadataExt;
         use std::time::{Duration, Instant};
         let fs = HangFs::mount("lazy");
         let path = fs.base.join("mnt/out");
-        let f = std::fs::File::options()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-            .unwrap();
-        let uid = f.metadata().unwrap().uid();
+        let (f, uid) = fs.new_output(&path);
         let unmounted = std::process::Command::new("umount")
             .arg("-l")
             .arg(fs.base.join("mnt"))
