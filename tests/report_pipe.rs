@@ -18,8 +18,9 @@ const GIB: u64 = 1 << 30;
 const LISTED: u32 = 1000;
 /// The job with the long timeline: eight nodes of four GPUs, 240 buckets each.
 const LONG: u32 = 9000;
-/// An array of three tasks; its own id is the last task's.
-const ARRAY: u32 = 5003;
+/// An array of three tasks (jobs 5001 to 5003); its own id is the last task's, as Slurm gives
+/// it.
+const ARRAY: u32 = 5001;
 /// A job whose records are not in the spool, only its summary in (fake) Slurm's database.
 const STORED: u32 = 7777;
 
@@ -28,7 +29,10 @@ const STORED: u32 = 7777;
 fn record(job: u32, node: &str, task: Option<u32>, secs: u32) -> StepRecord {
     let start = 1_795_000_000.0;
     let mut h = Recorder::new(start, 1.0, AlertRules::default());
-    h.set_gpus((0..4).map(|g| format!("GPU-{g}")).collect(), vec![0, 1, 2, 3]);
+    h.set_gpus(
+        (0..4).map(|g| format!("GPU-{g}")).collect(),
+        vec![0, 1, 2, 3],
+    );
     for t in 0..=secs {
         let x = f64::from(t);
         h.observe(&Observation {
@@ -124,7 +128,7 @@ fn site() -> Site {
     for n in 0..8 {
         add(&site, &record(LONG, &format!("node-{n}"), None, 3600));
     }
-    for (job, task) in [(5001, 0), (5002, 1), (ARRAY, 2)] {
+    for (job, task) in [(5002, 0), (5003, 1), (ARRAY, 2)] {
         add(&site, &record(job, "n1", Some(task), 0));
     }
     let bin = site.dir.join("bin");
@@ -241,7 +245,11 @@ fn closed_from_the_start(site: &Site, args: &[&str]) -> (ExitStatus, String) {
 
 /// Status 0, and neither a panic nor a message about the pipe.
 fn ended_quietly(args: &[&str], (status, stderr): (ExitStatus, String)) {
-    assert_eq!(status.code(), Some(0), "{args:?}: {status}; stderr: {stderr}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{args:?}: {status}; stderr: {stderr}"
+    );
     for bad in ["panicked", "Broken pipe", "os error 32"] {
         assert!(!stderr.contains(bad), "{args:?}: stderr: {stderr}");
     }
@@ -279,7 +287,7 @@ fn every_mode_ends_with_status_0_when_its_reader_is_gone_before_it_writes() {
         &["--plot", plot.to_str().unwrap(), &long],
         &[&array],
         &["--format", "json", &array],
-        &["5003_0"],
+        &["5001_0"],
         &[&stored],
         &["--format", "json", &stored],
         &["--by", "user"],
