@@ -15,6 +15,7 @@ pub mod advise;
 pub mod args;
 pub mod array;
 pub mod classes;
+pub mod cmd;
 pub mod epilog;
 pub mod figures;
 pub mod fold;
