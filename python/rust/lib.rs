@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpu_tracker::gpu::Vendor;
 use gpu_tracker::tracker::{Sources, TrackerError};
@@ -46,12 +47,45 @@ fn mem_unit(s: &str, what: &str) -> PyResult<MemUnit> {
 
 /// One tracking session: its options and opened sources (GPUs, tracking file) until
 /// `start()`, then the running tracker.
+///
+/// A child forked while it runs (`os.fork()`, multiprocessing's fork start method) has a copy of
+/// it but not the sampler thread, and a lock that thread held at the fork stays held for ever in
+/// the child. So in any process but the one that started it, nothing here joins the thread or
+/// takes a lock: `stop()` raises, and dropping the session leaks the tracker.
 #[pyclass(module = "gpu_tracker._core")]
 struct Session {
     opts: TrackerOptions,
     process_id: Option<u32>,
     sources: Mutex<Option<Sources>>,
     running: Mutex<Option<Tracker>>,
+    /// The process that started the sampler thread; 0 until `start()`.
+    started_in: AtomicU32,
+}
+
+impl Session {
+    /// The process that started this session when it is not this one (a forked child).
+    /// Reads an atomic and calls `getpid`: no lock.
+    fn started_elsewhere(&self) -> Option<u32> {
+        let pid = self.started_in.load(Ordering::Acquire);
+        (pid != 0 && pid != std::process::id()).then_some(pid)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.started_elsewhere().is_some() {
+            // A forked child's copy: the thread is not here to join, and the tracker's own Drop
+            // would lock and join. `get_mut` takes no lock.
+            if let Some(tracker) = self
+                .running
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                std::mem::forget(tracker);
+            }
+        }
+    }
 }
 
 #[pymethods]
@@ -119,6 +153,7 @@ impl Session {
             process_id: process_id.filter(|p| *p != std::process::id()),
             sources: Mutex::new(Some(sources)),
             running: Mutex::new(None),
+            started_in: AtomicU32::new(0),
         })
     }
 
@@ -135,13 +170,20 @@ impl Session {
         let tracker = py
             .detach(move || Tracker::start_opened(opts, pid, sources))
             .map_err(py_err)?;
+        self.started_in.store(std::process::id(), Ordering::Release);
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(tracker);
         Ok(())
     }
 
     /// Stops the sampler thread (without the GIL while it takes its last sample and ends) and
-    /// returns the figures as the library's JSON document.
+    /// returns the figures as the library's JSON document. In a forked child it raises before
+    /// anything is locked.
     fn stop(&self, py: Python<'_>) -> PyResult<String> {
+        if let Some(pid) = self.started_elsewhere() {
+            return Err(PyRuntimeError::new_err(format!(
+                "this Tracker was started in process {pid}; a forked child cannot stop it"
+            )));
+        }
         let tracker = self
             .running
             .lock()

@@ -196,7 +196,9 @@ class Tracker:
             mark(self.phase)
 
     def stop(self):
-        """Stops tracking and fills ``resource_usage`` (what leaving the ``with`` block does)."""
+        """Stops tracking and fills ``resource_usage`` (what leaving the ``with`` block does).
+        Only the process that started the tracker can stop it: in a child forked while it runs,
+        this raises ``RuntimeError`` and leaves the parent's tracking alone."""
         if self.state is Tracker.State.NEW:
             raise RuntimeError('Tracking cannot stop: it has not started.')
         if self.state is Tracker.State.STOPPED:
