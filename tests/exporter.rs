@@ -8,6 +8,8 @@
 //! and targets in absolute form (`exporter/format.rs`); clients that send nothing or drip hold
 //! neither a scrape nor the exporter's threads and memory (`exporter/load.rs`).
 
+#[path = "exporter/answers.rs"]
+mod answers;
 mod common;
 #[path = "exporter/format.rs"]
 mod format;
@@ -25,6 +27,9 @@ use common::TempDir;
 use gpu_tracker::step::live::{
     LiveCpu, LiveGpu, LiveMemory, LivePressure, LiveStall, LiveState, SCHEMA, SCHEMA_VERSION,
 };
+
+/// A little more than the exporter shares one rendering of its answer for.
+const SHARED_FOR: Duration = Duration::from_millis(1100);
 
 /// What Debian's Prometheus 2.42 sends in `Accept` when it scrapes.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
@@ -279,8 +284,10 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
         value(&m, "gpu_tracker_exporter_steps").as_deref(),
         Some("2")
     );
-    // The step ends: its file goes, and its series with it.
+    // The step ends: its file goes, and its series with it (at the first scrape after the
+    // second in which the exporter shares one rendering).
     std::fs::remove_file(&seven_0).unwrap();
+    std::thread::sleep(SHARED_FOR);
     let m = s.metrics();
     assert!(!m.contains(r#"step="0""#), "{m}");
     assert!(m.contains(r#"step="batch""#));
@@ -292,6 +299,7 @@ fn each_running_step_is_served_and_its_series_end_with_its_file() {
     let bytes = serde_json::to_vec(&state(8, "0", 1)).unwrap();
     std::fs::write(dir.join("c1.8.0.n1.json"), &bytes[..bytes.len() / 3]).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", dir.join("c1.9.0.n1.json")).unwrap();
+    std::thread::sleep(SHARED_FOR);
     let m = s.metrics();
     assert!(!m.contains(r#"jobid="8""#) && !m.contains(r#"jobid="9""#));
     let skipped = |why: &str| {

@@ -1,27 +1,35 @@
-//! One connection, from its accept to its close, within one deadline.
+//! One connection, from the moment it has its slot to its close, within one deadline.
 //!
-//! A connection has [`CONNECTION_DEADLINE`] in all: its request head must arrive within
-//! [`HEAD_DEADLINE`] of its accept and [`MAX_HEAD_BYTES`] (408 or 431 otherwise), its answer is
-//! written within what is left, and the server then takes what the client still sends for at
-//! most [`LINGER`] (closing with unread bytes would reset the connection and could lose the
-//! answer on its way), all within the one deadline. No read or write waits past it, however
-//! slowly a client sends or reads. Where the connection is ([`Progress`]) is shared with the
-//! server, which may end a connection early to make room for another (`serve.rs`).
+//! A connection has [`CONNECTION_DEADLINE`] in all, counted from when the server gave it its
+//! slot (the time it waited for one, while every slot was busy, is not its client's doing):
+//! its request head must arrive within [`HEAD_DEADLINE`] of that and [`MAX_HEAD_BYTES`] (408
+//! or 431 otherwise); its whole answer must be written within [`WRITE_DEADLINE`] of its first
+//! byte, or the connection is reset, its unsent bytes dropped; the server then takes what the
+//! client still sends for at most [`LINGER`] (closing with unread bytes would reset the
+//! connection and could lose the answer on its way), all within the one deadline. No read or
+//! write waits past it, however slowly a client sends or reads. The metrics' answer is the
+//! shared one (`answers.rs`): a connection holds a reference to it, never a copy. Where the
+//! connection is ([`Progress`]) is shared with the server, which may end a connection early to
+//! make room for another (`serve.rs`).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::Mutex;
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Exporter;
+use super::answers::{Answers, Rendered};
 use super::http::{self, Request, Route};
 
-/// Longest a client may take, from its connection's accept, to send its request head.
+/// Longest a client may take, from its connection's slot, to send its request head.
 pub const HEAD_DEADLINE: Duration = Duration::from_millis(1500);
 /// Longest a connection lasts, head, answer and linger together: Prometheus's default scrape
 /// timeout, past which its scrape is lost anyway.
 pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest the writing of a whole answer may take: a client that reads it slowly or not at all
+/// holds its slot and its answer no longer. Prometheus reads megabytes in well under a second.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest the server waits, after its answer, for the client to close.
 pub const LINGER: Duration = Duration::from_millis(200);
 /// Largest request head read.
@@ -47,18 +55,18 @@ pub enum Phase {
 /// A connection's progress, shared with the server.
 #[derive(Debug)]
 pub struct Progress {
-    accepted: Instant,
+    started: Instant,
     phase: AtomicU8,
     heard: AtomicUsize,
-    /// When its answer last went out, in milliseconds from `accepted`.
+    /// When its answer last went out, in milliseconds from `started`.
     moved_ms: AtomicU64,
 }
 
 impl Progress {
-    /// The progress of a connection accepted at `accepted`: none yet.
-    pub fn new(accepted: Instant) -> Progress {
+    /// The progress of a connection that got its slot at `started`: none yet.
+    pub fn new(started: Instant) -> Progress {
         Progress {
-            accepted,
+            started,
             phase: AtomicU8::new(Phase::Head as u8),
             heard: AtomicUsize::new(0),
             moved_ms: AtomicU64::new(0),
@@ -82,11 +90,12 @@ impl Progress {
 
     /// How long its answer has not moved, while [`Phase::Write`]: the client does not read.
     pub fn still_for(&self) -> Duration {
-        let moved = self.accepted + Duration::from_millis(self.moved_ms.load(Ordering::Relaxed));
+        let moved = self.started + Duration::from_millis(self.moved_ms.load(Ordering::Relaxed));
         moved.elapsed()
     }
 
-    fn set(&self, p: Phase) {
+    /// Moves it to `p`.
+    pub(super) fn set(&self, p: Phase) {
         if p == Phase::Write {
             self.moved();
         }
@@ -94,7 +103,7 @@ impl Progress {
     }
 
     fn moved(&self) {
-        let ms = self.accepted.elapsed().as_millis();
+        let ms = self.started.elapsed().as_millis();
         self.moved_ms
             .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
@@ -103,28 +112,63 @@ impl Progress {
 const INDEX: &str = "<html><head><title>gpu-tracker-exporter</title></head><body>\
 <a href=\"/metrics\">gpu-tracker-exporter: the running Slurm steps' figures</a></body></html>\n";
 
-/// The whole answer to `req`; a scrape of `exporter` for [`Route::Metrics`], in the format the
-/// request asks for.
-pub fn answer(req: &Request, exporter: &Mutex<Exporter>) -> Vec<u8> {
-    let (status, kind, body, extra) = match req.route {
-        Route::Metrics => {
-            // A panic of another connection's scrape leaves the exporter as it was: go on.
-            let mut e = exporter.lock().unwrap_or_else(|p| p.into_inner());
-            let text = e.scrape(req.format).text;
-            let kind = req.format.content_type();
-            ("200 OK", kind, text, "Vary: Accept\r\n")
+/// An answer to write.
+#[derive(Debug)]
+pub enum Reply {
+    /// The shared answer to `GET /metrics` (its head only for `HEAD`).
+    Metrics {
+        /// The answer.
+        answer: Arc<Rendered>,
+        /// Its head only.
+        head_only: bool,
+    },
+    /// A small answer of its own: another route, or an error.
+    Own(Vec<u8>),
+}
+
+impl Reply {
+    /// Its bytes, in the order they are written.
+    pub fn parts(&self) -> [&[u8]; 2] {
+        match self {
+            Reply::Metrics { answer, head_only } => {
+                let body: &[u8] = if *head_only { &[] } else { &answer.body };
+                [&answer.head, body]
+            }
+            Reply::Own(bytes) => [bytes, &[]],
         }
-        Route::Index => ("200 OK", "text/html; charset=utf-8", INDEX.to_string(), ""),
-        Route::NotFound => ("404 Not Found", "text/plain", "not found\n".into(), ""),
+    }
+}
+
+/// The answer to `req`; the shared answer of `answers` for [`Route::Metrics`], in the format
+/// the request asks for (500 when it could not be rendered).
+pub fn answer(req: &Request, answers: &Answers) -> Reply {
+    let (status, kind, body, extra) = match req.route {
+        Route::Metrics => match answers.get(req.format) {
+            Some(answer) => {
+                return Reply::Metrics {
+                    answer,
+                    head_only: req.head_only,
+                };
+            }
+            // Its rendering failed (a bug); the next one is tried anew.
+            None => (
+                "500 Internal Server Error",
+                "text/plain",
+                "the rendering failed\n",
+                "",
+            ),
+        },
+        Route::Index => ("200 OK", "text/html; charset=utf-8", INDEX, ""),
+        Route::NotFound => ("404 Not Found", "text/plain", "not found\n", ""),
         Route::MethodNotAllowed => (
             "405 Method Not Allowed",
             "text/plain",
-            "only GET and HEAD\n".into(),
+            "only GET and HEAD\n",
             "Allow: GET, HEAD\r\n",
         ),
-        Route::BadRequest => ("400 Bad Request", "text/plain", "bad request\n".into(), ""),
+        Route::BadRequest => ("400 Bad Request", "text/plain", "bad request\n", ""),
     };
-    http::response(status, kind, extra, &body, req.head_only)
+    Reply::Own(http::response(status, kind, extra, body, req.head_only))
 }
 
 /// Why no request head was read.
@@ -218,38 +262,51 @@ fn linger(s: &mut TcpStream, until: Instant) {
     }
 }
 
-/// Answers one connection, accepted at `accepted`, then closes it (by dropping it): all
-/// within [`CONNECTION_DEADLINE`] of `accepted`, its head within [`HEAD_DEADLINE`].
+/// Answers one connection, which got its slot at `started`, then closes it (by dropping it):
+/// all within [`CONNECTION_DEADLINE`] of `started`, its head within [`HEAD_DEADLINE`], its
+/// answer within [`WRITE_DEADLINE`] of its first byte. A connection whose answer could not be
+/// written whole is reset: the kernel drops what it still held of it.
 pub fn handle(
     mut s: TcpStream,
-    accepted: Instant,
-    exporter: &Mutex<Exporter>,
+    started: Instant,
+    answers: &Answers,
     progress: &Progress,
 ) -> io::Result<()> {
-    let until = accepted + CONNECTION_DEADLINE;
-    let bytes = match read_head(&mut s, (accepted + HEAD_DEADLINE).min(until), progress) {
+    let until = started + CONNECTION_DEADLINE;
+    let reply = match read_head(&mut s, (started + HEAD_DEADLINE).min(until), progress) {
         Ok(head) => {
             progress.set(Phase::Answer);
-            answer(&http::parse_request(&head), exporter)
+            answer(&http::parse_request(&head), answers)
         }
-        Err(HeadError::TooLarge) => http::response(
+        Err(HeadError::TooLarge) => Reply::Own(http::response(
             "431 Request Header Fields Too Large",
             "text/plain",
             "",
             "request head too large\n",
             false,
-        ),
-        Err(HeadError::TimedOut) => http::response(
+        )),
+        Err(HeadError::TimedOut) => Reply::Own(http::response(
             "408 Request Timeout",
             "text/plain",
             "",
             "request timeout\n",
             false,
-        ),
+        )),
         Err(HeadError::Io) => return Ok(()),
     };
     progress.set(Phase::Write);
-    write_by(&mut s, &bytes, until, progress)?;
+    let write_until = (Instant::now() + WRITE_DEADLINE).min(until);
+    let written = reply
+        .parts()
+        .into_iter()
+        .try_for_each(|part| write_by(&mut s, part, write_until, progress));
+    // The shared answer is let go before the linger.
+    drop(reply);
+    if let Err(e) = written {
+        // Else the kernel would go on holding, and trying to send, the rest for minutes.
+        let _ = crate::sys::reset_on_close(s.as_fd());
+        return Err(e);
+    }
     s.shutdown(Shutdown::Write)?;
     progress.set(Phase::Linger);
     linger(&mut s, (Instant::now() + LINGER).min(until));
@@ -262,10 +319,15 @@ mod tests {
     use crate::exporter::metrics::Format;
     use std::net::TcpListener;
 
-    fn exporter() -> (crate::cgroup::fixture::TempTree, Mutex<Exporter>) {
+    fn exporter() -> (crate::cgroup::fixture::TempTree, Answers) {
         let t = crate::cgroup::fixture::TempTree::new("exporter-conn");
-        let e = Exporter::new(t.path().join("none"));
-        (t, Mutex::new(e))
+        let e = crate::exporter::Exporter::new(t.path().join("none"));
+        (t, Answers::new(e).unwrap())
+    }
+
+    /// The bytes [`answer`] writes.
+    fn answer_bytes(req: &Request, answers: &Answers) -> Vec<u8> {
+        answer(req, answers).parts().concat()
     }
 
     fn request(route: Route, head_only: bool, format: Format) -> Request {
@@ -279,7 +341,7 @@ mod tests {
     #[test]
     fn answers_carry_their_length_type_and_close() {
         let (_t, e) = exporter();
-        let text = String::from_utf8(answer(
+        let text = String::from_utf8(answer_bytes(
             &request(Route::Metrics, false, Format::OpenMetrics),
             &e,
         ))
@@ -292,19 +354,22 @@ mod tests {
         assert!(head.contains("\r\nVary: Accept\r\n"));
         assert!(head.ends_with("Connection: close"), "{head}");
         assert!(body.ends_with("# EOF\n"));
-        let plain =
-            String::from_utf8(answer(&request(Route::Metrics, false, Format::Text), &e)).unwrap();
+        let plain = String::from_utf8(answer_bytes(
+            &request(Route::Metrics, false, Format::Text),
+            &e,
+        ))
+        .unwrap();
         assert!(plain.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
         assert!(!plain.contains("# EOF"));
-        let only = answer(&request(Route::Metrics, true, Format::Text), &e);
+        let only = answer_bytes(&request(Route::Metrics, true, Format::Text), &e);
         assert!(String::from_utf8(only).unwrap().ends_with("\r\n\r\n"));
-        let nf = answer(&request(Route::NotFound, false, Format::Text), &e);
+        let nf = answer_bytes(&request(Route::NotFound, false, Format::Text), &e);
         assert!(
             String::from_utf8(nf)
                 .unwrap()
                 .starts_with("HTTP/1.1 404 Not Found\r\n")
         );
-        let na = answer(&request(Route::MethodNotAllowed, false, Format::Text), &e);
+        let na = answer_bytes(&request(Route::MethodNotAllowed, false, Format::Text), &e);
         assert!(
             String::from_utf8(na)
                 .unwrap()

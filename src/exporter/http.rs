@@ -177,15 +177,19 @@ pub fn negotiate(accept: Option<&str>) -> Format {
     Format::Text
 }
 
-/// A whole answer: status line, `Content-Type`, `Content-Length`, `extra` header lines (each
-/// ending in CRLF), `Connection: close`, and the body unless `head_only`.
-pub fn response(status: &str, kind: &str, extra: &str, body: &str, head_only: bool) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{extra}\
-         Connection: close\r\n\r\n",
-        body.len()
+/// An answer's head: status line, `Content-Type`, `Content-Length` (`length`), `extra` header
+/// lines (each ending in CRLF), `Connection: close`, and the empty line.
+pub fn head(status: &str, kind: &str, extra: &str, length: usize) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n{extra}\
+         Connection: close\r\n\r\n"
     )
-    .into_bytes();
+    .into_bytes()
+}
+
+/// A whole answer: its [`head`], and the body unless `head_only`.
+pub fn response(status: &str, kind: &str, extra: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let mut out = head(status, kind, extra, body.len());
     if !head_only {
         out.extend_from_slice(body.as_bytes());
     }

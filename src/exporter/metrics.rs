@@ -136,7 +136,10 @@ fn step_labels(s: &LiveState) -> String {
 
 /// The running steps' metrics in `format`, without the exporter's own (see [`render_health`]).
 pub fn render_steps(states: &[LiveState], format: Format) -> String {
-    let mut out = String::with_capacity(1024 + states.len() * 2048);
+    // About what it takes with labels of a real site's length (docs/EXPORTER.md, "Memory"),
+    // so that it seldom grows: a growth may copy it, holding it twice for a moment.
+    let size: usize = states.iter().map(|s| 2048 + s.gpus.len() * 1024).sum();
+    let mut out = String::with_capacity(4096 + size);
     let labels: Vec<String> = states.iter().map(step_labels).collect();
     for (f, value) in &STEP_FAMILIES {
         head(&mut out, f, format);

@@ -9,8 +9,10 @@
 //! - [`metrics`]: states to text in either format (pure), the families in `families.rs`;
 //! - [`http`]: requests and answers (pure): routes, the format a client asks for;
 //! - [`serve`]: the server: connections, their deadlines and their bound; one connection in
-//!   [`conn`].
+//!   [`conn`]; the answers, rendered at most once a second per format and shared, in
+//!   [`answers`].
 
+pub mod answers;
 pub mod conn;
 mod families;
 pub mod http;

@@ -2,21 +2,24 @@
 //!
 //! Every job on a node can reach the exporter's port, so no client may hold another back:
 //! connections are served at once, each on a thread of its own, at most [`MAX_CONNECTIONS`]
-//! at a time, each within one deadline from its accept to its close (`conn.rs`: 1.5 s for its
-//! request head, 10 s in all). `GET /metrics` (or `HEAD`) answers the exposition in the format
-//! the client asks for; `GET /` a one-line pointer to it; another path 404, another method 405.
-//! Each connection is closed after its answer.
+//! at a time, each within one deadline from the moment it has its slot to its close (`conn.rs`:
+//! 1.5 s for its request head, 5 s to write its answer, 10 s in all). `GET /metrics` (or
+//! `HEAD`) answers the exposition in the format the client asks for; `GET /` a one-line pointer
+//! to it; another path 404, another method 405. Each connection is closed after its answer.
 //!
 //! When [`MAX_CONNECTIONS`] are open, a new connection makes room: the server ends the one
 //! that is of least use ([`victim`]): one already answered and lingering, else the oldest that
 //! has sent nothing at all, else the oldest still sending its head, else the oldest whose
 //! client has left its answer unread for [`WRITE_STALL`]. A connection whose answer is being
-//! made or read is never ended; when every one is, the new one waits (in the kernel's queue)
-//! until one ends, by its deadline at the latest. Prometheus sends its request the moment it connects, so its
-//! scrape is answered even while the slots are full of connections that send nothing or drip.
+//! made or read is never ended; when every one is, the new one waits (accepted, or in the
+//! kernel's queue) until one ends, by its deadline at the latest, and its own deadlines start
+//! only then. Prometheus sends its request the moment it connects, so its scrape is answered
+//! even while the slots are full of connections that send nothing or drip.
 //! Threads, descriptors and memory stay bounded: one thread (with a small stack), two
-//! descriptors, one request head and a 256 KiB send buffer in the kernel per connection, and
-//! its answer while it is written.
+//! descriptors, one request head and a 256 KiB send buffer in the kernel per connection; the
+//! answers are rendered at most once a second per format and shared by the connections that
+//! write them (`answers.rs`), never copied for one, and never rendered under a lock a write
+//! holds.
 
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -25,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::Exporter;
+use super::answers::Answers;
 use super::conn::{self, Phase, Progress};
 
 /// Most connections served at once.
@@ -43,8 +47,8 @@ const STACK_BYTES: usize = 512 << 10;
 pub struct Candidate {
     /// Where it is.
     pub phase: Phase,
-    /// When it was accepted.
-    pub accepted: Instant,
+    /// When it got its slot.
+    pub started: Instant,
     /// Whether its client has sent anything (read or waiting to be read).
     pub heard: bool,
     /// How long its answer has not moved ([`Phase::Write`] only).
@@ -69,7 +73,7 @@ pub fn victim(open: &[Candidate]) -> Option<usize> {
                 (Phase::Write, _) if c.still_for >= WRITE_STALL => 3,
                 (Phase::Write | Phase::Answer, _) => return None,
             };
-            Some((rank, c.accepted, i))
+            Some((rank, c.started, i))
         })
         .min()
         .map(|(_, _, i)| i)
@@ -78,7 +82,7 @@ pub fn victim(open: &[Candidate]) -> Option<usize> {
 /// An open connection, as the server keeps it.
 struct Slot {
     id: u64,
-    accepted: Instant,
+    started: Instant,
     /// The same socket as the thread's: shut down to end the connection.
     stream: TcpStream,
     progress: Arc<Progress>,
@@ -87,13 +91,21 @@ struct Slot {
 
 /// What the server's threads share.
 struct Shared {
-    exporter: Mutex<Exporter>,
+    answers: Answers,
     slots: Mutex<Vec<Slot>>,
     /// Signalled when a connection ends.
     freed: Condvar,
 }
 
 impl Shared {
+    fn new(exporter: Exporter) -> io::Result<Shared> {
+        Ok(Shared {
+            answers: Answers::new(exporter)?,
+            slots: Mutex::new(Vec::with_capacity(MAX_CONNECTIONS)),
+            freed: Condvar::new(),
+        })
+    }
+
     fn slots(&self) -> MutexGuard<'_, Vec<Slot>> {
         // No code panics while holding it; were one to, the list is still whole.
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
@@ -107,7 +119,7 @@ impl Shared {
                 .iter()
                 .map(|s| Candidate {
                     phase: s.progress.phase(),
-                    accepted: s.accepted,
+                    started: s.started,
                     // Bytes in the kernel's queue count: a request that arrived with its
                     // connection is heard even before its thread reads it.
                     heard: s.progress.heard() > 0
@@ -143,8 +155,8 @@ impl Drop for SlotGuard {
     }
 }
 
-/// Serves connection `s`, accepted at `accepted`, on a thread of its own.
-fn start(shared: &Arc<Shared>, s: TcpStream, accepted: Instant, id: u64) {
+/// Serves connection `s`, given its slot at `started`, on a thread of its own.
+fn start(shared: &Arc<Shared>, s: TcpStream, started: Instant, id: u64) {
     // Else the kernel grows it up to its own bound (4 MiB by default) for each client that
     // leaves its answer unread, and charges it to the exporter's memory.
     let _ = crate::sys::set_send_buffer(s.as_fd(), SEND_BUFFER_BYTES);
@@ -152,10 +164,10 @@ fn start(shared: &Arc<Shared>, s: TcpStream, accepted: Instant, id: u64) {
         // Out of descriptors: this connection is closed unanswered.
         return;
     };
-    let progress = Arc::new(Progress::new(accepted));
+    let progress = Arc::new(Progress::new(started));
     shared.slots().push(Slot {
         id,
-        accepted,
+        started,
         stream,
         progress: progress.clone(),
         ending: false,
@@ -168,7 +180,7 @@ fn start(shared: &Arc<Shared>, s: TcpStream, accepted: Instant, id: u64) {
         .name("gpu-tracker-exporter-conn".into())
         .stack_size(STACK_BYTES)
         .spawn(move || {
-            let _ = conn::handle(s, accepted, &guard.shared.exporter, &progress);
+            let _ = conn::handle(s, started, &guard.shared.answers, &progress);
             drop(guard);
         });
     if spawned.is_err() {
@@ -178,21 +190,27 @@ fn start(shared: &Arc<Shared>, s: TcpStream, accepted: Instant, id: u64) {
 }
 
 /// Answers connections on `listener` for ever, at most [`MAX_CONNECTIONS`] at once. Returns
-/// only on an error of the listener itself; a client's error ends that client's connection only.
+/// only on an error of the listener itself, or when no thread can be had for the renderings at
+/// the start; a client's error ends that client's connection only.
 pub fn serve(listener: &TcpListener, exporter: Exporter) -> io::Error {
-    let shared = Arc::new(Shared {
-        exporter: Mutex::new(exporter),
-        slots: Mutex::new(Vec::with_capacity(MAX_CONNECTIONS)),
-        freed: Condvar::new(),
-    });
+    match Shared::new(exporter) {
+        Ok(shared) => accept(listener, &Arc::new(shared)),
+        Err(e) => e,
+    }
+}
+
+/// [`serve`]'s loop, with what its connections share.
+fn accept(listener: &TcpListener, shared: &Arc<Shared>) -> io::Error {
     let mut id = 0;
     loop {
         match listener.accept() {
             Ok((s, _)) => {
-                let accepted = Instant::now();
                 shared.make_room();
+                // Its deadlines count from here: the time it waited for a slot, in the
+                // kernel's queue or here, is not its client's.
+                let started = Instant::now();
                 id += 1;
-                start(&shared, s, accepted, id);
+                start(shared, s, started, id);
             }
             // Gone before it was taken, or a signal.
             Err(e)
@@ -217,6 +235,46 @@ pub fn serve(listener: &TcpListener, exporter: Exporter) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_whole_request_that_waited_for_a_slot_is_answered_not_timed_out() {
+        let t = crate::cgroup::fixture::TempTree::new("exporter-serve-wait");
+        let shared = Arc::new(Shared::new(Exporter::new(t.path().join("none"))).unwrap());
+        // Every slot held by a connection whose answer is being made: none may be ended.
+        let side = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peers = Vec::new();
+        for id in 0..MAX_CONNECTIONS as u64 {
+            peers.push(TcpStream::connect(side.local_addr().unwrap()).unwrap());
+            let progress = Arc::new(Progress::new(Instant::now()));
+            progress.set(Phase::Answer);
+            shared.slots().push(Slot {
+                id: u64::MAX - id,
+                started: Instant::now(),
+                stream: side.accept().unwrap().0,
+                progress,
+                ending: false,
+            });
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = shared.clone();
+        // It accepts for ever; the test's end ends it.
+        std::thread::spawn(move || accept(&listener, &server));
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        // Its whole request waits, accepted, for longer than a head may take.
+        std::thread::sleep(conn::HEAD_DEADLINE + Duration::from_millis(500));
+        shared.slots().clear();
+        shared.freed.notify_all();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = String::new();
+        client.read_to_string(&mut got).unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.contains("\ngpu_tracker_exporter_steps 0\n"), "{got}");
+    }
 
     #[test]
     fn room_is_made_by_ending_the_connection_of_least_use() {
@@ -224,7 +282,7 @@ mod tests {
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let c = |phase, ms, heard, ending| Candidate {
             phase,
-            accepted: at(ms),
+            started: at(ms),
             heard,
             still_for: Duration::ZERO,
             ending,

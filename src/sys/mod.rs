@@ -33,6 +33,6 @@ pub use process::{
 };
 pub use small_file::read_small_file;
 pub use socket::{pass_credentials, recv_with_sender};
-pub use stream::{bytes_waiting, set_send_buffer};
+pub use stream::{bytes_waiting, reset_on_close, set_send_buffer};
 pub use users::{grant_user_read, group_id, user_home, user_name};
 pub use wait::{Wake, wait_readable};

@@ -1,7 +1,7 @@
-//! Stream sockets: how much a peer has sent that is not read yet, and how much the kernel may
-//! hold of what is sent.
+//! Stream sockets: how much a peer has sent that is not read yet, how much the kernel may hold
+//! of what is sent, and dropping what it holds when the socket is closed.
 //!
-//! The `unsafe` calls here are `ioctl(FIONREAD)` and `setsockopt(SO_SNDBUF)`.
+//! The `unsafe` calls here are `ioctl(FIONREAD)` and `setsockopt(SO_SNDBUF, SO_LINGER)`.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -27,6 +27,30 @@ pub fn set_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> std::io::Result<()> 
             libc::SO_SNDBUF,
             (&n as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes the close of socket `fd` a reset (`SO_LINGER` on, 0 s): the kernel drops at once
+/// what it holds of what was sent and not yet acknowledged, instead of holding it, and trying
+/// to send it, for as long as a peer that does not read keeps its window shut.
+pub fn reset_on_close(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: SO_LINGER takes a struct linger; `l` lives across the call and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
         )
     };
     if rc != 0 {
@@ -91,5 +115,34 @@ mod tests {
             small < grown,
             "{small} with a 64 KiB send buffer, {grown} without"
         );
+    }
+
+    #[test]
+    fn a_socket_closed_with_unsent_bytes_after_reset_on_close_is_reset() {
+        use std::io::{ErrorKind, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        // More than the peer's window: some stays in the sender's queue.
+        let chunk = vec![0u8; 64 << 10];
+        for _ in 0..200 {
+            if s.write(&chunk).is_err() {
+                break;
+            }
+        }
+        reset_on_close(s.as_fd()).unwrap();
+        drop(s);
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let end = loop {
+            match peer.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(_) => {}
+                Err(e) => break Some(e.kind()),
+            }
+        };
+        assert_eq!(end, Some(ErrorKind::ConnectionReset));
     }
 }
