@@ -207,9 +207,14 @@ pub fn parse_time_limit(text: &str) -> Result<Option<u64>, String> {
     Ok(Some(days * 86_400 + h * 3600 + m * 60 + s))
 }
 
+/// How old a run file without a token may be when a step takes it: its prolog ran when the
+/// step reached the node, seconds before.
+pub const TOKENLESS_FRESH_SECONDS: i64 = 300;
+
 /// The run in `file`, when it is the run of the step that `claim` describes: the same job id,
-/// user and submission token (a reused job id is another job; a file of a job submitted by an
-/// earlier build has no token and is refused by a step that has one); the same start, where
+/// user and submission token (a reused job id is another job); a file without a token (its
+/// prolog was given none: Slurm 22.05's prolog on a node other than the batch node, or a job
+/// submitted by an earlier build) only while fresh ([`TOKENLESS_FRESH_SECONDS`]); the same start, where
 /// both the step and the file know it; not written after the step's start by more than the
 /// clocks may differ, nor before `claim.not_before`; and not of a run that had ended (by its
 /// time limit) over an hour before the step started.
@@ -218,9 +223,17 @@ pub fn parse_time_limit(text: &str) -> Result<Option<u64>, String> {
 /// an earlier run's file is left only where this run's prolog did not write (it failed, or
 /// slurmd did not run it) or runs later (the extern step under RunInJob: `not_before`).
 pub fn accept(file: RunFile, claim: &StepClaim) -> Option<RunInfo> {
+    // A file with a token is this submission's only with the step's token. Slurm 22.05 hands
+    // the job's control variables only to the prolog of the batch node: another node's prolog,
+    // run when the job's first step reaches it, writes no token, and its file is taken only
+    // while fresh (written at most TOKENLESS_FRESH_SECONDS before the step started).
+    let token_ok = match (&file.token, &claim.token) {
+        (Some(_), _) => file.token == claim.token,
+        (None, _) => claim.now - file.written_unix <= TOKENLESS_FRESH_SECONDS,
+    };
     if file.job_id != claim.job_id
         || file.uid != claim.uid
-        || file.token != claim.token
+        || !token_ok
         || file.written_unix > claim.now + 300
         || claim.not_before.is_some_and(|t| file.written_unix < t)
         || matches!((claim.job_start, file.job_start_unix), (Some(a), Some(b)) if a != b)
@@ -430,16 +443,25 @@ mod tests {
             let mut other = file(1_800_000_000, limit);
             other.token = Some("1700000000.000000001.7".into());
             assert_eq!(accept(other, &claim(now)), None, "{limit:?}");
-            // A file of a job submitted without the plugin (or by an earlier build).
+            // A file whose prolog was given no token (22.05 on a node other than the batch
+            // node; a job submitted without the plugin or by an earlier build): taken while
+            // fresh, its prolog run as the step reached the node...
             let mut none = file(1_800_000_000, limit);
             none.token = None;
-            assert_eq!(accept(none.clone(), &claim(now)), None, "{limit:?}");
-            // Jobs submitted without the plugin are told apart by the user only (promise 1).
+            assert!(accept(none.clone(), &claim(now)).is_some(), "{limit:?}");
             let untokened = StepClaim {
                 token: None,
                 ..claim(now)
             };
-            assert!(accept(none, &untokened).is_some(), "{limit:?}");
+            assert!(accept(none.clone(), &untokened).is_some(), "{limit:?}");
+            // ... and never once older: an earlier job of this id, by either step.
+            let later = now + TOKENLESS_FRESH_SECONDS + 1;
+            assert_eq!(accept(none.clone(), &claim(later)), None, "{limit:?}");
+            let untokened_later = StepClaim {
+                token: None,
+                ..claim(later)
+            };
+            assert_eq!(accept(none, &untokened_later), None, "{limit:?}");
         }
     }
 
