@@ -66,13 +66,14 @@ fn only_the_steps_files_are_read_and_the_shared_test_stops_at_the_first_user() {
     // Every entry is listed, so the test can stop at the first user.
     s.set_kfd_cap(20_000);
     s.track_processes(30000, &the_step());
-    let a = s.read(0).unwrap();
+    let mut a = s.read(0).unwrap();
+    a.processes.sort_unstable();
     assert_eq!(
         a.processes,
         vec![
+            (10500, Some(4096)),
             (30000, Some(1 << 30)),
-            (30001, Some(2 << 30)),
-            (10500, Some(4096))
+            (30001, Some(2 << 30))
         ]
     );
     assert_eq!(
