@@ -7,8 +7,10 @@
 //! the median wall and CPU time of one such sample next to the sampler's budget at the plugin's
 //! default interval: the share of the interval a sample may cost before the interval is
 //! lengthened (`sampler::pace::OVERRUN_SHARE`) and the share its process reads may take
-//! (`step::procs::PROCESS_TIME_SHARE`). Options: `--gpus 8`, `--procs 100`, `--samples 200`,
-//! `--out FILE.json`.
+//! (`step::procs::PROCESS_TIME_SHARE`). The 100 processes are the step's, as the sampler tells
+//! the source. `--outside N` adds N KFD processes outside the step that hold nothing (a user
+//! who starts thousands of processes that open `/dev/kfd`). Options: `--gpus 8`, `--procs 100`,
+//! `--outside 0`, `--samples 200`, `--out FILE.json`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,6 +23,7 @@ use gpu_tracker::sys;
 struct Args {
     gpus: usize,
     procs: usize,
+    outside: usize,
     samples: usize,
     out: Option<String>,
 }
@@ -29,6 +32,7 @@ fn args() -> Args {
     let mut a = Args {
         gpus: 8,
         procs: 100,
+        outside: 0,
         samples: 200,
         out: None,
     };
@@ -38,13 +42,15 @@ fn args() -> Args {
         match k.as_str() {
             "--gpus" => a.gpus = v().parse().expect("a count"),
             "--procs" => a.procs = v().parse().expect("a count"),
+            "--outside" => a.outside = v().parse().expect("a count"),
             "--samples" => a.samples = v().parse().expect("a count"),
             "--out" => a.out = Some(v()),
             // What `cargo bench` passes on.
             "--bench" => {}
             "--help" | "-h" => {
                 println!(
-                    "amd_sample_cost [--gpus 8] [--procs 100] [--samples 200] [--out FILE.json]"
+                    "amd_sample_cost [--gpus 8] [--procs 100] [--outside 0] [--samples 200] \
+                     [--out FILE.json]"
                 );
                 std::process::exit(0);
             }
@@ -84,12 +90,13 @@ fn gpu_ids(root: &Path) -> Vec<u32> {
     ids.into_iter().map(|(_, id)| id).collect()
 }
 
-/// `procs` KFD processes, each with every GPU's files, using GPU `k % gpus`.
-fn add_processes(root: &Path, ids: &[u32], procs: usize) {
+/// `procs` KFD processes from pid `first`, each with every GPU's files, using GPU `k % gpus`
+/// (`uses`) or none.
+fn add_processes(root: &Path, ids: &[u32], first: usize, procs: usize, uses: bool) {
     for k in 0..procs {
-        let dir = root.join(format!("sys/class/kfd/kfd/proc/{}", 200_000 + k));
+        let dir = root.join(format!("sys/class/kfd/kfd/proc/{}", first + k));
         for (g, id) in ids.iter().enumerate() {
-            let uses = k % ids.len() == g;
+            let uses = uses && k % ids.len() == g;
             std::fs::create_dir_all(dir.join(format!("stats_{id}"))).unwrap();
             let vram: u64 = if uses { 8 << 30 } else { 0 };
             std::fs::write(dir.join(format!("vram_{id}")), format!("{vram}\n")).unwrap();
@@ -121,9 +128,12 @@ fn main() {
     assert!(st.success(), "simamd.py failed");
     let ids = gpu_ids(&root);
     assert_eq!(ids.len(), a.gpus);
-    add_processes(&root, &ids, a.procs);
+    add_processes(&root, &ids, 200_000, a.procs, true);
+    add_processes(&root, &ids, 1_000, a.outside, false);
 
     let mut s = AmdSource::open(&root).expect("the fixture opens");
+    let step: std::collections::HashSet<u32> = (0..a.procs).map(|k| 200_000 + k as u32).collect();
+    s.track_processes(0, &step);
     let n = s.devices().len();
     let sample = |s: &mut AmdSource| {
         let mut seen = 0;
@@ -145,11 +155,11 @@ fn main() {
     let interval = gpu_tracker::config::Config::default().interval;
     let budget = interval * gpu_tracker::sampler::pace::OVERRUN_SHARE * 1e6;
     let procs_share = interval * gpu_tracker::step::procs::PROCESS_TIME_SHARE * 1e6;
-    let files = a.gpus * a.procs * 2 + a.gpus * 4;
+    let files = s.kfd_files_read() / (a.samples as u64 + 1) + a.gpus as u64 * 4;
     println!(
-        "{} AMD GPUs, {} KFD processes ({files} files read per sample): median {wall:.0} µs \
-         wall, {cpu:.0} µs CPU per sample (of {} samples)",
-        a.gpus, a.procs, a.samples
+        "{} AMD GPUs, {} KFD processes of the step and {} outside it ({files} files read per \
+         sample): median {wall:.0} µs wall, {cpu:.0} µs CPU per sample (of {} samples)",
+        a.gpus, a.procs, a.outside, a.samples
     );
     println!(
         "budget at the default interval ({interval} s): {budget:.0} µs per sample before the \
@@ -162,10 +172,11 @@ fn main() {
     );
     if let Some(p) = a.out {
         let json = format!(
-            "{{\"gpus\": {}, \"procs\": {}, \"samples\": {}, \"median_us\": {wall:.1}, \
+            "{{\"gpus\": {}, \"procs\": {}, \"outside\": {}, \"samples\": {}, \
+             \"median_us\": {wall:.1}, \
              \"median_cpu_us\": {cpu:.1}, \"budget_us\": {budget:.0}, \
              \"process_budget_us\": {procs_share:.0}}}\n",
-            a.gpus, a.procs, a.samples
+            a.gpus, a.procs, a.outside, a.samples
         );
         std::fs::write(&p, json).expect("writing the results");
         println!("written to {p}");

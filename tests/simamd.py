@@ -174,6 +174,8 @@ def build_static(tree, gpus):
         tree.write(d + "/mem_info_vram_total", "%d\n" % VRAM_TOTAL)
         tree.write(d + "/unique_id", "%016x\n" % g.unique_id)
         tree.write(d + "/product_name", "AMD Instinct MI300X\n")
+        # Whole GPUs: the mode an MI300X boots in unless set otherwise.
+        tree.write(d + "/current_compute_partition", "SPX\n")
         tree.write(d + "/hwmon/hwmon%d/name" % (2 + g.index), "amdgpu\n")
         target = "../../../devices/pci0000:00/" + g.pci
         tree.link("sys/class/drm/renderD%d/device" % g.minor, target)

@@ -46,6 +46,12 @@ impl GpuSource for Combined {
         self.sources[s].read(j)
     }
 
+    fn track_processes(&mut self, main: u32, members: &std::collections::HashSet<u32>) {
+        for s in &mut self.sources {
+            s.track_processes(main, members);
+        }
+    }
+
     fn descriptors_marked_cloexec(&self) -> usize {
         self.sources
             .iter()

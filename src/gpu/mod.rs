@@ -283,6 +283,10 @@ pub trait GpuSource: Send {
     /// Reads device `i` (an index into [`GpuSource::devices`]). `None` once the device is lost
     /// (fell off the bus): the caller keeps what it had.
     fn read(&mut self, i: usize) -> Option<GpuReading>;
+    /// The tracked processes (`main`, where not 0, and `members`), told before each sample's
+    /// reads: a source that must look processes up one by one (AMD's KFD files) reads only
+    /// theirs, and of the others only as much as says whether the GPU is shared.
+    fn track_processes(&mut self, _main: u32, _members: &std::collections::HashSet<u32>) {}
     /// Descriptors the source's library left open without close-on-exec when it was opened,
     /// and that were marked close-on-exec then (see [`cloexec`]).
     fn descriptors_marked_cloexec(&self) -> usize {

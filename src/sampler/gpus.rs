@@ -323,6 +323,7 @@ impl GpuAccumulator {
         tp: &mut Timepoint,
         notes: &mut Vec<String>,
     ) {
+        src.track_processes(main, members);
         let select = self.select.clone();
         let devices = self.devices.get_or_insert_with(|| {
             src.devices()

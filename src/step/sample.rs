@@ -30,6 +30,9 @@ impl GpuSource for Allocated {
     fn read(&mut self, i: usize) -> Option<GpuReading> {
         self.inner.read(*self.map.get(i)?)
     }
+    fn track_processes(&mut self, main: u32, members: &std::collections::HashSet<u32>) {
+        self.inner.track_processes(main, members);
+    }
     fn take_problems(&mut self) -> Vec<String> {
         self.inner.take_problems()
     }

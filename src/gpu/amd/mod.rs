@@ -10,18 +10,30 @@
 //! Energy: the `gpu_metrics` counter where its revision documents one ([`metrics`]), else
 //! hwmon power integrated over the samples ([`energy`]); [`AmdSource::energy_origin`] and a
 //! note at the start say which.
+//!
+//! A compute partition of a partitioned GPU ([`partition`]) has no device figures: they are the
+//! whole GPU's. Its id carries its number, and its processes' figures are its own.
+//!
+//! Processes: see [`procs`]; once told the tracked processes
+//! ([`GpuSource::track_processes`]), the source reads only their files, and of the others only
+//! enough to say whether a GPU is shared.
 
 pub mod device;
 pub mod energy;
 pub mod files;
 pub mod metrics;
 pub mod parse;
+pub mod partition;
 pub mod procs;
 mod sources;
 pub mod topology;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_flood;
+#[cfg(test)]
+mod tests_partition;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,6 +42,7 @@ use super::figures::{NoData, figure};
 use super::{GpuInfo, GpuReading, GpuSource, Missing, Vendor};
 use device::DeviceFiles;
 use energy::{EnergyOrigin, PowerIntegral};
+use partition::Partition;
 pub use sources::SOURCES;
 use sources::absent_on_amd;
 
@@ -78,6 +91,8 @@ enum Energy {
 struct Gpu {
     gpu_id: u32,
     files: Option<DeviceFiles>,
+    /// The compute partition it is, on a partitioned GPU: then no device file is read.
+    partition: Option<Partition>,
     energy: Energy,
     origin: EnergyOrigin,
     lost: bool,
@@ -86,10 +101,12 @@ struct Gpu {
 /// The KFD process listing shared by the devices' reads of one sample.
 struct Listing {
     /// The pids, or whether the directory is missing and what went wrong.
-    pids: Result<Vec<u32>, (bool, String)>,
+    pids: Result<procs::Listing, (bool, String)>,
     at: Instant,
     /// Devices read from this listing.
     served: Vec<bool>,
+    /// Files of processes outside the tracked ones that this sample may still read.
+    outside_left: usize,
 }
 
 /// AMD GPUs read from the kernel's files under a root.
@@ -98,6 +115,12 @@ pub struct AmdSource {
     devices: Vec<GpuInfo>,
     gpus: Vec<Gpu>,
     listing: Option<Listing>,
+    /// The tracked processes, ascending; `None` until told: then every listed one is read.
+    tracked: Option<Vec<u32>>,
+    /// The most entries of KFD's process directory listed a sample ([`procs::MAX_KFD_ENTRIES`]).
+    kfd_cap: usize,
+    /// KFD per-process files opened since the start.
+    kfd_reads: u64,
     start: Instant,
     problems: Vec<String>,
     /// Problems already reported, by device and kind, so each is noted once.
@@ -124,9 +147,10 @@ impl AmdSource {
             .collect();
         let mut devices = Vec::new();
         let mut gpus = Vec::new();
+        let mut located = Vec::new();
         for (index, k) in topo.gpus.iter().enumerate() {
             let mut note = |s: String| problems.push(format!("AMD GPU {index}: {s}"));
-            let files = match k.render_minor {
+            located.push(match k.render_minor {
                 None => {
                     note("the KFD topology gives no render node: no device figures".into());
                     None
@@ -138,6 +162,24 @@ impl AmdSource {
                         None
                     }
                 },
+            });
+        }
+        let parts = partition::find(&topo.gpus, &located);
+        for (index, (k, (files, part))) in topo
+            .gpus
+            .iter()
+            .zip(located.into_iter().zip(parts))
+            .enumerate()
+        {
+            let mut note = |s: String| problems.push(format!("AMD GPU {index}: {s}"));
+            // A partition's name, memory size and unique id are its device's.
+            let device_files = match part.as_ref().and_then(|p| p.device) {
+                Some(d) if d != index => topo
+                    .gpus
+                    .get(d)
+                    .and_then(|g| g.render_minor)
+                    .and_then(|m| device::locate(root, m).ok()),
+                _ => files.clone(),
             };
             let dev_pci = files.as_ref().and_then(|f| f.pci.clone());
             if let (Some(kfd), Some(dev)) = (&k.pci, &dev_pci)
@@ -150,12 +192,18 @@ impl AmdSource {
                 ));
             }
             let pci = dev_pci.or_else(|| k.pci.clone());
-            let unique = files.as_ref().and_then(|f| f.unique_id()).or(k.unique_id);
-            let uuid = match &pci {
+            let unique = device_files
+                .as_ref()
+                .and_then(|f| f.unique_id())
+                .or(k.unique_id);
+            let mut uuid = match &pci {
                 Some(p) => parse::uuid_of(unique, p),
                 None => parse::uuid_of(unique, &format!("kfd-gpu-{}", k.gpu_id)),
             };
-            let memory_total = match files.as_ref().map(|f| f.number("mem_info_vram_total")) {
+            let memory_total = match device_files
+                .as_ref()
+                .map(|f| f.number("mem_info_vram_total"))
+            {
                 Some(Ok(b)) => b,
                 Some(Err(e)) => {
                     note(format!("memory size unknown (0): {e}"));
@@ -163,12 +211,22 @@ impl AmdSource {
                 }
                 None => 0,
             };
-            let name = files
+            let name = device_files
                 .as_ref()
                 .and_then(|f| f.product_name())
                 .unwrap_or_else(|| parse::fallback_name(&k.name));
-            let (energy, origin) = choose_energy(files.as_ref());
-            if let EnergyOrigin::IntegratedPower { .. } | EnergyOrigin::None { .. } = origin {
+            let (energy, origin) = match &part {
+                Some(p) => {
+                    let why = p.why_no_device_figures(pci.as_deref());
+                    note(why.clone());
+                    uuid = p.id(&uuid);
+                    (Energy::None, EnergyOrigin::None { why })
+                }
+                None => choose_energy(files.as_ref()),
+            };
+            if part.is_none()
+                && let EnergyOrigin::IntegratedPower { .. } | EnergyOrigin::None { .. } = origin
+            {
                 note(format!("energy: {}", origin.describe()));
             }
             devices.push(GpuInfo {
@@ -185,6 +243,7 @@ impl AmdSource {
             gpus.push(Gpu {
                 gpu_id: k.gpu_id,
                 files,
+                partition: part,
                 energy,
                 origin,
                 lost: false,
@@ -195,6 +254,9 @@ impl AmdSource {
             devices,
             gpus,
             listing: None,
+            tracked: None,
+            kfd_cap: procs::MAX_KFD_ENTRIES,
+            kfd_reads: 0,
             start: Instant::now(),
             problems,
             reported: Vec::new(),
@@ -205,6 +267,19 @@ impl AmdSource {
     /// source (an estimate), or none.
     pub fn energy_origin(&self, i: usize) -> Option<&EnergyOrigin> {
         self.gpus.get(i).map(|g| &g.origin)
+    }
+
+    /// KFD per-process files opened since the start (for tests and the cost bench).
+    pub fn kfd_files_read(&self) -> u64 {
+        self.kfd_reads
+    }
+
+    /// Lists at most `cap` entries of KFD's process directory a sample, and reads at most as
+    /// many files of processes outside the tracked ones (tests; the default is
+    /// [`procs::MAX_KFD_ENTRIES`]).
+    pub fn set_kfd_cap(&mut self, cap: usize) {
+        self.kfd_cap = cap;
+        self.listing = None;
     }
 
     /// Keeps only the devices `keep` accepts (a Slurm step's allocation, say).
@@ -229,16 +304,18 @@ impl AmdSource {
 
     /// This sample's KFD listing: a fresh one when device `i` was read from the last one
     /// already or it is old.
-    fn listing_for(&mut self, i: usize) -> Result<Vec<u32>, (bool, String)> {
+    fn listing_for(&mut self, i: usize) -> Result<procs::Listing, (bool, String)> {
         let stale = match &self.listing {
             None => true,
             Some(l) => l.served.get(i).copied().unwrap_or(true) || l.at.elapsed() > LISTING_MAX_AGE,
         };
         if stale {
             self.listing = Some(Listing {
-                pids: procs::list(&self.root).map_err(|e| (e.is_missing(), e.to_string())),
+                pids: procs::list(&self.root, self.kfd_cap)
+                    .map_err(|e| (e.is_missing(), e.to_string())),
                 at: Instant::now(),
                 served: vec![false; self.gpus.len()],
+                outside_left: self.kfd_cap,
             });
         }
         let l = self.listing.as_mut().expect("just made");
@@ -293,6 +370,16 @@ impl GpuSource for AmdSource {
         &self.devices
     }
 
+    fn track_processes(&mut self, main: u32, members: &std::collections::HashSet<u32>) {
+        let mut t: Vec<u32> = members.iter().copied().collect();
+        if main != 0 {
+            t.push(main);
+        }
+        t.sort_unstable();
+        t.dedup();
+        self.tracked = Some(t);
+    }
+
     fn take_problems(&mut self) -> Vec<String> {
         std::mem::take(&mut self.problems)
     }
@@ -321,8 +408,23 @@ impl GpuSource for AmdSource {
         };
         let mut notes: Vec<(&'static str, String)> = Vec::new();
         let g = &mut self.gpus[i];
-        match &g.files {
-            None => {
+        let device_files = match &g.partition {
+            Some(p) => {
+                let why = p.why_no_device_figures(self.devices[i].pci_bus_id.as_deref());
+                for f in [figure::MEMORY, figure::UTILIZATION] {
+                    r.missing.push(Missing {
+                        figure: f,
+                        why: NoData::not_supported(why.clone()),
+                    });
+                }
+                None
+            }
+            None => Some(&g.files),
+        };
+        match device_files {
+            // A partition: its reading says why above.
+            None => {}
+            Some(None) => {
                 for f in [figure::MEMORY, figure::UTILIZATION] {
                     r.missing.push(Missing {
                         figure: f,
@@ -330,7 +432,7 @@ impl GpuSource for AmdSource {
                     });
                 }
             }
-            Some(files) => {
+            Some(Some(files)) => {
                 let mut get = |name: &'static str, fig: &'static str| match files.number(name) {
                     Ok(v) => Some(v),
                     Err(e) => {
@@ -406,9 +508,14 @@ impl GpuSource for AmdSource {
                     });
                 }
             }
-            Ok(pids) => {
-                let p = procs::read_gpu(&self.root.join(procs::PROC), &pids, gpu_id);
-                r.processes = p.on.iter().map(|o| (o.pid, Some(o.vram))).collect();
+            Ok(listing) => {
+                let proc_dir = self.root.join(procs::PROC);
+                let own = match &self.tracked {
+                    Some(t) => procs::tracked_in(&listing, t),
+                    None => listing.pids.clone(),
+                };
+                let mut p = procs::read_gpu(&proc_dir, &own, gpu_id);
+                self.kfd_reads += p.reads as u64;
                 if p.with_files > 0 && p.without_cu == p.with_files {
                     r.missing.push(Missing {
                         figure: figure::CU_OCCUPANCY,
@@ -423,6 +530,38 @@ impl GpuSource for AmdSource {
                             .collect(),
                     );
                 }
+                let mut seen_all = !listing.cut;
+                if let Some(t) = &self.tracked {
+                    let budget = match self.listing.as_mut() {
+                        Some(l) => &mut l.outside_left,
+                        None => &mut 0,
+                    };
+                    let o = procs::first_outside(&proc_dir, &listing.pids, t, gpu_id, budget);
+                    self.kfd_reads += o.reads as u64;
+                    p.problems.extend(o.problems);
+                    match o.found {
+                        Some(found) => {
+                            p.on.push(found);
+                            seen_all = true;
+                        }
+                        None => seen_all &= o.complete,
+                    }
+                }
+                if !seen_all {
+                    notes.push((
+                        "kfd-cap",
+                        format!(
+                            "more KFD processes on the node than a sample looks at (it lists at \
+                             most {} entries of {} and reads at most as many files of processes \
+                             outside the tracked ones): whether another process uses this GPU \
+                             is unknown at such samples, and a GPU found unshared there may be \
+                             shared; the tracked processes' own figures are read in full",
+                            self.kfd_cap,
+                            procs::PROC
+                        ),
+                    ));
+                }
+                r.processes = p.on.iter().map(|o| (o.pid, Some(o.vram))).collect();
                 if let Some(first) = p.problems.first() {
                     notes.push(("kfd", first.clone()));
                 }

@@ -41,8 +41,15 @@ pub const SOURCES: &[(&str, &str)] = &[
     (
         "processes and their memory",
         "sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id> (bytes): processes that opened /dev/kfd, \
-         listed once per sample for all GPUs; one holding no VRAM and running no wave on a GPU \
-         is not counted on it",
+         listed once per sample for all GPUs (at most 1024 entries); read for the tracked \
+         processes, and for the others only until one holds VRAM on the GPU (at most 1024 \
+         files a sample); one holding no VRAM and running no wave on a GPU is not counted on it",
+    ),
+    (
+        "compute partitions",
+        "<device>/current_compute_partition other than SPX, or several KFD nodes at one PCI \
+         device: every partition's device figures are left out (the whole GPU's), its id gets \
+         -p<partition>",
     ),
     (
         "processes' CU occupancy",

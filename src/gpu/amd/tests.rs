@@ -7,7 +7,7 @@ use super::*;
 use crate::gpu::figures::{NOT_SAMPLED, NOT_SUPPORTED};
 
 /// A fixture root, removed on drop.
-struct Fx(PathBuf);
+pub(super) struct Fx(pub(super) PathBuf);
 
 impl Drop for Fx {
     fn drop(&mut self) {
@@ -16,7 +16,7 @@ impl Drop for Fx {
 }
 
 /// A `gpu_metrics` table of revision 1.`content` with `steps` in its energy accumulator.
-fn metrics_table(content: u8, steps: u64) -> Vec<u8> {
+pub(super) fn metrics_table(content: u8, steps: u64) -> Vec<u8> {
     let mut b = vec![0u8; 384];
     b[..2].copy_from_slice(&384u16.to_ne_bytes());
     b[2] = 1;
@@ -28,7 +28,7 @@ fn metrics_table(content: u8, steps: u64) -> Vec<u8> {
 }
 
 impl Fx {
-    fn new(tag: &str) -> Fx {
+    pub(super) fn new(tag: &str) -> Fx {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let p = std::env::temp_dir().join(format!(
@@ -49,27 +49,27 @@ impl Fx {
         fx
     }
 
-    fn root(&self) -> &Path {
+    pub(super) fn root(&self) -> &Path {
         &self.0
     }
 
-    fn path(&self, rel: &str) -> PathBuf {
+    pub(super) fn path(&self, rel: &str) -> PathBuf {
         self.0.join(rel)
     }
 
-    fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
+    pub(super) fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
         let p = self.path(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, content).unwrap();
     }
 
-    fn dev(pci: &str) -> String {
+    pub(super) fn dev(pci: &str) -> String {
         format!("sys/devices/pci0000:00/{pci}")
     }
 
     /// A MI300X at KFD node `node`, with gpu_id `gpu_id`, render node `minor`, PCI bus `bus`:
     /// idle, its energy counter at 1000 J.
-    fn gpu(&self, node: u32, gpu_id: u32, minor: u32, bus: u8) -> String {
+    pub(super) fn gpu(&self, node: u32, gpu_id: u32, minor: u32, bus: u8) -> String {
         let pci = format!("0000:{bus:02x}:00.0");
         let n = format!("sys/class/kfd/kfd/topology/nodes/{node}");
         self.write(&format!("{n}/gpu_id"), format!("{gpu_id}\n"));
@@ -93,6 +93,7 @@ impl Fx {
             format!("{:016x}\n", 0xabc0 + u64::from(bus)),
         );
         self.write(&format!("{d}/product_name"), "AMD Instinct MI300X\n");
+        self.write(&format!("{d}/current_compute_partition"), "SPX\n");
         self.write(&format!("{d}/gpu_metrics"), metrics_table(6, 1000 * 65536));
         self.write(&format!("{d}/hwmon/hwmon3/name"), "amdgpu\n");
         self.write(&format!("{d}/hwmon/hwmon3/power1_average"), "140000000\n");
@@ -101,7 +102,7 @@ impl Fx {
     }
 
     /// `rel` (a render node's `device`) as a relative link to the PCI device `pci`.
-    fn link(&self, rel: &str, pci: &str) {
+    pub(super) fn link(&self, rel: &str, pci: &str) {
         let p = self.path(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         let _ = std::fs::remove_file(&p);
@@ -109,7 +110,7 @@ impl Fx {
     }
 
     /// Process `pid` with `vram` bytes on `gpu_id`, and `cu` CUs where given.
-    fn proc(&self, pid: u32, gpu_id: u32, vram: u64, cu: Option<u32>) {
+    pub(super) fn proc(&self, pid: u32, gpu_id: u32, vram: u64, cu: Option<u32>) {
         let p = format!("sys/class/kfd/kfd/proc/{pid}");
         self.write(&format!("{p}/vram_{gpu_id}"), format!("{vram}\n"));
         self.write(&format!("{p}/stats_{gpu_id}/evicted_ms"), "0\n");
@@ -122,7 +123,7 @@ impl Fx {
     }
 }
 
-fn missing<'a>(r: &'a GpuReading, fig: &str) -> Option<&'a NoData> {
+pub(super) fn missing<'a>(r: &'a GpuReading, fig: &str) -> Option<&'a NoData> {
     r.missing.iter().find(|m| m.figure == fig).map(|m| &m.why)
 }
 
