@@ -14,6 +14,7 @@ use gpu_tracker::report::classes::ClassRules;
 use gpu_tracker::report::epilog::{self, Outcome};
 use gpu_tracker::report::listing::{self, Filter};
 use gpu_tracker::report::settings::{self, Places};
+use gpu_tracker::report::sizing::Sizing;
 use gpu_tracker::report::stored::{Stored, StoredError};
 use gpu_tracker::report::story;
 use gpu_tracker::report::text::{TextOptions, render};
@@ -243,7 +244,7 @@ fn store_in_database(cfg: &Config, job_id: u32) -> Result<u8, Failure> {
 /// A job whose records are not in the spool, from the summary stored in Slurm's database.
 /// `Ok(Err(why))` when the database has none, or could not be asked: `why` says which, for
 /// people.
-fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
+fn show_stored(site: &Site, args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
     let rows = match slurmdb::fetch_all(job) {
         Ok(rows) => rows,
         Err(e) => {
@@ -254,7 +255,7 @@ fn show_stored(args: &Args, job: &str) -> Result<Result<u8, String>, Failure> {
     if let Some((a, notes)) = job
         .parse()
         .ok()
-        .and_then(|id| array::db::from_rows(id, &rows))
+        .and_then(|id| array::db::from_rows(id, &rows, &Sizing::of(&site.cfg.advise)))
     {
         let mut a = a;
         if let Some(t) = a.tasks.first() {
@@ -319,7 +320,7 @@ fn show_job(site: &Site, args: &Args, spec_text: &str) -> Result<u8, Failure> {
         let db = match spec.step {
             Some(_) => "Slurm's database was not asked (it keeps a job's summary, not a step's)"
                 .to_string(),
-            None => match show_stored(args, job)? {
+            None => match show_stored(site, args, job)? {
                 Ok(code) => return Ok(code),
                 Err(why) => why,
             },
@@ -506,7 +507,7 @@ fn show_array(site: &Site, args: &Args, array_id: u32) -> Result<u8, Failure> {
             ),
         ));
     }
-    let a = ArraySummary::of(array_id, &summaries);
+    let a = ArraySummary::of(array_id, &summaries, &Sizing::of(&site.cfg.advise));
     show_array_summary(args, &a, &notes);
     for n in &notes {
         warnln!("gpu-tracker-report: array {array_id}: {n}");
