@@ -168,14 +168,7 @@ fn squeue_limit(job_id: u32) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::step::run::env_of as env;
 
     #[test]
     fn the_first_node_is_found_in_each_releases_prolog_environment() {

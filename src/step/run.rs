@@ -299,18 +299,22 @@ pub fn split_run(stem: &str) -> (&str, u32) {
     (stem, 1)
 }
 
+/// For tests: an environment lookup over `pairs`, as a prolog or a step would see them.
+#[cfg(test)]
+pub(crate) fn env_of<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use super::env_of as env;
 
     #[test]
     fn the_credentials_times_give_the_limit_and_a_year_is_unlimited() {
