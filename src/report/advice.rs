@@ -4,6 +4,7 @@
 
 use super::classes::{self, ClassRules, gpu_low, gpu_name, gpu_unused};
 use super::figures::{Advice, GpuSummary, OomEvent, Summary};
+use super::sizing::{Evidence, GUESS_RULE, Sizing};
 
 /// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
 /// are shown in the summary's `Classes:` line only.
@@ -19,34 +20,6 @@ pub const ADVICE_OF_CLASS: [(&str, &[&str]); 10] = [
     ("oom", &["oom"]),
     ("timeout", &["time-limit"]),
 ];
-
-/// A `--mem` value Slurm takes, at least `bytes`: multiples of 256 MiB up to 4 GiB, whole GiB
-/// above.
-pub fn mem_option(bytes: u64) -> String {
-    const MIB: u64 = 1 << 20;
-    const GIB: u64 = 1 << 30;
-    if bytes <= 4 * GIB {
-        let m = bytes.div_ceil(256 * MIB).max(1) * 256;
-        if m % 1024 == 0 {
-            format!("{}G", m / 1024)
-        } else {
-            format!("{m}M")
-        }
-    } else {
-        format!("{}G", bytes.div_ceil(GIB))
-    }
-}
-
-/// The bytes of a [`mem_option`] text (`256M`, `3G`); 0 for anything else.
-pub fn mem_option_bytes(text: &str) -> u64 {
-    let (num, unit) = text.split_at(text.len().saturating_sub(1));
-    let n: u64 = num.parse().unwrap_or(0);
-    match unit {
-        "M" => n << 20,
-        "G" => n << 30,
-        _ => 0,
-    }
-}
 
 fn gib(bytes: u64) -> String {
     let g = bytes as f64 / f64::from(1u32 << 30);
@@ -64,8 +37,9 @@ pub const FEW_SMS_BUSY_PERCENT: f64 = 50.0;
 /// One line per node with kills. The job's steps on a node share its memory (`--mem` is per
 /// node), so when the limit is hit the kernel may kill in more than one step, and the step
 /// that used little was not the one that needed more: the line names every step killed and
-/// sizes from the one that reached the most.
-fn oom_advice(events: &[OomEvent]) -> Vec<Advice> {
+/// sizes from the one that reached the most. How much more it needed is not known: the
+/// example is a guess by the one sizing rule ([`Sizing::mem`]).
+fn oom_advice(events: &[OomEvent], sizing: &Sizing) -> Vec<Advice> {
     let mut nodes: Vec<&str> = Vec::new();
     for e in events {
         if !nodes.contains(&e.node.as_str()) {
@@ -81,7 +55,8 @@ fn oom_advice(events: &[OomEvent]) -> Vec<Advice> {
             let kills: u64 = here.iter().map(|e| e.kills).fold(0, u64::saturating_add);
             let more = top
                 .limit_bytes
-                .map(|l| format!(" (for example --mem={})", mem_option(l.saturating_mul(2))))
+                .and_then(|l| sizing.mem(&Evidence::of_limit(l as f64)))
+                .map(|m| format!(" (for example --mem={}, a guess: {GUESS_RULE}; how much more it needed is not known)", m.option))
                 .unwrap_or_default();
             let limit = top
                 .limit_bytes
@@ -110,26 +85,42 @@ fn oom_advice(events: &[OomEvent]) -> Vec<Advice> {
         .collect()
 }
 
-/// The advice of `timeout` (more time; how much is not known) and `time-over` (less time, by
-/// the array summary's rule: the run's time + 50%, whole minutes).
-fn time_advice(s: &Summary) -> Option<Advice> {
-    use super::runs::{slurm_duration, time_option};
-    let (elapsed, limit) = s.time_against_limit()?;
-    let limit = slurm_duration(limit as f64);
+/// The advice of `timeout` (more time; how much is not known, the example a guess) and
+/// `time-over` (less time), both by the one sizing rule ([`Sizing::time`]).
+fn time_advice(s: &Summary, sizing: &Sizing) -> Option<Advice> {
+    use super::runs::slurm_duration;
+    let (elapsed, limit_seconds) = s.time_against_limit()?;
+    let limit = slurm_duration(limit_seconds as f64);
     if s.has_class("timeout") {
+        let guess = sizing
+            .time(&Evidence::of_limit(limit_seconds as f64))
+            .map(|t| {
+                format!(
+                    " A guess: --time={} ({GUESS_RULE}, at least {} minutes).",
+                    t.option,
+                    sizing.min_time_minutes()
+                )
+            })
+            .unwrap_or_default();
         return Some(Advice {
             code: "time-limit",
             message: format!(
-                "Time: the job ran out of its {limit} time limit and was stopped before it finished. Ask for more time next time (--time); how much more it needed is not known."
+                "Time: the job ran out of its {limit} time limit and was stopped before it finished. Ask for more time next time (--time); how much more it needed is not known.{guess}"
             ),
         });
     }
+    // Never a "less" that is not less: a site's floor may be above the limit.
+    let t = sizing
+        .time(&Evidence::of_need(elapsed))
+        .filter(|t| t.value < limit_seconds)?;
     s.has_class("time-over").then(|| Advice {
         code: "time-over-requested",
         message: format!(
-            "Time: the job used {} of its {limit} time limit. Ask for less next time, for example --time={} (its time + 50%, whole minutes): shorter jobs start sooner.",
+            "Time: the job used {} of its {limit} time limit. Ask for less next time, for example --time={} (its time + {:.0}%, whole minutes, at least {} minutes): shorter jobs start sooner.",
             slurm_duration(elapsed),
-            time_option(elapsed)
+            t.option,
+            sizing.time_percent(),
+            sizing.min_time_minutes()
         ),
     })
 }
@@ -147,15 +138,19 @@ fn and_list(items: &[&str]) -> String {
 pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
     let mut out = Vec::new();
     if s.has_class("oom") {
-        out.extend(oom_advice(&s.oom));
+        out.extend(oom_advice(&s.oom, &rules.sizing));
     }
 
     if s.has_class("mem-over")
         && let Some((req, peak)) = classes::largest_request_and_peak(s)
     {
-        // Sized from what the job needed (page cache left out), with the usual margin: at its
+        // Sized from what the job needed (page cache left out), with the site's margin: at its
         // limit the kernel takes the cache back, as it did here if the job ran near it.
-        let suggest = mem_option(peak + peak / 5);
+        let suggest = rules
+            .sizing
+            .mem(&Evidence::of_need(peak as f64))
+            .map(|m| m.option)
+            .unwrap_or_default();
         let cache = s
             .per_node
             .iter()
@@ -180,7 +175,7 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
         });
     }
 
-    out.extend(time_advice(s));
+    out.extend(time_advice(s, &rules.sizing));
 
     // The advice quotes a GPU's utilization, which on a shared GPU is the device's, other
     // jobs' load included: no GPU advice is given for one (its classes still are).
@@ -287,14 +282,6 @@ mod tests {
     }
 
     #[test]
-    fn mem_options_are_round_and_at_least_the_need() {
-        assert_eq!(mem_option(1), "256M");
-        assert_eq!(mem_option(300 << 20), "512M");
-        assert_eq!(mem_option(GIB), "1G");
-        assert_eq!(mem_option(4 * GIB + 1), "5G");
-    }
-
-    #[test]
     fn a_job_that_used_what_it_asked_for_gets_no_advice() {
         let s = Summary::from_records(&[job(3 * GIB, 4 * GIB)]);
         assert!(s.advice.is_empty(), "{:?}", s.advice);
@@ -332,11 +319,14 @@ mod tests {
             peak_bytes: peak,
             limit_bytes: Some(200 << 20),
         };
-        let a = oom_advice(&[
-            ev("batch", "n1", 5 << 20),
-            ev("0", "n1", 195 << 20),
-            ev("0", "n2", 190 << 20),
-        ]);
+        let a = oom_advice(
+            &[
+                ev("batch", "n1", 5 << 20),
+                ev("0", "n1", 195 << 20),
+                ev("0", "n2", 190 << 20),
+            ],
+            &Sizing::default(),
+        );
         assert_eq!(a.len(), 2, "{a:?}");
         assert!(
             a[0].message

@@ -77,6 +77,8 @@ pub struct ClassRules {
     pub io_bound_percent: f64,
     /// `memory-throttled`: ... for memory.
     pub memory_throttled_percent: f64,
+    /// The site's margins for the `--mem` and `--time` the advice suggests (`[advise]`).
+    pub sizing: super::sizing::Sizing,
 }
 
 impl ClassRules {
@@ -95,6 +97,7 @@ impl ClassRules {
             cpu_starved_percent: c.class_cpu_starved_percent,
             io_bound_percent: c.class_io_bound_percent,
             memory_throttled_percent: c.class_memory_throttled_percent,
+            sizing: super::sizing::Sizing::of(&c.advise),
         }
     }
 }

@@ -223,7 +223,7 @@ fn the_array_hint_is_sized_from_the_tasks_own_memory() {
         .collect();
     assert_eq!(tasks[1].needed_memory_bytes, 700 * MIB);
     assert_eq!(tasks[1].peak_memory_bytes, 1234 * MIB);
-    let size = RightSize::of(&tasks);
+    let size = RightSize::of(&tasks, &Default::default());
     // 700 MiB + 20 %: 840 MiB, rounded up to 1 GiB.
     assert_eq!(size.mem.as_deref(), Some("1G"));
     assert!(

@@ -33,6 +33,7 @@ pub mod pressure;
 pub mod runs;
 pub mod settings;
 pub mod site;
+pub mod sizing;
 pub mod slurmctl;
 pub mod slurmdb;
 pub mod stored;

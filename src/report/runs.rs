@@ -157,9 +157,6 @@ pub fn slurm_duration(seconds: f64) -> String {
     }
 }
 
-/// Margin on a run's time in the `--time` suggested (the array summary's too).
-pub const TIME_MARGIN: f64 = 1.5;
-
 /// `seconds` as Slurm's `--time` takes it: `[D-]HH:MM:SS`.
 pub fn slurm_time(seconds: u64) -> String {
     let (d, h, m, s) = (
@@ -173,13 +170,6 @@ pub fn slurm_time(seconds: u64) -> String {
     } else {
         format!("{h:02}:{m:02}:{s:02}")
     }
-}
-
-/// The `--time` to ask for after a run of `elapsed` seconds, by the array summary's rule: its
-/// time + [`TIME_MARGIN`], whole minutes, at least one.
-pub fn time_option(elapsed: f64) -> String {
-    let minutes = (elapsed.max(0.0) * TIME_MARGIN / 60.0).ceil().min(1e12) as u64;
-    slurm_time(minutes.max(1) * 60)
 }
 
 /// `time-over` needs at least this much of the time limit unused (seconds): a 10-minute job
@@ -329,8 +319,6 @@ mod tests {
         assert_eq!(slurm_duration(60.0), "1:00");
         assert_eq!(slurm_duration(7200.0), "2:00:00");
         assert_eq!(slurm_duration(90_061.0), "1-01:01:01");
-        assert_eq!(time_option(3.0), "00:01:00", "at least a minute");
-        assert_eq!(time_option(100.0), "00:03:00", "150 s, whole minutes");
     }
 
     #[test]
@@ -417,7 +405,7 @@ mod tests {
         assert!(t.contains("killed by SIGTERM (at the time limit)"), "{t}");
         assert!(
             t.contains(
-                "Ask for more time next time (--time); how much more it needed is not known."
+                "Ask for more time next time (--time); how much more it needed is not known. A guess: --time=00:10:00 (twice the limit hit, at least 10 minutes)."
             ),
             "{t}"
         );
@@ -458,7 +446,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("Time: the job used 0:03 of its 2:00:00 time limit. Ask for less next time, for example --time=00:01:00"),
+            t.contains("Time: the job used 0:03 of its 2:00:00 time limit. Ask for less next time, for example --time=00:10:00 (its time + 50%, whole minutes, at least 10 minutes)"),
             "{t}"
         );
         // Under an hour of slack is not worth a note; a failed job is not sized.

@@ -429,7 +429,7 @@ mod tests {
         let old = format!("1001|alice||x\n1002|bob|{forged}|y\n");
         let rows = rows_of("1234", &old);
         assert!(rows.is_empty(), "{rows:?}");
-        assert!(crate::report::array::db::from_rows(1234, &rows).is_none());
+        assert!(crate::report::array::db::from_rows(1234, &rows, &Default::default()).is_none());
         // The name, asked for alone, is one name whatever lines it holds.
         assert_eq!(name_of("x\n1002|bob|y\n"), "x\n1002|bob|y");
         assert_eq!(name_of(&"é".repeat(1000)).len(), MAX_NAME_BYTES);

@@ -3,11 +3,14 @@
 //! in a directory no other user can get at: [`Place`]; none for root).
 //!
 //! Slurm's database is asked for the user's own jobs only (`sacct -u <uid>`, rows of another
-//! uid dropped), never more often than `advise.refresh_seconds` for one user, and only when the
-//! cache is older than an hour or a job of the same name was submitted before (it may have
-//! ended since):
-//! after the first question of the day, each one asks only for the jobs that ended since the
-//! last (`-S`). A failed question is not asked again for five minutes. Figures come only from
+//! uid dropped), one question at a time for one user, and only when the cache is older than
+//! an hour or a submission of the same name has not been seen to end ([`Cache::unseen`]).
+//! A submission whose job the last answer cannot hold (that answer began before the job
+//! reached Slurm) makes the next submission of its name ask at once, at most one question per
+//! submission; one the last answer could have held (the job had not ended by then) is asked
+//! about again no sooner than `advise.refresh_seconds` after the last question. After the
+//! first question of the day, each one asks only for the jobs that ended since the last
+//! (`-S`). A failed question is not asked again for five minutes. Figures come only from
 //! the stored summaries (`AdminComment`, which only Slurm's administrators and the site's
 //! EpilogSlurmctld write); the cache is the user's, so a user who edits it misleads only
 //! themselves.
@@ -27,7 +30,7 @@ use crate::report::stored::Stored;
 
 /// What `sacct` is asked for: the comment last (another tool's may hold the delimiter).
 pub const FIELDS: &str =
-    "JobIDRaw,JobID,UID,State,End,TimelimitRaw,JobName,WorkDir,SubmitLine,AdminComment";
+    "JobIDRaw,JobID,UID,State,Submit,End,TimelimitRaw,JobName,WorkDir,SubmitLine,AdminComment";
 /// `sacct`'s delimiter: a control character no name, path or command line is likely to hold.
 pub const DELIMITER: &str = "\u{1f}";
 /// Finished states whose figures size a job: completed, failed, out of time, out of memory
@@ -35,8 +38,8 @@ pub const DELIMITER: &str = "\u{1f}";
 pub const STATES: &str = "CD,F,TO,OOM";
 /// How long one question to Slurm's database may take in the background.
 pub const QUERY_DEADLINE: Duration = Duration::from_secs(60);
-/// The cache's format.
-pub const CACHE_VERSION: u32 = 1;
+/// The cache's format (2: runs carry their submission time).
+pub const CACHE_VERSION: u32 = 2;
 /// Most runs kept (the newest): a few MB at most.
 pub const MAX_RUNS: usize = 5000;
 /// Most submissions remembered.
@@ -48,6 +51,12 @@ pub const FAILURE_BACKOFF_SECONDS: i64 = 300;
 /// Each question asks again for this much before the last one (jobs whose summary was stored
 /// a little after they ended), seconds.
 pub const OVERLAP_SECONDS: i64 = 900;
+/// A run submitted this long before a submission was noted may still be that submission's
+/// (the clocks of the login node and Slurm's controller differ a little), seconds.
+pub const SUBMIT_SLACK_SECONDS: i64 = 30;
+/// A submission reaches Slurm at most `advise.wait_seconds` (rounded up) and this long after
+/// it was noted, seconds: an answer that began before then cannot hold its job.
+pub const NOTED_TO_SUBMITTED_SECONDS: i64 = 2;
 
 /// The cache of one user's history on one cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -83,6 +92,36 @@ impl Cache {
         }
     }
 
+    /// The times of the submissions of `key` noted ([`note_submission`]) whose job the cache
+    /// has not seen end, oldest first. Each job of `key` in the cache (an array once, with its
+    /// tasks' submission time) accounts for the earliest noted submission it can be: one noted
+    /// at most [`SUBMIT_SLACK_SECONDS`] after the job was submitted.
+    pub fn unseen(&self, key: &Key, submitted: &[(String, i64)]) -> Vec<i64> {
+        let id = key.id();
+        let mut noted: Vec<i64> = submitted
+            .iter()
+            .filter(|(k, _)| *k == id)
+            .map(|(_, t)| *t)
+            .collect();
+        noted.sort_unstable();
+        let mut jobs: std::collections::BTreeMap<u32, i64> = std::collections::BTreeMap::new();
+        for r in self.runs.iter().filter(|r| key.matches(r)) {
+            let at = jobs.entry(r.array.unwrap_or(r.job)).or_insert(r.submit);
+            *at = (*at).min(r.submit);
+        }
+        let mut seen: Vec<i64> = jobs.into_values().collect();
+        seen.sort_unstable();
+        let mut next = seen.into_iter().peekable();
+        let mut out = Vec::new();
+        for t in noted {
+            while next.next_if(|s| *s < t - SUBMIT_SLACK_SECONDS).is_some() {}
+            if next.next().is_none() {
+                out.push(t);
+            }
+        }
+        out
+    }
+
     /// Why Slurm's database should be asked now for a submission of `key`, given the
     /// submissions noted ([`note_submission`]); `None`: the cache answers.
     pub fn due(
@@ -96,6 +135,15 @@ impl Cache {
         if self.failed.is_some() && since_attempt < FAILURE_BACKOFF_SECONDS {
             return None;
         }
+        let unseen = self.unseen(key, submitted);
+        // The last answer began before this job reached Slurm: it cannot hold it. Asked at
+        // once, whatever refresh_seconds says: at most one question per submission.
+        let reach = cfg.wait_seconds.ceil() as i64 + NOTED_TO_SUBMITTED_SECONDS;
+        if self.fetched > 0 && unseen.iter().any(|t| self.fetched <= t + reach) {
+            return Some(
+                "a job of this name was submitted after the history was last asked for".into(),
+            );
+        }
         if (since_attempt as f64) < cfg.refresh_seconds {
             return None;
         }
@@ -105,11 +153,8 @@ impl Cache {
         if now - self.fetched >= MAX_AGE_SECONDS {
             return Some("the history is over an hour old".into());
         }
-        // A job of this name submitted before may have ended since the last answer: which
-        // one the answer saw is not known (a submission is noted before Slurm gives its id).
-        let id = key.id();
-        if submitted.iter().any(|(k, _)| *k == id) {
-            return Some("a job of this name was submitted before and may have ended".into());
+        if !unseen.is_empty() {
+            return Some("a job of this name has not been seen to end and may have since".into());
         }
         None
     }
@@ -226,14 +271,12 @@ pub fn submissions(place: &Place) -> Vec<(String, i64)> {
 }
 
 /// Notes a submission of `key` at `now` beside the cache at `place` (a small file of its
-/// own, so that noting one does not rewrite the history), under the cache's lock; the newest
-/// [`MAX_SUBMISSIONS`] are kept.
+/// own, so that noting one does not rewrite the history), under the cache's lock; every
+/// submission is kept, the newest [`MAX_SUBMISSIONS`].
 pub fn note_submission(place: &Place, key: &Key, now: i64) -> std::io::Result<()> {
     let _held = wait_for_lock(place)?;
     let mut list = submissions(place);
-    let id = key.id();
-    list.retain(|(k, _)| *k != id);
-    list.push((id, now));
+    list.push((key.id(), now));
     let extra = list.len().saturating_sub(MAX_SUBMISSIONS);
     list.drain(..extra);
     let text = serde_json::to_string(&list).unwrap_or_default();
@@ -338,12 +381,13 @@ fn ask(uid: u32, since: i64, line: impl FnMut(&str)) -> Result<(), String> {
 /// One line of `sacct` as [`ask`] runs it: a run of `uid` with a gpu-tracker summary stored
 /// under its own job id; `None` for anything else.
 pub fn parse_row(line: &str, uid: u32) -> Option<PastRun> {
-    let f: Vec<&str> = line.splitn(10, DELIMITER).collect();
+    let f: Vec<&str> = line.splitn(11, DELIMITER).collect();
     let [
         raw,
         id,
         row_uid,
         state,
+        submitted,
         end,
         limit,
         name,
@@ -373,6 +417,7 @@ pub fn parse_row(line: &str, uid: u32) -> Option<PastRun> {
     run.name = name.to_string();
     run.script = script_of(name, workdir, submit);
     run.end = end.trim().parse().ok()?;
+    run.submit = submitted.trim().parse().unwrap_or(0);
     run.limit = limit.trim().parse::<u64>().ok().map(|m| m * 60);
     run.oom = run.oom || state.starts_with("OUT_OF_ME");
     run.state = state;

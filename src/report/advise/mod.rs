@@ -1,5 +1,8 @@
 //! Advice before a job runs: what the user's own finished jobs "of the same job" used against
-//! what they asked for, and the request that would have fitted them, with the site's margins.
+//! what they asked for, and the request that would have fitted them, with the site's margins
+//! (the one sizing rule, [`crate::report::sizing`]). A run stopped at a limit (killed for
+//! memory, out of time) says only that it needed more than that limit: for that resource the
+//! advice says the need is unknown, and its request is a guess, never a fit.
 //!
 //! The same job is what a user would call it: the job name (`-J`), else the batch script's
 //! path (Slurm then names the job after the script). The history is the user's own finished
@@ -7,7 +10,7 @@
 //! only by the site's EpilogSlurmctld), kept in a cache in the user's home ([`history`]), in a
 //! directory no other user can get at ([`own_dir`]); the note ([`note`]) is printed at
 //! submission by `slurm/cli_filter.lua` ([`submit`]) and by `gpu-tracker-report --advise`.
-//! Jobs of an array all count, as one job of many runs.
+//! Each task of an array is a run of its own, and counts as evidence as a job does.
 
 pub mod history;
 pub mod note;
@@ -17,8 +20,8 @@ pub mod submit;
 
 use serde::{Deserialize, Serialize};
 
-use super::advice::mem_option;
-use super::runs::{slurm_duration, slurm_time};
+use super::runs::slurm_duration;
+use super::sizing::{Evidence, GUESS_RULE, Sizing};
 use crate::config::AdviseConfig;
 use crate::units::human_bytes;
 
@@ -72,6 +75,9 @@ pub struct PastRun {
     /// The batch script's absolute path, where Slurm's database says it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// When it was submitted, Unix seconds (0: not known).
+    #[serde(default)]
+    pub submit: i64,
     /// When it ended, Unix seconds.
     pub end: i64,
     /// Slurm's state: `COMPLETED`, `TIMEOUT`, `OUT_OF_MEMORY`, `FAILED`.
@@ -128,16 +134,26 @@ pub struct Request {
     pub gpus: Option<u32>,
 }
 
-/// What the past runs used, at most, against what they (or this submission) asked.
+/// What the past runs used, at most, against what they (or this submission) asked. A run
+/// stopped at a limit counts only in that limit's `*_at_least` for that resource.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Used {
-    /// Memory needed on a node, bytes (what sizing uses).
+    /// Memory needed on a node, bytes: the most a run that was not killed for memory needed
+    /// (what sizing uses); 0: every run was.
     pub mem_needed: u64,
+    /// The highest memory limit a run killed for memory hit, bytes (its charged peak where
+    /// it had none): its need was more, by an amount not known. `None`: no run was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_at_least: Option<u64>,
     /// Memory asked per node, bytes (this submission's, else the most a past job asked); 0:
     /// not known.
     pub mem_asked: u64,
-    /// Longest run, seconds.
+    /// Longest run that did not run out of time, seconds; 0: every run did.
     pub elapsed: f64,
+    /// The longest time limit a run that ran out of time had, seconds: its need was more.
+    /// `None`: no run ran out of time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_at_least: Option<u64>,
     /// Time limit (this submission's, else the longest a past job had), seconds.
     pub limit: Option<u64>,
     /// Most cores busy at once.
@@ -158,13 +174,21 @@ pub struct Used {
     pub ooms: usize,
 }
 
-/// The request that would have fitted every past run.
+/// The request that would have fitted every past run, or, for a resource some run was
+/// stopped at the limit of, a guess ([`GUESS_RULE`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Suggestion {
     /// `--mem=`.
     pub mem: Option<String>,
+    /// `mem` is a guess: some run was killed for memory.
+    pub mem_guess: bool,
     /// `--time=`.
     pub time: Option<String>,
+    /// `time` is a guess: some run ran out of time.
+    pub time_guess: bool,
+    /// How a guess is made, where one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guess_rule: Option<&'static str>,
     /// `--cpus-per-task=` for a one-task job, or CPUs over the job.
     pub cpus: Option<u32>,
     /// `--gres=` (`gpu:N`), or `none` when no run used its GPU.
@@ -203,14 +227,29 @@ pub fn matching<'a>(history: &'a [PastRun], key: &Key) -> Vec<&'a PastRun> {
     runs
 }
 
-/// Memory a run's request had to cover: its need, or its charge where the kernel killed a
-/// process of it for memory (the limit counts the charge).
-fn sizing_bytes(r: &PastRun) -> u64 {
-    if r.oom {
-        r.mem_peak.max(r.mem_needed)
-    } else {
-        r.mem_needed
+/// What `runs` say about their memory (bytes on a node) and their time (seconds): a run
+/// killed for memory was stopped at its request (its charge where it asked none), one out of
+/// time at its time limit (its elapsed time where the limit is not known).
+pub fn evidence(runs: &[&PastRun]) -> (Evidence, Evidence) {
+    let (mut mem, mut time) = (Evidence::default(), Evidence::default());
+    for r in runs {
+        if r.oom {
+            let limit = if r.mem_asked > 0 {
+                r.mem_asked
+            } else {
+                r.mem_peak.max(r.mem_needed)
+            };
+            mem.stopped_at(limit as f64);
+        } else {
+            mem.measured(r.mem_needed as f64);
+        }
+        if r.timed_out() {
+            time.stopped_at(r.limit.map_or(r.elapsed, |l| l as f64));
+        } else {
+            time.measured(r.elapsed);
+        }
     }
+    (mem, time)
 }
 
 /// The advice from `runs` (those of one key) for a submission asking `req`; `None` with no
@@ -224,10 +263,13 @@ pub fn advise(key: &Key, runs: &[&PastRun], req: &Request, cfg: &AdviseConfig) -
     jobs.dedup();
     let max_u = |f: fn(&PastRun) -> u64| runs.iter().map(|r| f(r)).max().unwrap_or(0);
     let max_f = |f: fn(&PastRun) -> f64| runs.iter().map(|r| f(r)).fold(0.0, f64::max);
+    let (mem, time) = evidence(runs);
     let used = Used {
-        mem_needed: max_u(sizing_bytes),
+        mem_needed: mem.measured as u64,
+        mem_at_least: (mem.stopped > 0).then_some(mem.at_least as u64),
         mem_asked: req.mem.unwrap_or_else(|| max_u(|r| r.mem_asked)),
-        elapsed: max_f(|r| r.elapsed),
+        elapsed: time.measured,
+        time_at_least: (time.stopped > 0).then_some(time.at_least.round() as u64),
         limit: req
             .time
             .or_else(|| runs.iter().filter_map(|r| r.limit).max()),
@@ -244,7 +286,7 @@ pub fn advise(key: &Key, runs: &[&PastRun], req: &Request, cfg: &AdviseConfig) -
         timeouts: runs.iter().filter(|r| r.timed_out()).count(),
         ooms: runs.iter().filter(|r| r.oom).count(),
     };
-    let (suggestion, changes) = suggest(runs, &used, cfg);
+    let (suggestion, changes) = suggest(runs, &used, (&mem, &time), cfg);
     Some(Advice {
         key: key.clone(),
         jobs: jobs.len(),
@@ -264,65 +306,75 @@ const WORTH_BYTES: f64 = 512.0 * 1024.0 * 1024.0;
 /// ... or time, seconds.
 const WORTH_SECONDS: f64 = 600.0;
 
-/// The request that fits `runs` with the margins of `cfg`, and what it changes against
-/// `used`'s asked figures.
-fn suggest(runs: &[&PastRun], used: &Used, cfg: &AdviseConfig) -> (Suggestion, Vec<String>) {
+/// The request that fits `runs` with the margins of `cfg` (a guess for a resource some run
+/// was stopped at the limit of), and what it changes against `used`'s asked figures.
+fn suggest(
+    runs: &[&PastRun],
+    used: &Used,
+    (mem, time): (&Evidence, &Evidence),
+    cfg: &AdviseConfig,
+) -> (Suggestion, Vec<String>) {
+    let sizing = Sizing::of(cfg);
     let mut s = Suggestion::default();
     let mut changes = Vec::new();
     let mut options = Vec::new();
-    if used.mem_needed > 0 {
-        let want = (used.mem_needed as f64 * cfg.mem_margin)
-            .ceil()
-            .min(u64::MAX as f64) as u64;
-        let opt = mem_option(want);
-        let bytes = super::advice::mem_option_bytes(&opt);
+    if let Some(m) = sizing.mem(mem) {
         let asked = used.mem_asked as f64;
-        let far_under = (bytes as f64) < asked * WORTH && asked - bytes as f64 >= WORTH_BYTES;
-        let short = used.ooms > 0 && bytes > used.mem_asked;
-        if used.mem_asked > 0 && (far_under || short) {
+        let bytes = m.value as f64;
+        if m.guess {
+            // Only ever more than was asked: what they needed is not known.
+            if used.mem_asked > 0 && m.value > used.mem_asked {
+                changes.push(format!(
+                    "memory {} instead of {} (a guess: {} of {} run(s) killed at a {} memory limit; how much more they needed is not known)",
+                    m.option,
+                    mem_text(used.mem_asked),
+                    mem.stopped,
+                    runs.len(),
+                    mem_text(mem.at_least as u64)
+                ));
+            }
+        } else if used.mem_asked > 0 && bytes < asked * WORTH && asked - bytes >= WORTH_BYTES {
             changes.push(format!(
-                "memory {opt} instead of {}{}",
-                mem_text(used.mem_asked),
-                if short {
-                    format!(
-                        " ({} of {} run(s) killed for memory)",
-                        used.ooms,
-                        runs.len()
-                    )
-                } else {
-                    String::new()
-                }
+                "memory {} instead of {}",
+                m.option,
+                mem_text(used.mem_asked)
             ));
         }
-        options.push(format!("--mem={opt}"));
-        s.mem = Some(opt);
+        options.push(format!("--mem={}", m.option));
+        s.mem_guess = m.guess;
+        s.mem = Some(m.option);
     }
-    if used.elapsed > 0.0 {
-        let want = (used.elapsed * cfg.time_margin).max(cfg.min_time_minutes * 60.0);
-        let minutes = (want / 60.0).ceil().min(1e9) as u64;
-        let t = slurm_time(minutes * 60);
+    if let Some(t) = sizing.time(time) {
         match used.limit {
-            Some(limit) if used.timeouts > 0 && (minutes * 60) as f64 > limit as f64 => {
+            Some(limit) if t.guess && t.value > limit => {
                 changes.push(format!(
-                    "time {t} instead of {} ({} of {} run(s) reached the limit)",
+                    "time {} instead of {} (a guess: {} of {} run(s) ran out of a {} limit; how much more they needed is not known)",
+                    t.option,
                     slurm_duration(limit as f64),
-                    used.timeouts,
-                    runs.len()
+                    time.stopped,
+                    runs.len(),
+                    slurm_duration(time.at_least)
                 ));
             }
             Some(limit)
-                if ((minutes * 60) as f64) < limit as f64 * WORTH
-                    && (limit - minutes * 60) as f64 >= WORTH_SECONDS =>
+                if !t.guess
+                    && (t.value as f64) < limit as f64 * WORTH
+                    && limit.saturating_sub(t.value) as f64 >= WORTH_SECONDS =>
             {
                 changes.push(format!(
-                    "time {t} instead of {}",
+                    "time {} instead of {}",
+                    t.option,
                     slurm_duration(limit as f64)
                 ));
             }
             _ => {}
         }
-        options.push(format!("--time={t}"));
-        s.time = Some(t);
+        options.push(format!("--time={}", t.option));
+        s.time_guess = t.guess;
+        s.time = Some(t.option);
+    }
+    if s.mem_guess || s.time_guess {
+        s.guess_rule = Some(GUESS_RULE);
     }
     if used.cpus > 1 && used.cores > 0.0 {
         let want = (used.cores * 1.25)
@@ -401,5 +453,7 @@ fn mem_text(bytes: u64) -> String {
 
 #[cfg(test)]
 mod cache_tests;
+#[cfg(test)]
+mod honest_tests;
 #[cfg(test)]
 mod tests;

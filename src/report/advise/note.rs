@@ -39,25 +39,58 @@ fn matched(a: &Advice) -> String {
     format!("{} past job(s) {} ({days}{runs})", a.jobs, a.key.describe())
 }
 
-/// What the runs used against what was asked, a phrase each.
+/// "N of M run(s) <what>", and what the others did, where some run was stopped at a limit.
+fn stopped(a: &Advice, n: usize, what: &str, others: String) -> String {
+    let rest = a.runs.saturating_sub(n);
+    if rest == 0 {
+        format!("{n} of {} run(s) {what}", a.runs)
+    } else {
+        format!("{n} of {} run(s) {what}; the other {rest} {others}", a.runs)
+    }
+}
+
+/// What the runs used against what was asked, a phrase each. A resource some run was stopped
+/// at the limit of is "not known, at least" that limit.
 fn used(a: &Advice) -> Vec<String> {
     let u = &a.used;
     let mut out = Vec::new();
-    if u.mem_needed > 0 {
-        let asked = if u.mem_asked > 0 {
-            format!(" of {} asked", super::mem_text(u.mem_asked))
-        } else {
-            String::new()
-        };
+    let asked = if u.mem_asked > 0 {
+        format!(" of {} asked", super::mem_text(u.mem_asked))
+    } else {
+        String::new()
+    };
+    if let Some(least) = u.mem_at_least {
+        out.push(format!(
+            "memory not known, more than {} ({})",
+            super::mem_text(least),
+            stopped(
+                a,
+                u.ooms,
+                "killed at their memory limit",
+                format!("needed at most {}{asked}", human_bytes(u.mem_needed))
+            )
+        ));
+    } else if u.mem_needed > 0 {
         out.push(format!("memory {}{asked}", human_bytes(u.mem_needed)));
     }
     if u.cpus > 0 {
         out.push(format!("{:.1} of {} CPU(s) busy", u.cores, u.cpus));
     }
-    if u.elapsed > 0.0 {
-        let limit = u.limit.map_or_else(String::new, |l| {
-            format!(" of a {} limit", slurm_duration(l as f64))
-        });
+    let limit = u.limit.map_or_else(String::new, |l| {
+        format!(" of a {} limit", slurm_duration(l as f64))
+    });
+    if let Some(least) = u.time_at_least {
+        out.push(format!(
+            "time not known, more than {} ({})",
+            slurm_duration(least as f64),
+            stopped(
+                a,
+                u.timeouts,
+                "ran out of their time limit",
+                format!("ran at most {}{limit}", slurm_duration(u.elapsed))
+            )
+        ));
+    } else if u.elapsed > 0.0 {
         out.push(format!("ran {}{limit}", slurm_duration(u.elapsed)));
     }
     if u.gpus > 0 {
@@ -74,12 +107,22 @@ fn used(a: &Advice) -> Vec<String> {
     out
 }
 
-/// The note at submission: who matched, what they used, what would have fitted, how to
-/// silence it.
+/// The note's first line: "... used at most:", or, where some run was stopped at a limit
+/// (which says only that it needed more), "... used:".
+fn heading(a: &Advice) -> String {
+    if a.used.mem_at_least.is_some() || a.used.time_at_least.is_some() {
+        format!("{} used:", matched(a))
+    } else {
+        format!("{} used at most:", matched(a))
+    }
+}
+
+/// The note at submission: who matched, what they used, what would have fitted (and what is
+/// a guess), how to silence it.
 pub fn submission_note(a: &Advice, cfg: &AdviseConfig, report: &str) -> String {
-    let mut lines = vec![format!("{} used at most:", matched(a))];
+    let mut lines = vec![heading(a)];
     lines.push(format!("  {}", used(a).join("; ")));
-    lines.push(fits_line(a, cfg));
+    lines.extend(fits_lines(a, cfg));
     lines.push(format!("  worth changing: {}", a.changes.join("; ")));
     let arg = match &a.key {
         Key::Name(n) => crate::text::clean_text(n, 100),
@@ -94,26 +137,54 @@ pub fn submission_note(a: &Advice, cfg: &AdviseConfig, report: &str) -> String {
         .collect::<String>()
 }
 
-/// "would have fitted them (+20% memory, +50% time): --mem=... --time=..."
-fn fits_line(a: &Advice, cfg: &AdviseConfig) -> String {
+/// "would have fitted them (+20% memory, +50% time): --mem=... --time=...", with the options
+/// sized from measured needs only; then, where some run was stopped at a limit, "a guess, not
+/// a fit (...): --mem=..." with those sized by the guess.
+fn fits_lines(a: &Advice, cfg: &AdviseConfig) -> Vec<String> {
     let s = &a.suggestion;
-    let mut opts = s.options.clone();
+    let sizing = crate::report::sizing::Sizing::of(cfg);
+    let guessed = |o: &&str| {
+        (s.mem_guess && o.starts_with("--mem=")) || (s.time_guess && o.starts_with("--time="))
+    };
+    let (guesses, fits): (Vec<&str>, Vec<&str>) = s.options.split_whitespace().partition(guessed);
+    let mut margins = Vec::new();
+    if s.mem.is_some() && !s.mem_guess {
+        margins.push(format!("+{:.0}% memory", sizing.mem_percent()));
+    }
+    if s.time.is_some() && !s.time_guess {
+        margins.push(format!("+{:.0}% time", sizing.time_percent()));
+    }
+    let mut opts = fits.join(" ");
     if s.gres.as_deref() == Some("none") {
         opts.push_str(" and no --gres");
     }
-    let mut line = format!(
-        "would have fitted them (+{:.0}% memory, +{:.0}% time): {}",
-        (cfg.mem_margin - 1.0) * 100.0,
-        (cfg.time_margin - 1.0) * 100.0,
-        opts.trim()
-    );
-    if !s.smaller_gpus.is_empty() {
-        line.push_str(&format!(
-            "; a smaller GPU would have done: {}",
-            s.smaller_gpus.join(" or ")
+    let mut out = Vec::new();
+    if !opts.trim().is_empty() {
+        let margins = if margins.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", margins.join(", "))
+        };
+        let mut line = format!("would have fitted them{margins}: {}", opts.trim());
+        if !s.smaller_gpus.is_empty() {
+            line.push_str(&format!(
+                "; a smaller GPU would have done: {}",
+                s.smaller_gpus.join(" or ")
+            ));
+        }
+        out.push(line);
+    }
+    if !guesses.is_empty() {
+        let mut rule = String::from(crate::report::sizing::GUESS_RULE);
+        if (s.mem_guess && a.used.mem_needed > 0) || (s.time_guess && a.used.elapsed > 0.0) {
+            rule.push_str(", or the other runs' need with the margin where more");
+        }
+        out.push(format!(
+            "a guess, not a fit (what they needed is not known; {rule}): {}",
+            guesses.join(" ")
         ));
     }
-    line
+    out
 }
 
 /// The text of `gpu-tracker-report --advise`: the note, or why there is none, and the table
@@ -122,11 +193,13 @@ pub fn report_text(a: Option<&Advice>, key: &Key, runs: &[&PastRun], cfg: &Advis
     let mut out = String::new();
     match a {
         Some(a) => {
-            out.push_str(&format!("{} used at most:\n", matched(a)));
+            out.push_str(&format!("{}\n", heading(a)));
             for u in used(a) {
                 out.push_str(&format!("  {u}\n"));
             }
-            out.push_str(&format!("{}\n", fits_line(a, cfg)));
+            for l in fits_lines(a, cfg) {
+                out.push_str(&format!("{l}\n"));
+            }
             if a.changes.is_empty() {
                 out.push_str("Their requests fitted them: nothing worth changing.\n");
             } else {
@@ -169,6 +242,20 @@ pub fn report_text(a: Option<&Advice>, key: &Key, runs: &[&PastRun], cfg: &Advis
         } else {
             "-".into()
         };
+        // Killed for memory: it needed more than its limit (or its charge), by how much is not
+        // known.
+        let need = if r.oom {
+            format!(
+                ">{}",
+                human_bytes(if r.mem_asked > 0 {
+                    r.mem_asked
+                } else {
+                    r.mem_peak.max(r.mem_needed)
+                })
+            )
+        } else {
+            human_bytes(r.mem_needed)
+        };
         out.push_str(&format!(
             "{:<12} {:<16} {:<13} {:>9} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}\n",
             job,
@@ -176,7 +263,7 @@ pub fn report_text(a: Option<&Advice>, key: &Key, runs: &[&PastRun], cfg: &Advis
             crate::text::clean_text(&r.state, 13),
             slurm_duration(r.elapsed),
             limit,
-            human_bytes(r.mem_needed),
+            need,
             asked,
             format!("{:.1}/{}", r.cores, r.cpus),
             format!("{}/{}", r.gpus_used, r.gpus),

@@ -126,10 +126,16 @@ pub fn key_of_argument(arg: &str, cwd: &Path) -> Option<Key> {
     }
 }
 
-/// The caller's history for `--advise` at `t`: the cache, asked into first unless it was
-/// asked within `advise.refresh_seconds`; without a cache ([`cache_place`]), asked of Slurm's
-/// database for this once. What could not be used goes to `notes`.
-fn history_for_advise(site: &Site, t: i64, notes: &mut Vec<String>) -> Result<Cache, String> {
+/// The caller's history of `key` for `--advise` at `t`: the cache, asked into first unless it
+/// was asked within `advise.refresh_seconds` and holds every submission of `key` it could
+/// ([`Cache::due`]); without a cache ([`cache_place`]), asked of Slurm's database for this
+/// once. What could not be used goes to `notes`.
+fn history_for_advise(
+    site: &Site,
+    key: &Key,
+    t: i64,
+    notes: &mut Vec<String>,
+) -> Result<Cache, String> {
     let cfg = &site.cfg.advise;
     let place = match cache_place(site) {
         Ok(place) => place,
@@ -143,8 +149,11 @@ fn history_for_advise(site: &Site, t: i64, notes: &mut Vec<String>) -> Result<Ca
             return Ok(c);
         }
     };
-    let fresh = history::load(&place, site.uid, &site.cluster)
-        .is_some_and(|c| c.failed.is_none() && ((t - c.attempted) as f64) < cfg.refresh_seconds);
+    let fresh = history::load(&place, site.uid, &site.cluster).is_some_and(|c| {
+        c.failed.is_none()
+            && ((t - c.attempted) as f64) < cfg.refresh_seconds
+            && c.due(key, t, cfg, &history::submissions(&place)).is_none()
+    });
     if !fresh {
         match history::refresh(&place, site.uid, &site.cluster, cfg, t) {
             Ok(true) => {}
@@ -166,7 +175,7 @@ pub fn advise(arg: &str, json: bool) -> Result<(u8, String), String> {
     let cfg = &site.cfg.advise;
     let mut notes = Vec::new();
     let t = now();
-    let cache = history_for_advise(&site, t, &mut notes)?;
+    let cache = history_for_advise(&site, &key, t, &mut notes)?;
     let runs = super::matching(&cache.runs, &key);
     let advice = super::advise(&key, &runs, &Request::default(), cfg);
     let text = if json {

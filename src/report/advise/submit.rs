@@ -270,11 +270,13 @@ pub fn at_submission(
             format!("{what} ({said})")
         })
     };
-    if jobs < cfg.min_jobs as usize {
+    // Each run is evidence: a job, or one task of an array.
+    if runs.len() < cfg.min_jobs as usize {
         return why_not(format!(
-            "{jobs} finished tracked job(s) {} in the last {} days; a note needs {}",
+            "{jobs} finished tracked job(s) {} in the last {} days, {} run(s) (an array's tasks each one); a note needs {}",
             key.describe(),
             cfg.days,
+            runs.len(),
             cfg.min_jobs
         ));
     }

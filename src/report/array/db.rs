@@ -10,7 +10,11 @@ use crate::report::stored::{Stored, StoredError};
 
 /// The array summary of array `array` from `sacct`'s rows, with one note for each row that
 /// could not be used; `None` when no row holds a stored summary of one of its tasks.
-pub fn from_rows(array: u32, rows: &[DbJob]) -> Option<(ArraySummary, Vec<String>)> {
+pub fn from_rows(
+    array: u32,
+    rows: &[DbJob],
+    sizing: &crate::report::sizing::Sizing,
+) -> Option<(ArraySummary, Vec<String>)> {
     let mut tasks = Vec::new();
     let mut notes = Vec::new();
     let mut absent = 0;
@@ -50,7 +54,7 @@ pub fn from_rows(array: u32, rows: &[DbJob]) -> Option<(ArraySummary, Vec<String
             "{absent} task(s) have no gpu-tracker summary in Slurm's database"
         ));
     }
-    let mut a = ArraySummary::of_tasks(array, tasks);
+    let mut a = ArraySummary::of_tasks(array, tasks, sizing);
     a.user = crate::step::record::clean_text(&first.user, 64);
     a.uid = first.uid;
     a.name = Some(crate::step::record::clean_text(&first.name, 100)).filter(|n| !n.is_empty());
@@ -97,12 +101,13 @@ mod tests {
             row(100, Some(0), 120.0, 2),
             none,
         ];
-        let (a, notes) = from_rows(100, &rows).unwrap();
+        let (a, notes) = from_rows(100, &rows, &Default::default()).unwrap();
         assert_eq!((a.tasks_found, a.completed, a.oom_killed), (2, 1, 1));
         assert_eq!(a.tasks[0].job_id, 100);
         assert_eq!(a.user, "alice");
         assert_eq!(a.name.as_deref(), Some("sweep"));
-        assert_eq!(a.right_size.time.as_deref(), Some("00:03:00"));
+        // 120 s + 50 %, at least the site's shortest (10 minutes).
+        assert_eq!(a.right_size.time.as_deref(), Some("00:10:00"));
         assert_eq!(
             notes,
             vec!["1 task(s) have no gpu-tracker summary in Slurm's database"]
@@ -110,11 +115,16 @@ mod tests {
         // A summary under another job's row is not used.
         let mut moved = row(104, Some(4), 1.0, 0);
         moved.job = 105;
-        let (a, notes) = from_rows(100, &[row(101, Some(1), 60.0, 0), moved]).unwrap();
+        let (a, notes) = from_rows(
+            100,
+            &[row(101, Some(1), 60.0, 0), moved],
+            &Default::default(),
+        )
+        .unwrap();
         assert_eq!(a.tasks_found, 1);
         assert!(notes[0].contains("job 104 under job 100_4"), "{notes:?}");
         // A plain job, or another array's task, is not this array.
-        assert!(from_rows(100, &[row(100, None, 60.0, 0)]).is_none());
-        assert!(from_rows(7, &rows).is_none());
+        assert!(from_rows(100, &[row(100, None, 60.0, 0)], &Default::default()).is_none());
+        assert!(from_rows(7, &rows, &Default::default()).is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! An array job as a whole (`gpu-tracker-report ARRAYID`): how many of its tasks ran, failed
 //! or were OOM-killed, the spread of their figures, the tasks far from the rest, the classes
-//! counted, and the `--mem`, `--time` and `--gres` that would fit every task next time.
+//! counted, and the `--mem`, `--time` and `--gres` that would fit every task next time (by the
+//! one sizing rule, [`super::sizing`]: a guess where tasks were stopped at a limit).
 //!
 //! Built from each task's [`Summary`] only: [`find`] finds the tasks in the spool, the report
 //! loads and summarises each one as it does a single job, and [`text`] renders the result.
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::figures::Summary;
+use super::sizing::{Evidence, GUESS_RULE, Sizing};
 
 /// A figure's spread over the tasks that have it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -79,6 +81,16 @@ pub struct TaskFigures {
     pub failed: bool,
     /// The kernel killed some of its processes for memory.
     pub oom_killed: bool,
+    /// The memory limit it had on a node, bytes (the limit of a kill, else its request); `None`:
+    /// not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// Its last run ran out of its time limit.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Its time limit, seconds; `None`: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_seconds: Option<u64>,
     /// Every record of it is final.
     pub complete: bool,
     /// The tags of its classes.
@@ -120,6 +132,14 @@ impl TaskFigures {
             gpus_allocated: u32::try_from(s.gpus.len()).unwrap_or(u32::MAX),
             failed: s.any_failed(),
             oom_killed: !s.oom.is_empty(),
+            memory_limit_bytes: s
+                .oom
+                .iter()
+                .filter_map(|o| o.limit_bytes)
+                .max()
+                .or_else(|| s.per_node.iter().filter_map(|n| n.requested_bytes).max()),
+            timed_out: s.ran_out_of_time(),
+            time_limit_seconds: s.time_against_limit().map(|(_, l)| l),
             complete: s.complete,
             classes: class_tags(s),
         }
@@ -204,77 +224,77 @@ pub fn outliers(tasks: &[TaskFigures]) -> Vec<Outlier> {
     out
 }
 
-/// Margin on the largest task's peak memory in [`RightSize::mem`].
-pub const MEM_MARGIN: f64 = 1.2;
-/// Margin on the longest task's time in [`RightSize::time`] (the job summary's `--time`
-/// suggestion uses it too).
-pub use super::runs::TIME_MARGIN;
-
-/// The requests that would fit every task of the array next time.
+/// The requests that would fit every task of the array next time, by the one sizing rule
+/// ([`Sizing`], the site's margins).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RightSize {
     /// `--mem=`: the largest task's needed memory ([`TaskFigures::needed_memory_bytes`]) ×
-    /// [`MEM_MARGIN`], rounded up as Slurm takes it (multiples of 256 MiB up to 4 GiB, whole
-    /// GiB above). `None` with no peak recorded.
+    /// the memory margin, rounded up as Slurm takes it (multiples of 256 MiB up to 4 GiB, whole
+    /// GiB above); where tasks were killed for memory, a guess ([`Sizing::mem`]). `None` with no
+    /// peak recorded.
     pub mem: Option<String>,
-    /// `--time=`: the longest task's elapsed time × [`TIME_MARGIN`], rounded up to a whole
-    /// minute, as `[D-]HH:MM:SS`. `None` with no time recorded.
+    /// `mem` is a guess: some task was killed for memory, and how much more it needed is not
+    /// known.
+    pub mem_guess: bool,
+    /// `--time=`: the longest task's elapsed time × the time margin, whole minutes, at least
+    /// the site's shortest, as `[D-]HH:MM:SS`; where tasks ran out of time, a guess. `None`
+    /// with no time recorded.
     pub time: Option<String>,
+    /// `time` is a guess: some task ran out of time.
+    pub time_guess: bool,
     /// `--gres=gpu:N`: the most GPUs any task used. `None` when no task was given a GPU, or
     /// none used one (the line then says to ask for none).
     pub gres: Option<String>,
-    /// The options with their margins, for people.
+    /// The options with their reasons, for people.
     pub line: String,
 }
 
 pub use super::runs::slurm_time;
 
+/// What the tasks say about their memory and their time, each task one run: a task killed for
+/// memory was stopped at its memory limit (its charged peak where the limit is not known), one
+/// that ran out of time at its time limit (its elapsed time where not known).
+pub fn evidence(tasks: &[TaskFigures]) -> (Evidence, Evidence) {
+    let (mut mem, mut time) = (Evidence::default(), Evidence::default());
+    for t in tasks {
+        if t.oom_killed {
+            let at = t.memory_limit_bytes.unwrap_or(t.peak_memory_bytes);
+            mem.stopped_at(at as f64);
+        } else {
+            mem.measured(t.needed_memory_bytes as f64);
+        }
+        if t.timed_out {
+            let at = t.time_limit_seconds.map_or(t.elapsed_seconds, |l| l as f64);
+            time.stopped_at(at);
+        } else {
+            time.measured(t.elapsed_seconds);
+        }
+    }
+    (mem, time)
+}
+
 impl RightSize {
-    /// From the tasks' figures.
-    pub fn of(tasks: &[TaskFigures]) -> RightSize {
-        let peak = tasks
-            .iter()
-            .map(|t| t.needed_memory_bytes)
-            .max()
-            .unwrap_or(0);
+    /// From the tasks' figures, with the site's margins.
+    pub fn of(tasks: &[TaskFigures], sizing: &Sizing) -> RightSize {
+        let (mem_e, time_e) = evidence(tasks);
         // Say "own memory" where some task's charge was more than it needed.
         let own = tasks
             .iter()
-            .any(|t| t.needed_memory_bytes < t.peak_memory_bytes);
-        let longest = tasks
-            .iter()
-            .map(|t| t.elapsed_seconds)
-            .filter(|s| s.is_finite())
-            .fold(0.0, f64::max);
-        let mem = (peak > 0).then(|| {
-            let want = (peak as f64 * MEM_MARGIN).ceil().min(u64::MAX as f64) as u64;
-            super::advice::mem_option(want)
-        });
-        let time = (longest > 0.0).then(|| {
-            let minutes = (longest * TIME_MARGIN / 60.0).ceil().min(1e12) as u64;
-            slurm_time(minutes.max(1) * 60)
-        });
+            .any(|t| !t.oom_killed && t.needed_memory_bytes < t.peak_memory_bytes);
+        let mem = sizing.mem(&mem_e);
+        let time = sizing.time(&time_e);
         let given = tasks.iter().any(|t| t.gpus_allocated > 0);
         let most_used = tasks.iter().map(|t| t.gpus_used).max().unwrap_or(0);
         let gres = (most_used > 0).then(|| format!("gpu:{most_used}"));
         let mut options = Vec::new();
         let mut why = Vec::new();
         if let Some(m) = &mem {
-            options.push(format!("--mem={m}"));
-            why.push(format!(
-                "largest task's {}peak {} + {:.0}%",
-                if own { "own memory " } else { "" },
-                crate::units::human_bytes(peak),
-                (MEM_MARGIN - 1.0) * 100.0
-            ));
+            options.push(format!("--mem={}", m.option));
+            why.push(mem_reason(&mem_e, own, sizing));
         }
         if let Some(t) = &time {
-            options.push(format!("--time={t}"));
-            why.push(format!(
-                "longest task {} + {:.0}%, whole minutes",
-                slurm_time(longest.round() as u64),
-                (TIME_MARGIN - 1.0) * 100.0
-            ));
+            options.push(format!("--time={}", t.option));
+            why.push(time_reason(&time_e, sizing));
         }
         if let Some(g) = &gres {
             options.push(format!("--gres={g}"));
@@ -288,12 +308,67 @@ impl RightSize {
             format!("{} ({})", options.join(" "), why.join("; "))
         };
         RightSize {
-            mem,
-            time,
+            mem_guess: mem.as_ref().is_some_and(|m| m.guess),
+            mem: mem.map(|m| m.option),
+            time_guess: time.as_ref().is_some_and(|t| t.guess),
+            time: time.map(|t| t.option),
             gres,
             line,
         }
     }
+}
+
+/// Why the `--mem`: the largest need + margin, or a guess and how many tasks were killed.
+fn mem_reason(e: &Evidence, own: bool, sizing: &Sizing) -> String {
+    let fit = |what: &str| {
+        format!(
+            "largest {what}{}peak {} + {:.0}%",
+            if own { "own memory " } else { "" },
+            crate::units::human_bytes(e.measured as u64),
+            sizing.mem_percent()
+        )
+    };
+    if e.stopped == 0 {
+        return fit("task's ");
+    }
+    let mut out = format!(
+        "a guess for memory: {} of {} task(s) killed at their {} limit, how much more they needed is not known; {GUESS_RULE}",
+        e.stopped,
+        e.runs,
+        crate::units::human_bytes(e.at_least as u64)
+    );
+    if e.measured > 0.0 {
+        out.push_str(&format!(", or the other tasks' {} where more", fit("")));
+    }
+    out
+}
+
+/// Why the `--time`: the longest task + margin, or a guess and how many ran out of time.
+fn time_reason(e: &Evidence, sizing: &Sizing) -> String {
+    let fit = |what: &str| {
+        format!(
+            "{what} {} + {:.0}%, whole minutes, at least {} minutes",
+            slurm_time(e.measured.round() as u64),
+            sizing.time_percent(),
+            sizing.min_time_minutes()
+        )
+    };
+    if e.stopped == 0 {
+        return fit("longest task");
+    }
+    let mut out = format!(
+        "a guess for time: {} of {} task(s) ran out of their {} limit, how much more they needed is not known; {GUESS_RULE}",
+        e.stopped,
+        e.runs,
+        slurm_time(e.at_least.round() as u64)
+    );
+    if e.measured > 0.0 {
+        out.push_str(&format!(
+            ", or {} where more",
+            fit("the other tasks' longest")
+        ));
+    }
+    out
 }
 
 /// An array job summarised over its tasks.
@@ -338,11 +413,13 @@ pub struct ArraySummary {
 }
 
 impl ArraySummary {
-    /// Summarises array `array_job_id` from its tasks' summaries (any order).
-    pub fn of(array_job_id: u32, summaries: &[Summary]) -> ArraySummary {
+    /// Summarises array `array_job_id` from its tasks' summaries (any order), sized with the
+    /// site's margins.
+    pub fn of(array_job_id: u32, summaries: &[Summary], sizing: &Sizing) -> ArraySummary {
         let mut a = ArraySummary::of_tasks(
             array_job_id,
             summaries.iter().map(TaskFigures::of).collect(),
+            sizing,
         );
         a.name = summaries.iter().find_map(|s| s.name.clone());
         if let Some(s) = summaries.first() {
@@ -354,7 +431,11 @@ impl ArraySummary {
 
     /// Summarises array `array_job_id` from its tasks' figures (any order); the name and user
     /// are left for the caller.
-    pub fn of_tasks(array_job_id: u32, mut tasks: Vec<TaskFigures>) -> ArraySummary {
+    pub fn of_tasks(
+        array_job_id: u32,
+        mut tasks: Vec<TaskFigures>,
+        sizing: &Sizing,
+    ) -> ArraySummary {
         tasks.sort_by_key(|t| (t.task_id, t.job_id));
         let count = |f: fn(&TaskFigures) -> bool| tasks.iter().filter(|t| f(t)).count();
         let with_gpus = || tasks.iter().filter(|t| t.gpus_allocated > 0);
@@ -383,7 +464,7 @@ impl ArraySummary {
                     .iter()
                     .flat_map(|t| t.classes.iter().map(String::as_str)),
             ),
-            right_size: RightSize::of(&tasks),
+            right_size: RightSize::of(&tasks, sizing),
             tasks,
         }
     }

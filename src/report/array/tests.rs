@@ -74,19 +74,29 @@ fn outliers_are_more_than_twice_or_less_than_half_the_median() {
 fn right_size_takes_the_largest_task_with_its_margins() {
     // Largest peak 3 GiB: × 1.2 = 3.6 GiB, rounded up to 256 MiB: 3840M. Longest 10 min:
     // × 1.5 = 15 min.
-    let r = RightSize::of(&figures(&[(600.0, 3 * GIB), (60.0, GIB)]));
+    let r = RightSize::of(
+        &figures(&[(600.0, 3 * GIB), (60.0, GIB)]),
+        &Sizing::default(),
+    );
     assert_eq!(r.mem.as_deref(), Some("3840M"));
     assert_eq!(r.time.as_deref(), Some("00:15:00"));
     assert_eq!(r.gres, None);
     assert_eq!(
         r.line,
-        "--mem=3840M --time=00:15:00 (largest task's peak 3.00 GiB + 20%; longest task 00:10:00 + 50%, whole minutes)"
+        "--mem=3840M --time=00:15:00 (largest task's peak 3.00 GiB + 20%; longest task 00:10:00 + 50%, whole minutes, at least 10 minutes)"
     );
-    // Above 4 GiB whole GiB; a time rounded up to the next minute; days as Slurm writes them.
-    let r = RightSize::of(&figures(&[(61.0, 10 * GIB)]));
+    // Above 4 GiB whole GiB; a time rounded up to the next minute (with a site's shortest
+    // of one minute; ten by default); days as Slurm writes them.
+    let one_minute = Sizing {
+        min_time_seconds: 60,
+        ..Sizing::default()
+    };
+    let r = RightSize::of(&figures(&[(61.0, 10 * GIB)]), &one_minute);
     assert_eq!(r.mem.as_deref(), Some("12G"));
     assert_eq!(r.time.as_deref(), Some("00:02:00"));
-    let r = RightSize::of(&figures(&[(86_400.0, 0)]));
+    let r = RightSize::of(&figures(&[(61.0, 10 * GIB)]), &Sizing::default());
+    assert_eq!(r.time.as_deref(), Some("00:10:00"));
+    let r = RightSize::of(&figures(&[(86_400.0, 0)]), &Sizing::default());
     assert_eq!((r.mem, r.time.as_deref()), (None, Some("1-12:00:00")));
     assert_eq!(slurm_time(59), "00:00:59");
 }
@@ -104,12 +114,18 @@ fn gres_is_the_most_gpus_a_task_held_memory_on() {
     a.gpus = vec![gpu(GIB), gpu(0)];
     let mut b = task(1, 60.0, GIB);
     b.gpus = vec![gpu(GIB), gpu(GIB)];
-    let r = RightSize::of(&[TaskFigures::of(&a), TaskFigures::of(&b)]);
+    let r = RightSize::of(
+        &[TaskFigures::of(&a), TaskFigures::of(&b)],
+        &Sizing::default(),
+    );
     assert_eq!(r.gres.as_deref(), Some("gpu:2"));
     assert!(r.line.contains("--gres=gpu:2"), "{}", r.line);
     b.gpus = vec![gpu(0), gpu(0)];
     a.gpus = vec![gpu(0)];
-    let r = RightSize::of(&[TaskFigures::of(&a), TaskFigures::of(&b)]);
+    let r = RightSize::of(
+        &[TaskFigures::of(&a), TaskFigures::of(&b)],
+        &Sizing::default(),
+    );
     assert_eq!(r.gres, None);
     let options = r.line.split(" (").next().unwrap_or_default();
     assert!(!options.contains("--gres"), "{}", r.line);
@@ -138,7 +154,11 @@ fn counts_spreads_and_classes_over_the_tasks() {
     oom.steps = failed.steps.clone();
     let mut running = task(3, 40.0, GIB);
     running.complete = false;
-    let a = ArraySummary::of(100, &[running, failed, task(0, 10.0, GIB), oom]);
+    let a = ArraySummary::of(
+        100,
+        &[running, failed, task(0, 10.0, GIB), oom],
+        &Sizing::default(),
+    );
     assert_eq!(
         (
             a.tasks_found,
@@ -166,4 +186,64 @@ fn counts_spreads_and_classes_over_the_tasks() {
         "{text}"
     );
     assert!(text.contains("Note:          job 9: x"), "{text}");
+}
+
+#[test]
+fn tasks_killed_for_memory_or_out_of_time_make_next_time_a_guess_above_their_limit() {
+    // Two of four tasks killed at their 1 GiB limit, two that needed 300 MiB.
+    let killed = |t: u32| {
+        let mut s = task(t, 60.0, GIB);
+        s.oom = vec![OomEvent {
+            node: "n1".into(),
+            kills: 1,
+            peak_bytes: GIB,
+            limit_bytes: Some(GIB),
+            ..Default::default()
+        }];
+        s
+    };
+    let tasks = [
+        killed(0),
+        killed(1),
+        task(2, 60.0, 300 * MIB),
+        task(3, 60.0, 300 * MIB),
+    ];
+    let a = ArraySummary::of(100, &tasks, &Sizing::default());
+    let r = &a.right_size;
+    assert_eq!((r.mem.as_deref(), r.mem_guess), (Some("2G"), true));
+    assert!(!r.time_guess);
+    assert!(
+        r.line.contains(
+            "a guess for memory: 2 of 4 task(s) killed at their 1.00 GiB limit, how much more they needed is not known; twice the limit hit, or the other tasks' largest peak 300.0 MiB + 20% where more"
+        ),
+        "{}",
+        r.line
+    );
+    let text = text::render(&a, &[], &Default::default());
+    assert!(
+        text.contains("Next time:     --mem=2G --time=00:10:00 (a guess"),
+        "{text}"
+    );
+    // Out of time at 30 minutes: an hour, a guess; never the stopped task's time + 50 %.
+    let mut late = task(4, 1801.0, GIB);
+    late.runs = vec![crate::report::figures::RunSummary {
+        run: 1,
+        ended: "ran-out-of-time".into(),
+        elapsed_seconds: 1801.0,
+        time_limit_seconds: Some(1800),
+        ..Default::default()
+    }];
+    let t = TaskFigures::of(&late);
+    assert_eq!((t.timed_out, t.time_limit_seconds), (true, Some(1800)));
+    let r = RightSize::of(
+        &[t, TaskFigures::of(&task(5, 60.0, GIB))],
+        &Sizing::default(),
+    );
+    assert_eq!((r.time.as_deref(), r.time_guess), (Some("01:00:00"), true));
+    assert!(
+        r.line
+            .contains("a guess for time: 1 of 2 task(s) ran out of their 00:30:00 limit"),
+        "{}",
+        r.line
+    );
 }

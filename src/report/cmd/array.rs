@@ -6,6 +6,7 @@ use super::exit::{Exit, Stop, fail};
 use super::mode::Format;
 use super::out::Out;
 use crate::report::array::{self, ArraySummary};
+use crate::report::sizing::Sizing;
 use crate::report::{LoadError, Summary};
 
 /// Summarises array `array_id` from the tasks of it in the spool.
@@ -45,7 +46,7 @@ pub fn run(ctx: &Context, array_id: u32, out: &mut Out) -> Result<Exit, Stop> {
             ),
         ));
     }
-    print(ctx, &ArraySummary::of(array_id, &summaries), &notes, out)?;
+    print(ctx, &ArraySummary::of(array_id, &summaries, &Sizing::of(&ctx.cfg.advise)), &notes, out)?;
     for n in &notes {
         out.warn(&format!("array {array_id}: {n}"));
     }

@@ -6,6 +6,7 @@ use super::context::Context;
 use super::exit::{Exit, Stop, fail};
 use super::mode::Format;
 use super::out::Out;
+use crate::report::sizing::Sizing;
 use crate::report::stored::{Stored, StoredError};
 use crate::report::text::render;
 use crate::report::{JobRecords, array, slurmctl, slurmdb};
@@ -37,7 +38,7 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
     if let Some((mut a, notes)) = job
         .parse()
         .ok()
-        .and_then(|id| array::db::from_rows(id, &rows))
+        .and_then(|id| array::db::from_rows(id, &rows, &Sizing::of(&ctx.cfg.advise)))
     {
         if let Some(t) = a.tasks.first() {
             // Asked apart: a name may hold newlines and the delimiter.
