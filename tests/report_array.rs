@@ -161,8 +161,9 @@ fn an_array_id_summarises_every_task_as_text_and_json() {
         "  Peak memory        2.00 GiB     2.20 GiB     7.50 GiB",
         "Outliers:      task 3 (job 104): peak memory 7.50 GiB, 3.4x the median 2.20 GiB",
         "task 4 (job 100): elapsed 00:30:00, 2.9x the median 00:10:20",
-        // 7.5 GiB × 1.2 = 9 GiB; 30 min × 1.5 = 45 min; one GPU each.
-        "Next time:     --mem=9G --time=00:45:00 --gres=gpu:1 (largest task's peak 7.50 GiB + 20%; longest task 00:30:00 + 50%, whole minutes; most GPUs a task used)",
+        // Task 3 was killed for memory at 7.5 GiB: what it needed is not known, the --mem a
+        // guess of twice that (15 GiB); 30 min × 1.5 = 45 min; one GPU each.
+        "Next time:     --mem=15G --time=00:45:00 --gres=gpu:1 (a guess for memory: 1 of 5 task(s) killed at their 7.50 GiB limit, how much more they needed is not known; twice the limit hit, or the other tasks' largest peak 2.50 GiB + 20% where more; longest task 00:30:00 + 50%, whole minutes, at least 10 minutes; most GPUs a task used)",
     ] {
         assert!(shown.contains(want), "missing {want:?} in\n{shown}");
     }

@@ -264,7 +264,7 @@ fn an_array_id_summarises_its_tasks_and_sizes_the_next_submission() {
     assert!(
         text.contains(&format!("gpu-tracker summary of array {array} (4 task(s))"))
             && text.contains("4 found: 4 completed, 0 failed, 0 OOM-killed")
-            && text.contains(&format!("Next time:     --mem={mem} --time=00:01:00")),
+            && text.contains(&format!("Next time:     --mem={mem} --time=00:10:00")),
         "{text}"
     );
     // One task is still one task.
