@@ -190,7 +190,9 @@ fn an_array_id_summarises_every_task_as_text_and_json() {
     assert_eq!(a["oom_killed"], 1);
     assert_eq!(a["elapsed_seconds"]["median"], 620.0);
     assert_eq!(a["gpu_memory_bytes"]["max"], (2 * GIB) as f64);
-    assert_eq!(a["right_size"]["mem"], "9G");
+    assert_eq!(a["right_size"]["mem"], "15G");
+    assert_eq!(a["right_size"]["mem_guess"], true);
+    assert_eq!(a["right_size"]["time_guess"], false);
     assert_eq!(a["right_size"]["time"], "00:45:00");
     assert_eq!(a["right_size"]["gres"], "gpu:1");
     let ids: Vec<u64> = a["tasks"]
