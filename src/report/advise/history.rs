@@ -6,8 +6,8 @@
 //! uid dropped), one question at a time for one user, and only when the cache is older than
 //! an hour or a submission of the same name has not been seen to end ([`Cache::unseen`]).
 //! A submission whose job the last answer cannot hold (that answer began before the job
-//! reached Slurm) makes the next submission of its name ask at once, at most one question per
-//! submission; one the last answer could have held (the job had not ended by then) is asked
+//! reached Slurm) makes the next submission of its name ask at once (from [`SHORTEST_JOB_SECONDS`]
+//! after it), at most one question per submission; one the last answer could have held (the job had not ended by then) is asked
 //! about again no sooner than `advise.refresh_seconds` after the last question. After the
 //! first question of the day, each one asks only for the jobs that ended since the last
 //! (`-S`). A failed question is not asked again for five minutes. Figures come only from
@@ -57,6 +57,10 @@ pub const SUBMIT_SLACK_SECONDS: i64 = 30;
 /// A submission reaches Slurm at most `advise.wait_seconds` (rounded up) and this long after
 /// it was noted, seconds: an answer that began before then cannot hold its job.
 pub const NOTED_TO_SUBMITTED_SECONDS: i64 = 2;
+/// A job noted less than this long ago has not run, ended and had its summary stored yet:
+/// the next submission does not ask at once for it (a script that submits a name many times a
+/// second asks once per refresh_seconds, as before), seconds.
+pub const SHORTEST_JOB_SECONDS: i64 = 2;
 
 /// The cache of one user's history on one cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -139,7 +143,8 @@ impl Cache {
         // The last answer began before this job reached Slurm: it cannot hold it. Asked at
         // once, whatever refresh_seconds says: at most one question per submission.
         let reach = cfg.wait_seconds.ceil() as i64 + NOTED_TO_SUBMITTED_SECONDS;
-        if self.fetched > 0 && unseen.iter().any(|t| self.fetched <= t + reach) {
+        let cannot_hold = |t: &i64| self.fetched <= t + reach && now - t >= SHORTEST_JOB_SECONDS;
+        if self.fetched > 0 && unseen.iter().any(cannot_hold) {
             return Some(
                 "a job of this name was submitted after the history was last asked for".into(),
             );

@@ -145,6 +145,8 @@ fn a_submission_the_last_answer_cannot_hold_makes_the_next_one_ask_at_once() {
     c.attempted = t;
     c.merge(Vec::new(), t - 30 * 86_400, t, cfg.days);
     let mut noted = vec![(key().id(), t)];
+    // A second later its job cannot have ended and been stored: nothing asked yet.
+    assert_eq!(c.due(&key(), t + 1, &cfg, &noted), None);
     // Its job ran 2 s and ended: submission 2, 5 s later, asks at once.
     let why = c.due(&key(), t + 5, &cfg, &noted).expect("asked again");
     assert!(
