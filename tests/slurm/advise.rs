@@ -374,7 +374,10 @@ fn the_note_says_what_a_limit_hides_speaks_on_the_readmes_fourth_and_counts_an_a
     let always = [("GPU_TRACKER_ADVICE", "always")];
     let mut cancel = Vec::new();
     // Started first, to run beside the README's jobs: two jobs killed at their 256M, and an
-    // array of three tasks far under their request.
+    // array of three tasks far under their request. The tasks run 10 s: a task gets its own job
+    // id when it starts, and the EpilogSlurmctld's `sacctmgr modify job` of a task that ended
+    // before slurmdbd had that id's record stores nothing ("Request didn't affect anything",
+    // seen here with 2 s tasks).
     let oom = fresh_name("advise-oom");
     let over = format!("srun {} --mb 400 --hold-ms 500", hog());
     let oom_job = [
@@ -400,7 +403,7 @@ fn the_note_says_what_a_limit_hides_speaks_on_the_readmes_fourth_and_counts_an_a
         "-t",
         "30",
         "--wrap",
-        "sleep 2",
+        "sleep 10",
     ];
     let array = job_id(&sbatch(USER, &always, &array_job).0);
 

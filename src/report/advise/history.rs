@@ -57,6 +57,9 @@ pub const SUBMIT_SLACK_SECONDS: i64 = 30;
 /// A submission reaches Slurm at most `advise.wait_seconds` (rounded up) and this long after
 /// it was noted, seconds: an answer that began before then cannot hold its job.
 pub const NOTED_TO_SUBMITTED_SECONDS: i64 = 2;
+/// An answer that began this long after the last seen task of an array ended holds every
+/// task that ended with it (the EpilogSlurmctld stores each summary within seconds), seconds.
+pub const ARRAY_SETTLE_SECONDS: i64 = 60;
 /// A job noted less than this long ago has not run, ended and had its summary stored yet:
 /// the next submission does not ask at once for it (a script that submits a name many times a
 /// second asks once per refresh_seconds, as before), seconds.
@@ -97,10 +100,22 @@ impl Cache {
     }
 
     /// The times of the submissions of `key` noted ([`note_submission`]) whose job the cache
-    /// has not seen end, oldest first. Each job of `key` in the cache (an array once, with its
-    /// tasks' submission time) accounts for the earliest noted submission it can be: one noted
-    /// at most [`SUBMIT_SLACK_SECONDS`] after the job was submitted.
+    /// has not seen end, oldest first ([`Cache::unseen_why`]).
     pub fn unseen(&self, key: &Key, submitted: &[(String, i64)]) -> Vec<i64> {
+        self.unseen_why(key, submitted)
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    /// The submissions of `key` whose job the cache has not seen end, oldest first: when each
+    /// was noted, and whether the cache holds some of its array's tasks but its last answer
+    /// began under [`ARRAY_SETTLE_SECONDS`] after the last of them ended (the others may have
+    /// ended with it, their summaries stored a little later). Each job of `key` in the cache
+    /// (an array once, with its tasks' submission time) accounts for the earliest noted
+    /// submission it can be: one noted at most [`SUBMIT_SLACK_SECONDS`] after the job was
+    /// submitted.
+    pub fn unseen_why(&self, key: &Key, submitted: &[(String, i64)]) -> Vec<(i64, bool)> {
         let id = key.id();
         let mut noted: Vec<i64> = submitted
             .iter()
@@ -108,19 +123,35 @@ impl Cache {
             .map(|(_, t)| *t)
             .collect();
         noted.sort_unstable();
-        let mut jobs: std::collections::BTreeMap<u32, i64> = std::collections::BTreeMap::new();
+        // Each job: (its submission, whether the answer may lack some of its tasks).
+        let mut jobs: std::collections::BTreeMap<u32, (i64, i64, bool)> =
+            std::collections::BTreeMap::new();
         for r in self.runs.iter().filter(|r| key.matches(r)) {
-            let at = jobs.entry(r.array.unwrap_or(r.job)).or_insert(r.submit);
-            *at = (*at).min(r.submit);
+            let j = jobs.entry(r.array.unwrap_or(r.job)).or_insert((
+                r.submit,
+                r.end,
+                r.array.is_some(),
+            ));
+            (j.0, j.1) = (j.0.min(r.submit), j.1.max(r.end));
         }
-        let mut seen: Vec<i64> = jobs.into_values().collect();
+        let mut seen: Vec<(i64, bool)> = jobs
+            .into_values()
+            .map(|(submit, end, array)| {
+                (submit, array && self.fetched < end + ARRAY_SETTLE_SECONDS)
+            })
+            .collect();
         seen.sort_unstable();
         let mut next = seen.into_iter().peekable();
         let mut out = Vec::new();
         for t in noted {
-            while next.next_if(|s| *s < t - SUBMIT_SLACK_SECONDS).is_some() {}
-            if next.next().is_none() {
-                out.push(t);
+            while next
+                .next_if(|(s, _)| *s < t - SUBMIT_SLACK_SECONDS)
+                .is_some()
+            {}
+            match next.next() {
+                None => out.push((t, false)),
+                Some((_, true)) => out.push((t, true)),
+                Some((_, false)) => {}
             }
         }
         out
@@ -139,15 +170,20 @@ impl Cache {
         if self.failed.is_some() && since_attempt < FAILURE_BACKOFF_SECONDS {
             return None;
         }
-        let unseen = self.unseen(key, submitted);
-        // The last answer began before this job reached Slurm: it cannot hold it. Asked at
-        // once, whatever refresh_seconds says: at most one question per submission.
+        let unseen = self.unseen_why(key, submitted);
+        // The last answer began before this job reached Slurm, or too soon after some tasks of
+        // its array ended to hold the others: it cannot hold it. Asked at once, whatever
+        // refresh_seconds says: at most one question per submission.
         let reach = cfg.wait_seconds.ceil() as i64 + NOTED_TO_SUBMITTED_SECONDS;
-        let cannot_hold = |t: &i64| self.fetched <= t + reach && now - t >= SHORTEST_JOB_SECONDS;
+        let cannot_hold = |(t, partly): &(i64, bool)| {
+            (*partly || self.fetched <= t + reach) && now - t >= SHORTEST_JOB_SECONDS
+        };
         if self.fetched > 0 && unseen.iter().any(cannot_hold) {
-            return Some(
-                "a job of this name was submitted after the history was last asked for".into(),
-            );
+            return Some(if unseen.iter().any(|(_, partly)| *partly) {
+                "some tasks of an array of this name ended just before the history was last asked for".into()
+            } else {
+                "a job of this name was submitted after the history was last asked for".into()
+            });
         }
         if (since_attempt as f64) < cfg.refresh_seconds {
             return None;

@@ -188,6 +188,18 @@ fn a_submission_the_last_answer_cannot_hold_makes_the_next_one_ask_at_once() {
     });
     c.runs = std::iter::once(old).chain(tasks).collect();
     let noted = vec![(key().id(), t), (key().id(), t + 50)];
+    c.fetched = t + 200;
+    assert_eq!(c.unseen(&key(), &noted), vec![t + 50]);
+    // Some tasks of an array seen in an answer that began seconds after they ended: the
+    // others may have ended with them, so it is asked for again at once.
+    for r in &mut c.runs {
+        r.end = t + 190;
+    }
+    c.attempted = t + 200;
+    assert_eq!(c.unseen(&key(), &noted), vec![t, t + 50]);
+    let why = c.due(&key(), t + 205, &cfg, &noted).expect("asked again");
+    assert!(why.contains("tasks of an array"), "{why}");
+    c.fetched = t + 250;
     assert_eq!(c.unseen(&key(), &noted), vec![t + 50]);
 }
 
