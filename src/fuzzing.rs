@@ -194,7 +194,7 @@ pub fn config(data: &[u8]) {
 /// A command line of `gpu-tracker-report`: the bytes split on NUL are its arguments (raw bytes,
 /// so arguments that are not UTF-8 are tried too), after the program's name; no bytes, no
 /// arguments. Read with
-/// [`crate::report::args::check`]; an error is rendered as the program prints it, and must be a
+/// [`crate::report::cmd::args::check`]; an error is rendered as the program prints it, and must be a
 /// usage error (exit status 2) unless it is the help or the version.
 pub fn report_args(data: &[u8]) {
     let args = (!data.is_empty()).then(|| data.split(|b| *b == 0));
@@ -205,7 +205,7 @@ pub fn report_args(data: &[u8]) {
                 .map(|a| OsString::from_vec(a.to_vec())),
         )
         .collect();
-    match crate::report::args::check(&argv) {
+    match crate::report::cmd::args::check(&argv) {
         Ok(a) => {
             let _ = format!("{a:?}");
         }

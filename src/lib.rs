@@ -21,6 +21,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod advise;
 pub mod cgroup;
 pub mod cli;
 pub mod clock;
@@ -31,12 +32,11 @@ pub mod fuzzing;
 pub mod gpu;
 pub mod gres;
 pub mod history;
-pub mod plugstack;
 pub mod proc;
 pub mod report;
 pub mod sampler;
 pub mod shell;
-pub mod slurmconf;
+pub mod slurm;
 #[cfg(feature = "spank")]
 mod spank;
 pub mod step;

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
+use gpu_tracker::config::discover::{self, Places};
 use gpu_tracker::exporter::metrics::Format;
 use gpu_tracker::exporter::{Exporter, serve};
-use gpu_tracker::report::settings::{self, Places};
 
 /// Serves the running Slurm steps' memory, CPU and GPU figures on this node, as the
 /// gpu-tracker plugin keeps them, to Prometheus (at /metrics: OpenMetrics when the client asks
@@ -73,7 +73,7 @@ fn live_dir(args: &Args) -> anyhow::Result<PathBuf> {
     if let Some(d) = &args.live_dir {
         return Ok(d.clone());
     }
-    let found = settings::find(&Places::from_env(args.config.clone()))
+    let found = discover::find(&Places::from_env(args.config.clone()))
         .context("the plugin's settings (give --live-dir to do without them)")?;
     let dir = found.config.live_dir;
     if dir.is_empty() {

@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use gpu_tracker::report::args::Args;
+use gpu_tracker::report::cmd::args::Args;
 use gpu_tracker::report::cmd::{self, Exit, Out, Stop};
 use gpu_tracker::report::epilog;
 

@@ -589,6 +589,9 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
 }
 
 pub mod advise;
+pub mod discover;
 mod paths;
+pub mod plugstack;
+pub mod slurmconf;
 #[cfg(test)]
 mod tests;

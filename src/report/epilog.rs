@@ -1,6 +1,6 @@
 //! `gpu-tracker-report --store-admin-comment JOBID`, run by the site's EpilogSlurmctld as
 //! SlurmUser (through sudo where that is not root): the summary of the job that just ended
-//! into Slurm's database ([`super::slurmdb::store`]).
+//! into Slurm's database ([`crate::slurm::db::store`]).
 //!
 //! A job directory holds whatever records were written under its id, and ids come round (after
 //! `MaxJobId`, or when the controller's state is reset): only records of the job Slurm names
@@ -13,11 +13,12 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::LoadError;
 use super::classes::ClassRules;
-use super::slurmctl::{self, JobStart};
 use super::stored::Stored;
-use super::{LoadError, slurmdb};
 use crate::config::Config;
+use crate::slurm::ctld::{self, JobStart};
+use crate::slurm::db;
 use crate::step::record::StepRecord;
 
 /// How far before the job's start (on the controller's clock) a record's start may be and still
@@ -66,7 +67,7 @@ pub const FIXED_ENVIRONMENT: &[(&str, &str)] = &[(
 /// name first) ask for `--store-admin-comment` and the run is for another user
 /// ([`runs_for_another_user`]), the environment becomes [`FIXED_ENVIRONMENT`], and what a
 /// failed Slurm command says on stderr goes to the system log, never to the caller
-/// ([`slurmdb::send_child_stderr_to_syslog`]). Returns whether it did.
+/// ([`crate::slurm::command::send_child_stderr_to_syslog`]). Returns whether it did.
 pub fn fix_environment_for_another_user(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
     let storing = args
         .skip(1)
@@ -76,21 +77,21 @@ pub fn fix_environment_for_another_user(args: impl Iterator<Item = std::ffi::OsS
         return false;
     }
     crate::sys::replace_environment_at_start(FIXED_ENVIRONMENT);
-    slurmdb::send_child_stderr_to_syslog();
+    crate::slurm::command::send_child_stderr_to_syslog();
     true
 }
 
 /// Whose job `job_id` is and when it started, as Slurm gives them: the variables slurmctld gives
-/// EpilogSlurmctld ([`slurmctl::start_from_env`]; Slurm 23.02 and later), else the controller
+/// EpilogSlurmctld ([`ctld::start_from_env`]; Slurm 23.02 and later), else the controller
 /// (`squeue`, which still holds the job while its EpilogSlurmctld runs), which must then agree
 /// with the `SLURM_JOB_UID` slurmctld gave. `Err(why)` when neither can say.
 pub fn whose(job_id: u32) -> Result<JobStart, String> {
     let env = |k: &str| std::env::var(k).ok();
-    if let Some(j) = slurmctl::start_from_env(job_id, env) {
+    if let Some(j) = ctld::start_from_env(job_id, env) {
         return Ok(j);
     }
-    let given_uid = slurmctl::uid_from_env(job_id, env);
-    match slurmctl::job_start(job_id)? {
+    let given_uid = ctld::uid_from_env(job_id, env);
+    match ctld::job_start(job_id)? {
         Some(j) if given_uid.is_none_or(|u| u == j.uid) => Ok(j),
         Some(j) => Err(format!(
             "slurmctld gave user id {} and squeue shows {}",
@@ -189,8 +190,9 @@ pub fn store_job(
     let mut summary = summary;
     summary.set_classes(&ClassRules::from_config(cfg));
     let text = Stored::of(&summary).encode();
-    let job = slurmdb::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
-    slurmdb::store(&job, &text).map_err(|e| format!("job {job}: {e}"))?;
+    let job =
+        crate::slurm::command::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
+    db::store(&job, &text).map_err(|e| format!("job {job}: {e}"))?;
     Ok(Outcome::Stored {
         job,
         bytes: text.len(),

@@ -3,9 +3,10 @@
 
 use super::Summary;
 use super::array::{RightSize, TaskFigures};
-use super::site::{GroupBy, JobFacts, Owner, SiteReport};
+use super::site::{GroupBy, JobFacts, SiteReport};
 use super::stored::Stored;
 use super::text::{TextOptions, render};
+use crate::slurm::ended::Owner;
 use crate::step::record::StepRecord;
 use crate::step::record::tests_support::{batch_with_memory, record};
 

@@ -11,8 +11,6 @@
 //! [`Problem`]; the job's other records are still used.
 
 pub mod advice;
-pub mod advise;
-pub mod args;
 pub mod array;
 pub mod classes;
 pub mod cmd;
@@ -31,11 +29,8 @@ pub mod nodes;
 pub mod plot;
 pub mod pressure;
 pub mod runs;
-pub mod settings;
 pub mod site;
 pub mod sizing;
-pub mod slurmctl;
-pub mod slurmdb;
 pub mod stored;
 pub mod story;
 pub mod summary;

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use super::ffi::{self, Spank, spank_item};
 use super::option::{SUBMIT_TOKEN_VAR, valid_token};
+use crate::config::slurmconf::{self, SlurmConf};
 use crate::config::{Config, StepKind};
 use crate::gres::{self, GpuOrder};
-use crate::slurmconf::{self, SlurmConf};
 use crate::step::record::{self, JobInfo, StepInfo};
 
 /// The kind of step a SPANK step id names.

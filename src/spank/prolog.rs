@@ -21,12 +21,12 @@
 //! only from 23.11). Nothing here fails or holds the job: every problem is one log line.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use super::ffi::{self, Spank, spank_item};
+use crate::config::slurmconf::{self, SlurmConf};
 use crate::config::{Config, StepKind};
-use crate::slurmconf::{self, SlurmConf};
+use crate::slurm::ctld;
 use crate::step::run::{self, RunFile};
 use crate::step::spool::Spool;
 use crate::trust;
@@ -145,23 +145,13 @@ fn first_node(get: impl Fn(&str) -> Option<String>) -> bool {
         .is_none_or(|first| *first == me)
 }
 
-/// The job's time limit as `squeue -h -j <id> -o %l` prints it. The prolog's environment has no
-/// `PATH`: the system's directories are searched.
+/// [`ctld::time_limit`], logged.
 fn squeue_limit(job_id: u32) -> Result<String, String> {
-    let mut cmd = Command::new("squeue");
-    cmd.args(["-h", "-j", &job_id.to_string(), "-o", "%l"]);
-    if std::env::var_os("PATH").is_none() {
-        cmd.env("PATH", "/usr/bin:/bin:/usr/local/bin");
-    }
-    let out = crate::report::slurmdb::run(&mut cmd, SQUEUE_DEADLINE)?;
-    let first = out.lines().next().unwrap_or_default().trim().to_string();
-    if first.is_empty() {
-        return Err("no answer".into());
-    }
+    let limit = ctld::time_limit(job_id, SQUEUE_DEADLINE)?;
     ffi::log_debug(&format!(
-        "gpu-tracker: job_prolog: job {job_id}: squeue says time limit {first:?}"
+        "gpu-tracker: job_prolog: job {job_id}: squeue says time limit {limit:?}"
     ));
-    Ok(first)
+    Ok(limit)
 }
 
 #[cfg(test)]

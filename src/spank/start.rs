@@ -192,7 +192,7 @@ pub(super) fn start_step(
 
 /// Whether slurm.conf's `PrologFlags` has `RunInJob` (the extern step runs the prolog).
 fn prolog_runs_in_job() -> bool {
-    crate::slurmconf::SlurmConf::read(&crate::slurmconf::path_from_env())
+    crate::config::slurmconf::SlurmConf::read(&crate::config::slurmconf::path_from_env())
         .is_ok_and(|c| c.prolog_runs_in_job)
 }
 

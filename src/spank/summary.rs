@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::option::{SUBMIT_TOKEN_VAR, valid_token};
 use super::{ffi, state};
+use crate::config::slurmconf;
 use crate::config::{self, Config, StepKind, Tracking};
-use crate::slurmconf;
 use crate::step::record;
 use crate::step::spool::Instance;
 

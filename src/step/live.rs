@@ -269,7 +269,7 @@ impl LiveState {
 fn file_name(cluster: &str, job_id: u32, step: &str, node: &str) -> String {
     format!(
         "{}.{job_id}.{}.{}.json",
-        crate::slurmconf::cluster_dir_name(Some(cluster)),
+        crate::config::slurmconf::cluster_dir_name(Some(cluster)),
         super::record::file_safe(step),
         super::record::file_safe(node)
     )

@@ -156,7 +156,7 @@ impl Spool {
     }
 
     /// The spool of cluster `name` (a directory name made by
-    /// [`crate::slurmconf::cluster_dir_name`]): `<root>/<name>`, made with mode 0755 if missing,
+    /// [`crate::config::slurmconf::cluster_dir_name`]): `<root>/<name>`, made with mode 0755 if missing,
     /// checked like the root.
     pub fn for_cluster(self, name: &str) -> Result<Spool, SpoolError> {
         if name.is_empty() || name.contains('/') || name.starts_with('.') {

@@ -5,8 +5,8 @@
 //! less what a stored summary does not keep (classes).
 
 use super::{ArraySummary, TaskFigures};
-use crate::report::slurmdb::DbJob;
 use crate::report::stored::{Stored, StoredError};
+use crate::slurm::db::DbJob;
 
 /// The array summary of array `array` from `sacct`'s rows, with one note for each row that
 /// could not be used; `None` when no row holds a stored summary of one of its tasks.
@@ -38,7 +38,7 @@ pub fn from_rows(
             Ok(st) if st.job != row.job || st.array != row.array => notes.push(format!(
                 "Slurm's database holds a summary of job {} under job {}: not used",
                 st.job,
-                super::super::slurmdb::job_ref(row.job, row.array)
+                crate::slurm::command::job_ref(row.job, row.array)
             )),
             Ok(st) => notes.push(format!(
                 "Slurm's database gave job {} of no array {array}",

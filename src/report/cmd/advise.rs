@@ -1,11 +1,11 @@
-//! The advice modes ([`crate::report::advise::run`]): `--advise NAME|SCRIPT`, `--advice
+//! The advice modes ([`crate::advise::run`]): `--advise NAME|SCRIPT`, `--advice
 //! on|off`, and the two the submission runs (`--advise-submission`, `--advise-refresh`), which
 //! write nothing on standard output. None reads the report's settings or spool.
 
 use super::exit::{Exit, Stop, fail};
 use super::mode::Advice;
 use super::out::Out;
-use crate::report::advise::run;
+use crate::advise::run;
 
 /// Runs advice mode `advice`.
 pub fn run(advice: &Advice, out: &mut Out) -> Result<Exit, Stop> {

@@ -46,7 +46,12 @@ pub fn run(ctx: &Context, array_id: u32, out: &mut Out) -> Result<Exit, Stop> {
             ),
         ));
     }
-    print(ctx, &ArraySummary::of(array_id, &summaries, &Sizing::of(&ctx.cfg.advise)), &notes, out)?;
+    print(
+        ctx,
+        &ArraySummary::of(array_id, &summaries, &Sizing::of(&ctx.cfg.advise)),
+        &notes,
+        out,
+    )?;
     for n in &notes {
         out.warn(&format!("array {array_id}: {n}"));
     }

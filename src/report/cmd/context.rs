@@ -6,11 +6,11 @@ use super::exit::{Exit, Stop, fail};
 use super::mode::Format;
 use super::out::Out;
 use crate::config::Config;
-use crate::report::args::Args;
+use crate::config::discover::{self, Places};
+use crate::config::slurmconf;
 use crate::report::classes::ClassRules;
-use crate::report::settings::{self, Places};
+use crate::report::cmd::args::Args;
 use crate::report::text::TextOptions;
-use crate::slurmconf;
 
 /// The settings and the options of one run of the report.
 pub struct Context {
@@ -27,11 +27,11 @@ pub struct Context {
 }
 
 impl Context {
-    /// Finds the settings ([`settings::find`]), each thing that could not be used on the way
+    /// Finds the settings ([`discover::find`]), each thing that could not be used on the way
     /// noted on standard error; `--spool` (or `GPU_TRACKER_SPOOL`) replaces their spool, whose
     /// cluster directory (`--cluster`, else slurm.conf's ClusterName) is the one read.
     pub fn read(args: &Args, out: &mut Out) -> Result<Context, Stop> {
-        let found = settings::find(&Places::from_env(args.config.clone()))
+        let found = discover::find(&Places::from_env(args.config.clone()))
             .map_err(|e| fail(Exit::Failed, e.to_string()))?;
         for n in &found.notes {
             out.warn(&format!("note: {n}"));

@@ -9,7 +9,8 @@ use super::out::Out;
 use crate::report::sizing::Sizing;
 use crate::report::stored::{Stored, StoredError};
 use crate::report::text::render;
-use crate::report::{JobRecords, array, slurmctl, slurmdb};
+use crate::report::{JobRecords, array};
+use crate::slurm::{ctld, db};
 use crate::step::record::clean_text;
 
 /// Shows job `job` (an id or `A_T`) from Slurm's database; a step (`step_given`) is not kept
@@ -30,7 +31,7 @@ pub fn run(ctx: &Context, job: &str, step_given: bool, out: &mut Out) -> Result<
 /// `Ok(Err(why))` when the database has none, or could not be asked: `why` says which, for
 /// people.
 fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String>, Stop> {
-    let rows = match slurmdb::fetch_all(job) {
+    let rows = match db::fetch_all(job) {
         Ok(rows) => rows,
         Err(e) => return Ok(Err(format!("Slurm's database could not be asked ({e})"))),
     };
@@ -42,7 +43,7 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
     {
         if let Some(t) = a.tasks.first() {
             // Asked apart: a name may hold newlines and the delimiter.
-            let name = slurmdb::fetch_name(&format!("{}_{}", a.array_job_id, t.task_id));
+            let name = db::fetch_name(&format!("{}_{}", a.array_job_id, t.task_id));
             a.name = name.filter(|n| !n.is_empty()).map(|n| clean_text(&n, 100));
         }
         super::array::print(ctx, &a, &notes, out)?;
@@ -52,13 +53,13 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
             Exit::Ok
         }));
     }
-    let Some(db) = slurmdb::the_job(job, rows) else {
+    let Some(job_row) = db::the_job(job, rows) else {
         return Ok(Err(format!("sacct shows no job {job} to you")));
     };
-    let stored = match Stored::decode(&db.admin_comment) {
-        Ok(s) if s.job == db.job && s.array == db.array => s,
+    let stored = match Stored::decode(&job_row.admin_comment) {
+        Ok(s) if s.job == job_row.job && s.array == job_row.array => s,
         Ok(s) => {
-            let other = slurmdb::job_ref(s.job, s.array);
+            let other = crate::slurm::command::job_ref(s.job, s.array);
             return Err(fail(
                 Exit::Corrupt,
                 format!("job {job}: Slurm's database holds job {other}'s summary under it"),
@@ -76,8 +77,8 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
             ));
         }
     };
-    let name = slurmdb::fetch_name(&slurmdb::job_ref(db.job, db.array));
-    let summary = stored.to_summary(&db.user, db.uid, name.as_deref());
+    let name = db::fetch_name(&crate::slurm::command::job_ref(job_row.job, job_row.array));
+    let summary = stored.to_summary(&job_row.user, job_row.uid, name.as_deref());
     if ctx.format == Format::Json {
         // The job's document, with no records: they stayed in the spool.
         out.json(&JobRecords::default().to_json(&summary))?;
@@ -97,8 +98,8 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
 /// user Slurm hides jobs from) must not be told it was not tracked.
 fn not_found(ctx: &Context, spec: &str, db: &str) -> Stop {
     let looked = format!("{} ({})", ctx.cfg.spool_dir.display(), ctx.spool_origin);
-    match slurmctl::knows(spec) {
-        Ok(true) => match slurmctl::not_started(spec) {
+    match ctld::knows(spec) {
+        Ok(true) => match ctld::not_started(spec) {
             Some(why) => fail(
                 Exit::NotStarted,
                 format!(

@@ -5,6 +5,7 @@
 //! escaped, a reader that goes away taken as the end of the output).
 
 pub mod advise;
+pub mod args;
 pub mod array;
 pub mod context;
 pub mod elsewhere;
@@ -22,7 +23,7 @@ pub use exit::{Exit, Stop};
 pub use mode::{Advice, Mode};
 pub use out::Out;
 
-use crate::report::args::Args;
+use crate::report::cmd::args::Args;
 
 /// Runs the command `args` ask for, printing through `out` (flushed at the end): the status
 /// to end with, or why it stopped before its end.

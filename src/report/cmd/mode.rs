@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use chrono::{DateTime, FixedOffset, TimeDelta};
 
 use super::exit::{Exit, Stop, fail};
-use crate::report::args::{Args, JobSpec, parse_spec};
+use crate::report::cmd::args::{Args, JobSpec, parse_spec};
 use crate::report::site::GroupBy;
 
 /// `--format`: how a report is printed.

@@ -7,7 +7,7 @@ use super::context::Context;
 use super::exit::{Exit, Stop, fail};
 use super::mode::{Format, Table, View};
 use super::out::Out;
-use crate::report::args::JobSpec;
+use crate::report::cmd::args::JobSpec;
 use crate::report::text::render;
 use crate::report::{self, JobRecords, LoadError, array, listing, story};
 

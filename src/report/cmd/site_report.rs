@@ -7,7 +7,8 @@ use super::context::Context;
 use super::exit::{Exit, Stop, fail};
 use super::mode::Format;
 use super::out::Out;
-use crate::report::site::{GroupBy, collect, db, render};
+use crate::report::site::{GroupBy, collect, render};
+use crate::slurm::ended;
 
 /// The report by `by` of the jobs of `cluster` that ended from `since` to `until`: every
 /// user's for root and Slurm's operators, the caller's own for others.
@@ -19,16 +20,22 @@ pub fn run(
     out: &mut Out,
 ) -> Result<Exit, Stop> {
     let uid = crate::sys::euid();
-    let q = db::Query {
+    let q = ended::Query {
         since,
         until,
-        everyone: db::sees_every_job(uid),
+        everyone: crate::slurm::db::sees_every_job(uid),
         uid,
         cluster: cluster.map(str::to_string),
-        jobs_per_call: db::JOBS_PER_CALL,
+        jobs_per_call: ended::JOBS_PER_CALL,
     };
-    let r = collect::collect(by, &q, &ctx.cfg.spool_dir, &ctx.rules, &mut db::run_sacct)
-        .map_err(|e| fail(Exit::Failed, e))?;
+    let r = collect::collect(
+        by,
+        &q,
+        &ctx.cfg.spool_dir,
+        &ctx.rules,
+        &mut ended::run_sacct,
+    )
+    .map_err(|e| fail(Exit::Failed, e))?;
     match ctx.format {
         Format::Json => out.json(&render::json(&r))?,
         Format::Csv => out.text(&render::csv(&r))?,

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use chrono::DateTime;
 
-use super::db::{self, Query, Row};
 use super::{GroupBy, JobFacts, Owner, SiteReport, spool_facts};
 use crate::report::classes::{self, ClassRules};
 use crate::report::listing::{self, Filter};
 use crate::report::stored::{Stored, StoredError};
 use crate::report::{LoadError, Summary, load_job};
+use crate::slurm::ended::{self, Query, Row};
 
 /// What one of Slurm's rows gave.
 enum Found {
@@ -44,7 +44,7 @@ fn entry(row: Row) -> Entry {
 }
 
 /// The site report of `by` for the query: from Slurm's database through `run` (one `sacct`
-/// with its arguments, each line handed on: [`db::run_sacct`]), the spool at `spool` for what
+/// with its arguments, each line handed on: [`ended::run_sacct`]), the spool at `spool` for what
 /// the database lacks, classes of spool jobs under `rules`. `Err` only where nothing can be
 /// shown: the database cannot be read and the rows need it (`--by account` or `partition`).
 pub fn collect(
@@ -52,7 +52,7 @@ pub fn collect(
     q: &Query,
     spool: &Path,
     rules: &ClassRules,
-    run: &mut db::Sacct,
+    run: &mut ended::Sacct,
 ) -> Result<SiteReport, String> {
     let mut r = SiteReport::new(by, q.since, q.until);
     r.scope = scope(q);
@@ -87,7 +87,7 @@ pub fn collect(
             r.add(&e.owner, &facts);
         }
     };
-    match db::jobs(q, run, &mut |row| Some(entry(row)), &mut take) {
+    match ended::jobs(q, run, &mut |row| Some(entry(row)), &mut take) {
         Ok(calls) => r.sacct_calls = calls,
         Err(e) if by == GroupBy::User => {
             let mut r = SiteReport::new(by, q.since, q.until);

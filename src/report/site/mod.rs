@@ -15,7 +15,6 @@
 //! the whole job.
 
 pub mod collect;
-pub mod db;
 pub mod render;
 #[cfg(test)]
 mod tests;
@@ -28,6 +27,7 @@ use serde::Serialize;
 use super::classes::{self, ClassRules};
 use super::figures::Summary;
 use super::stored::Stored;
+use crate::slurm::ended::Owner;
 
 /// What the site report's JSON says it is.
 pub const SCHEMA: &str = "gpu-tracker/site-report";
@@ -49,6 +49,16 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
+    /// The group a job of `owner` belongs to.
+    pub fn key_of(self, owner: &Owner) -> &str {
+        let k = match self {
+            GroupBy::User => &owner.user,
+            GroupBy::Account => &owner.account,
+            GroupBy::Partition => &owner.partition,
+        };
+        if k.is_empty() { "(none)" } else { k }
+    }
+
     /// Reads `user`, `account` or `partition`.
     pub fn parse(s: &str) -> Result<GroupBy, String> {
         match s {
@@ -77,29 +87,6 @@ pub enum Source {
     Database,
     /// The job's records in the spool.
     Spool,
-}
-
-/// Who ran a job, as Slurm's database has it: the keys of the groups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Owner {
-    /// User name (uid as digits where the database has no name).
-    pub user: String,
-    /// Account.
-    pub account: String,
-    /// Partition (a job submitted to several: the one it ran in).
-    pub partition: String,
-}
-
-impl Owner {
-    /// The group the job belongs to.
-    pub fn key(&self, by: GroupBy) -> &str {
-        let k = match by {
-            GroupBy::User => &self.user,
-            GroupBy::Account => &self.account,
-            GroupBy::Partition => &self.partition,
-        };
-        if k.is_empty() { "(none)" } else { k }
-    }
 }
 
 /// The figures of one finished job that the site report adds up.
@@ -410,7 +397,7 @@ impl SiteReport {
     }
 
     fn group(&mut self, owner: &Owner) -> &mut Group {
-        let key = owner.key(self.by);
+        let key = self.by.key_of(owner);
         if !self.by_key.contains_key(key) {
             let g = Group {
                 group: key.to_string(),

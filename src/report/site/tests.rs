@@ -1,10 +1,10 @@
 use chrono::DateTime;
 
 use super::collect::collect;
-use super::db::{self, Query};
 use super::*;
 use crate::cgroup::fixture::TempTree;
 use crate::report::figures::{GpuSummary, NodeSummary};
+use crate::slurm::ended::{self, Query};
 use crate::step::record::tests_support::record;
 
 const GIB: u64 = 1 << 30;
@@ -194,23 +194,23 @@ fn the_renderings_name_every_group_and_csv_has_a_column_per_class() {
 
 #[test]
 fn sacct_lines_read_with_a_uid_for_a_missing_name_and_a_comment_with_the_delimiter() {
-    let r = db::parse_row("42|30001||acct|gpu|COMPLETED|1700000000|1700003600|600|a|b").unwrap();
+    let r = ended::parse_row("42|30001||acct|gpu|COMPLETED|1700000000|1700003600|600|a|b").unwrap();
     assert_eq!(r.job, 42);
     assert_eq!(r.owner.user, "30001");
     assert_eq!(r.admin_comment, "a|b");
     assert_eq!((r.start, r.end), (Some(1_700_000_000), Some(1_700_003_600)));
     assert_eq!(r.time_limit_seconds, Some(36_000.0));
     let never =
-        db::parse_row("43|1001|alice|acct|gpu|CANCELLED by 1001|Unknown|1700003600|UNLIMITED|")
+        ended::parse_row("43|1001|alice|acct|gpu|CANCELLED by 1001|Unknown|1700003600|UNLIMITED|")
             .unwrap();
-    assert!(!db::ended_within(&never, 0, i64::MAX), "never started");
+    assert!(!ended::ended_within(&never, 0, i64::MAX), "never started");
     assert_eq!(never.time_limit_seconds, None);
-    assert!(db::ended_within(&r, 1_700_003_600, 1_700_003_601));
+    assert!(ended::ended_within(&r, 1_700_003_600, 1_700_003_601));
     assert!(
-        !db::ended_within(&r, 0, 1_700_003_600),
+        !ended::ended_within(&r, 0, 1_700_003_600),
         "ends at the period's end: the next one's"
     );
-    assert!(db::parse_row("42.batch|1|a|b|c|d|e|f|g|h").is_none());
+    assert!(ended::parse_row("42.batch|1|a|b|c|d|e|f|g|h").is_none());
 }
 
 fn query(everyone: bool) -> Query {
@@ -220,7 +220,7 @@ fn query(everyone: bool) -> Query {
         everyone,
         uid: 1001,
         cluster: None,
-        jobs_per_call: db::JOBS_PER_CALL,
+        jobs_per_call: ended::JOBS_PER_CALL,
     }
 }
 
@@ -237,10 +237,10 @@ fn window(args: &[String]) -> (i64, i64) {
     (at("-S"), at("-E"))
 }
 
-/// Every job `db::jobs` hands on, and the calls it made.
-fn all_jobs(q: &Query, sacct: &mut db::Sacct) -> Result<(Vec<u32>, u32), String> {
+/// Every job `ended::jobs` hands on, and the calls it made.
+fn all_jobs(q: &Query, sacct: &mut ended::Sacct) -> Result<(Vec<u32>, u32), String> {
     let mut jobs = Vec::new();
-    let calls = db::jobs(q, sacct, &mut |r| Some(r.job), &mut |got| jobs.extend(got))?;
+    let calls = ended::jobs(q, sacct, &mut |r| Some(r.job), &mut |got| jobs.extend(got))?;
     Ok((jobs, calls))
 }
 
@@ -304,7 +304,7 @@ fn the_period_is_asked_for_in_pieces_of_about_the_jobs_per_call_each_job_once() 
     let mut broken = |_: &[String], _: &mut dyn FnMut(&str)| Err("sacct: slurmdbd down".into());
     assert!(all_jobs(&q, &mut broken).is_err());
     // A user asks for their own jobs.
-    let a = db::sacct_args(&query(false), from, to);
+    let a = ended::sacct_args(&query(false), from, to);
     assert!(!a.contains(&"-a".to_string()) && a.windows(2).any(|w| w == ["-u", "1001"]));
 }
 

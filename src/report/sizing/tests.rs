@@ -1,6 +1,6 @@
 use super::*;
+use crate::advise::{self, Key, PastRun, Request};
 use crate::config::Config;
-use crate::report::advise::{self, Key, PastRun, Request};
 use crate::report::array::{ArraySummary, TaskFigures};
 use crate::report::classes::ClassRules;
 use crate::report::figures::{NodeSummary, Summary};

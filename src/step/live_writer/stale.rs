@@ -58,7 +58,7 @@ pub(super) fn is_temporary_name_of(name: &str, cluster: &str, node: &str) -> boo
 /// Removes the files of this node that a killed slurmstepd left in `d` (at `dir`), written by
 /// `owner` (see the module's description).
 pub(super) fn remove_stale(d: &OwnDir, dir: &Path, id: &Identity, owner: u32, interval: Duration) {
-    let cluster = crate::slurmconf::cluster_dir_name(Some(&id.cluster));
+    let cluster = crate::config::slurmconf::cluster_dir_name(Some(&id.cluster));
     let node = super::super::record::file_safe(&id.node);
     let own = id.file_name();
     let age = STALE_REMOVAL_AGE.max(Duration::from_secs_f64(stale_after(interval.as_secs_f64())));

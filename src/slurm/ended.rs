@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, Local};
 
-use super::Owner;
-use crate::report::slurmdb;
+use super::command;
 
 /// What `sacct` is asked for, in this order: the comment last, since another tool's comment
 /// may hold the delimiter.
@@ -50,6 +49,17 @@ pub struct Query {
     pub cluster: Option<String>,
     /// About how many jobs one `sacct` call should list ([`JOBS_PER_CALL`]).
     pub jobs_per_call: u64,
+}
+
+/// Who ran a job, as Slurm's database has it: the keys of the groups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// User name (uid as digits where the database has no name).
+    pub user: String,
+    /// Account.
+    pub account: String,
+    /// Partition (a job submitted to several: the one it ran in).
+    pub partition: String,
 }
 
 /// One finished job as `sacct` lists it.
@@ -222,85 +232,11 @@ pub fn jobs<T>(
 
 /// Runs `sacct` with `args`, its times as Unix seconds, for at most [`QUERY_DEADLINE`].
 pub fn run_sacct(args: &[String], line: &mut dyn FnMut(&str)) -> Result<(), String> {
-    slurmdb::each_line(
+    command::each_line(
         Command::new("sacct")
             .args(args)
             .env("SLURM_TIME_FORMAT", "%s"),
         QUERY_DEADLINE,
         line,
     )
-}
-
-/// Whether the caller may see every user's jobs: root, and those Slurm's database names
-/// operators or administrators ([`admin_level_args`]).
-pub fn sees_every_job(uid: u32) -> bool {
-    if uid == 0 {
-        return true;
-    }
-    let Some(name) = crate::sys::user_name(uid) else {
-        return false;
-    };
-    slurmdb::run(
-        Command::new("sacctmgr").args(admin_level_args(&name)),
-        slurmdb::COMMAND_DEADLINE,
-    )
-    .is_ok_and(|out| is_operator(&name, &out))
-}
-
-/// `sacctmgr`'s arguments for the admin level of user `name`: `show user where name=NAME
-/// format=User,AdminLevel`. Asked by `name=`, never as a bare word, which sacctmgr may read as
-/// a keyword (`where`, `withassoc`, `a=b`) and then list every user.
-pub fn admin_level_args(name: &str) -> Vec<String> {
-    let name = format!("name={name}");
-    [
-        "-n",
-        "-P",
-        "show",
-        "user",
-        "where",
-        &name,
-        "format=User,AdminLevel",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// Whether `sacctmgr`'s answer `out` ([`admin_level_args`]) has a row of user `name` (sacctmgr
-/// keeps user names in lower case) with the level of an operator or administrator. Rows of
-/// other users (a name that lists several, `a,b`) count for nothing.
-pub fn is_operator(name: &str, out: &str) -> bool {
-    out.lines().any(|l| {
-        let mut f = l.split('|');
-        let (Some(user), Some(level), None) = (f.next(), f.next(), f.next()) else {
-            return false;
-        };
-        user.trim().eq_ignore_ascii_case(name)
-            && matches!(level.trim(), "Operator" | "Administrator")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_user_named_like_a_sacctmgr_keyword_is_asked_for_by_name() {
-        // `sacctmgr show user where` (or `withassoc`, `a=b`) lists every user: asked as a bare
-        // word, such a name was an operator as soon as anyone was.
-        let every_user = "alice|None\nroot|Administrator\nops|Operator\n";
-        for name in ["where", "withassoc", "name=root", "alice,root"] {
-            let args = admin_level_args(name);
-            assert!(
-                args.windows(2)
-                    .any(|w| w[0] == "where" && w[1] == format!("name={name}")),
-                "{args:?}"
-            );
-            assert!(!is_operator(name, every_user), "{name}");
-        }
-        assert!(is_operator("ops", every_user));
-        assert!(is_operator("root", "root|Administrator\n"));
-        assert!(!is_operator("alice", every_user));
-        assert!(!is_operator("alice", "alice|Operator|x\n"));
-    }
 }

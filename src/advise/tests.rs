@@ -1,12 +1,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::history::{self, Cache, DELIMITER, Place};
+use super::history::{self, Cache, Place};
 use super::submit::{self, Context, Outcome};
 use super::*;
 use crate::config::{Config, GpuType};
 use crate::report::figures::{GpuSummary, NodeSummary, Summary};
 use crate::report::stored::Stored;
+use crate::slurm::past_runs::DELIMITER;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

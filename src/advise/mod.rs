@@ -20,9 +20,9 @@ pub mod submit;
 
 use serde::{Deserialize, Serialize};
 
-use super::runs::slurm_duration;
-use super::sizing::{Evidence, GUESS_RULE, Sizing};
 use crate::config::AdviseConfig;
+use crate::report::runs::slurm_duration;
+use crate::report::sizing::{Evidence, GUESS_RULE, Sizing};
 use crate::units::human_bytes;
 
 /// What a user would call "the same job".

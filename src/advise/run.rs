@@ -9,7 +9,7 @@ use super::own_dir::OwnDir;
 use super::submit::{self, Context, Outcome};
 use super::{Key, Request};
 use crate::config::Config;
-use crate::report::settings::{self, Places};
+use crate::config::discover::{self, Places};
 
 /// The site's settings, the cluster and the caller, as every advice command needs them.
 struct Site {
@@ -19,10 +19,10 @@ struct Site {
 }
 
 fn site() -> Result<Site, String> {
-    let found = settings::find(&Places::from_env(None)).map_err(|e| e.to_string())?;
+    let found = discover::find(&Places::from_env(None)).map_err(|e| e.to_string())?;
     Ok(Site {
         cfg: found.config,
-        cluster: crate::slurmconf::this_cluster_dir(),
+        cluster: crate::config::slurmconf::this_cluster_dir(),
         uid: crate::sys::uid(),
     })
 }

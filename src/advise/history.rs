@@ -16,7 +16,6 @@
 //! themselves.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -25,19 +24,9 @@ use super::own_dir::OwnDir;
 use super::{Key, PastRun};
 use crate::config::AdviseConfig;
 use crate::report::figures::Summary;
-use crate::report::slurmdb;
 use crate::report::stored::Stored;
+use crate::slurm::past_runs;
 
-/// What `sacct` is asked for: the comment last (another tool's may hold the delimiter).
-pub const FIELDS: &str =
-    "JobIDRaw,JobID,UID,State,Submit,End,TimelimitRaw,JobName,WorkDir,SubmitLine,AdminComment";
-/// `sacct`'s delimiter: a control character no name, path or command line is likely to hold.
-pub const DELIMITER: &str = "\u{1f}";
-/// Finished states whose figures size a job: completed, failed, out of time, out of memory
-/// (cancelled and node-failed runs say little about what the job needs).
-pub const STATES: &str = "CD,F,TO,OOM";
-/// How long one question to Slurm's database may take in the background.
-pub const QUERY_DEADLINE: Duration = Duration::from_secs(60);
 /// The cache's format (2: runs carry their submission time).
 pub const CACHE_VERSION: u32 = 2;
 /// Most runs kept (the newest): a few MB at most.
@@ -387,7 +376,7 @@ pub fn refresh(
 /// Slurm's database.
 pub fn fetch(uid: u32, since: i64) -> Result<Vec<PastRun>, String> {
     let mut runs = Vec::new();
-    ask(uid, since, |line| {
+    past_runs::ask(uid, since, |line| {
         if let Some(r) = parse_row(line, uid) {
             runs.push(r);
         }
@@ -395,38 +384,13 @@ pub fn fetch(uid: u32, since: i64) -> Result<Vec<PastRun>, String> {
     Ok(runs)
 }
 
-/// Runs `sacct` for `uid`'s runs in [`STATES`] from `since` (Unix seconds) to now, handing
-/// on each line.
-fn ask(uid: u32, since: i64, line: impl FnMut(&str)) -> Result<(), String> {
-    let ago = (chrono::Utc::now().timestamp() - since).max(0);
-    let mut cmd = Command::new("sacct");
-    cmd.env("SLURM_TIME_FORMAT", "%s").args([
-        "-n",
-        "-X",
-        "-P",
-        &format!("--delimiter={DELIMITER}"),
-        "-u",
-        &uid.to_string(),
-        "-S",
-        &format!("now-{ago}"),
-        "-E",
-        "now",
-        "-s",
-        STATES,
-        "-o",
-        FIELDS,
-    ]);
-    slurmdb::each_line(&mut cmd, QUERY_DEADLINE, line)
-}
-
-/// One line of `sacct` as [`ask`] runs it: a run of `uid` with a gpu-tracker summary stored
+/// One line of `sacct` as [`past_runs::ask`] runs it: a run of `uid` with a gpu-tracker summary stored
 /// under its own job id; `None` for anything else.
 pub fn parse_row(line: &str, uid: u32) -> Option<PastRun> {
-    let f: Vec<&str> = line.splitn(11, DELIMITER).collect();
-    let [
+    let past_runs::Row {
         raw,
         id,
-        row_uid,
+        uid: row_uid,
         state,
         submitted,
         end,
@@ -435,10 +399,7 @@ pub fn parse_row(line: &str, uid: u32) -> Option<PastRun> {
         workdir,
         submit,
         comment,
-    ] = f[..]
-    else {
-        return None;
-    };
+    } = past_runs::Row::parse(line)?;
     let job: u32 = raw.trim().parse().ok()?;
     if row_uid.trim().parse::<u32>().ok()? != uid {
         return None;

@@ -19,12 +19,12 @@
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 
-use crate::config::{self, Config, ConfigError};
-use crate::plugstack::{
+use crate::config::plugstack::{
     Directive, has_wildcard, include_pattern, is_gpu_tracker_plugin, parse_plugstack,
     wildcard_match,
 };
-use crate::slurmconf::{self, SlurmConf};
+use crate::config::slurmconf::{self, SlurmConf};
+use crate::config::{self, Config, ConfigError};
 use crate::sys::read_small_file;
 
 /// Largest slurm.conf read (large sites list thousands of nodes in it).

@@ -1,13 +1,13 @@
 //! What Slurm's controller says of a job, through `scontrol` and `squeue`: whether it knows
 //! the job, why it has not started, and whose it is and when it started. Each command runs
-//! through [`slurmdb::run`], with a deadline, so a controller that does not answer never holds
+//! through [`command::run`], with a deadline, so a controller that does not answer never holds
 //! the report; each asks only for fields the job's user cannot write (no name, comment or
 //! path), so no text of theirs can pass for an answer.
 
 use std::process::Command;
 use std::time::Duration;
 
-use super::slurmdb;
+use super::command;
 
 /// How long one `scontrol` or `squeue` may take.
 pub const CONTROLLER_DEADLINE: Duration = Duration::from_secs(10);
@@ -16,16 +16,16 @@ pub const CONTROLLER_DEADLINE: Duration = Duration::from_secs(10);
 /// holds), then `sacct`. `Err(why)` when neither shows it and `sacct` gave no answer (it could
 /// not be run, or failed): then nobody can say that the job does not exist.
 pub fn knows(id: &str) -> Result<bool, String> {
-    let scontrol = slurmdb::run(
+    let scontrol = command::run(
         Command::new("scontrol").args(["-o", "show", "job", id]),
         CONTROLLER_DEADLINE,
     );
     if scontrol.is_ok_and(|out| !out.trim().is_empty()) {
         return Ok(true);
     }
-    let sacct = slurmdb::run(
+    let sacct = command::run(
         Command::new("sacct").args(["-n", "-X", "-o", "JobID", "-j", id]),
-        slurmdb::COMMAND_DEADLINE,
+        command::COMMAND_DEADLINE,
     )?;
     Ok(!sacct.trim().is_empty())
 }
@@ -33,7 +33,7 @@ pub fn knows(id: &str) -> Result<bool, String> {
 /// Why a job Slurm still holds has not started: `Some("PENDING, Resources")` while it is
 /// pending or its nodes are being configured, `None` otherwise or when `squeue` cannot say.
 pub fn not_started(id: &str) -> Option<String> {
-    let out = slurmdb::run(
+    let out = command::run(
         Command::new("squeue").args(["-h", "-j", id, "-o", "%T %r"]),
         CONTROLLER_DEADLINE,
     )
@@ -92,6 +92,22 @@ pub fn start_from_env(job_id: u32, get: impl Fn(&str) -> Option<String>) -> Opti
     })
 }
 
+/// The job's time limit as `squeue -h -j <id> -o %l` prints it (`1-00:00:00`, `UNLIMITED`),
+/// for at most `deadline`. Where the environment has no `PATH` (a prolog's), the system's
+/// directories are searched.
+pub fn time_limit(job_id: u32, deadline: Duration) -> Result<String, String> {
+    let mut cmd = Command::new("squeue");
+    cmd.args(["-h", "-j", &job_id.to_string(), "-o", "%l"]);
+    if std::env::var_os("PATH").is_none() {
+        cmd.env("PATH", "/usr/bin:/bin:/usr/local/bin");
+    }
+    let out = command::run(&mut cmd, deadline)?;
+    match out.lines().next().map(str::trim) {
+        Some(first) if !first.is_empty() => Ok(first.to_string()),
+        _ => Err("no answer".into()),
+    }
+}
+
 /// `squeue`'s fields for [`job_start`]: the job's own id, user id, start time.
 pub const START_FIELDS: &str = "%A|%U|%S";
 
@@ -100,7 +116,7 @@ pub const START_FIELDS: &str = "%A|%U|%S";
 /// does not show the job, or shows no start time.
 pub fn job_start(job_id: u32) -> Result<Option<JobStart>, String> {
     let id = job_id.to_string();
-    let out = slurmdb::run(
+    let out = command::run(
         Command::new("squeue")
             .args(["-h", "-t", "all", "-j", &id, "-o", START_FIELDS])
             .env("SLURM_TIME_FORMAT", "%s"),
@@ -153,7 +169,7 @@ mod tests {
     fn a_command_that_hangs_is_stopped_at_the_deadline() {
         // What `knows` and `not_started` run their commands through.
         let t = std::time::Instant::now();
-        let r = slurmdb::run(Command::new("sleep").arg("10"), Duration::from_millis(300));
+        let r = command::run(Command::new("sleep").arg("10"), Duration::from_millis(300));
         assert!(r.unwrap_err().contains("did not answer"));
         assert!(t.elapsed() < Duration::from_secs(5));
     }

@@ -7,7 +7,7 @@
 //! a relative pattern is taken from the directory of the file that includes it. Any other line
 //! is invalid: Slurm logs it and skips it. A missing file reads as an empty one.
 //!
-//! Pure: parsing text and matching names. Reading the files is `report::settings`'s job.
+//! Pure: parsing text and matching names. Reading the files is `config::discover`'s job.
 
 use std::path::{Path, PathBuf};
 
