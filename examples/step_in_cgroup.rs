@@ -223,6 +223,7 @@ fn track(
         warn_user: false,
         live: None,
         record_run: gpu_tracker::step::run::RecordRun::Known(0),
+        memory_detail: gpu_tracker::sampler::MemoryDetail::Status,
     };
     let tracker = StepTracker::start(setup)
         .map_err(anyhow::Error::msg)

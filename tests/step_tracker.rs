@@ -84,6 +84,7 @@ impl Fixture {
             warn_user: false,
             live: None,
             record_run: gpu_tracker::step::run::RecordRun::Known(0),
+            memory_detail: gpu_tracker::sampler::MemoryDetail::Status,
         };
         Fixture { dir, setup }
     }

@@ -79,7 +79,7 @@ struct Args {
     /// Do not give the command a cgroup of its own (the combined peak is then sampled).
     #[arg(long = "no-cgroup")]
     no_cgroup: bool,
-    /// Read the private/shared split from /proc/PID/status only (cheaper on huge processes).
+    /// Read the private/shared split from /proc/PID/statm only (cheaper on huge processes).
     #[arg(long = "cheap-memory-split")]
     cheap_memory_split: bool,
     /// Write the command's timeline (memory, CPU, each GPU over time, in bounded buckets) to

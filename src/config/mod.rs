@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::sampler::MemoryDetail;
+
 pub use advise::{AdviseConfig, GpuType};
 pub use paths::lexical;
 
@@ -45,16 +47,6 @@ impl StepKind {
     }
 }
 
-/// How per-process memory is split into private and shared pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemoryDetailSetting {
-    /// `/proc/<pid>/status` only: cheap at any process size.
-    Status,
-    /// `/proc/<pid>/smaps_rollup`: the exact split, costlier on very large processes.
-    SmapsRollup,
-}
-
 /// The plugin's settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -78,7 +70,7 @@ pub struct Config {
     /// Otherwise from [`MIN_CHECKPOINT_SECONDS`] (1) to [`MAX_CHECKPOINT_SECONDS`] (a day).
     pub checkpoint_interval: f64,
     /// How the private/shared memory split is read.
-    pub memory_detail: MemoryDetailSetting,
+    pub memory_detail: MemoryDetail,
     /// Append the job's summary to the output of tracked batch jobs, and print a step's summary
     /// on the terminal of `srun --gpu-track` outside batch jobs.
     pub summary: bool,
@@ -175,7 +167,7 @@ impl Default for Config {
             nvml_library: "libnvidia-ml.so.1".into(),
             steps: vec![StepKind::Batch, StepKind::Srun, StepKind::Interactive],
             checkpoint_interval: 60.0,
-            memory_detail: MemoryDetailSetting::Status,
+            memory_detail: MemoryDetail::Status,
             summary: true,
             retention_days: 180.0,
             max_step_records: DEFAULT_MAX_STEP_RECORDS,

@@ -7,14 +7,17 @@ use crate::cgroup::Cgroup;
 use crate::sys::Rusage;
 use crate::units::Units;
 
-/// How the private/shared split of each process is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the private/shared split of each process is read (the plugin's `memory_detail`
+/// setting, `gpu-tracker --cheap-memory-split`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MemoryDetail {
     /// `/proc/<pid>/smaps_rollup`: the real split, as `gpu_tracker` reports it. Walks the
     /// process's page tables, so it costs more on very large processes.
     SmapsRollup,
-    /// `/proc/<pid>/status` only: anonymous memory as private, file and shmem pages as shared.
-    /// Cheap at any size; the default inside Slurm.
+    /// `/proc/<pid>/statm` only (the setting's name is `status`): anonymous memory as
+    /// private, file and shmem pages as shared, the split `status` shows as `RssAnon` and
+    /// `RssFile + RssShmem`. Cheap at any size; the default inside Slurm.
     Status,
 }
 

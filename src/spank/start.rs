@@ -133,6 +133,7 @@ pub(super) fn start_step(
         warn_user: cfg.warn_user,
         live: live_setup(&cfg),
         record_run,
+        memory_detail: cfg.memory_detail,
     };
     // The job's own directory of sockets on this node, listable by its user only.
     let mark_job_dir = match mark_dir(&cfg.mark_dir) {

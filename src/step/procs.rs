@@ -24,6 +24,7 @@ use crate::cgroup::Cgroup;
 use crate::proc::ProcFs;
 use crate::proc::files::FdLimit;
 use crate::proc::watch::{Watch, WatchCounts};
+use crate::sampler::MemoryDetail;
 use crate::sampler::Target;
 use crate::sampler::procsum::{ProcReading, ProcSum, sum_groups};
 use crate::sampler::tree;
@@ -81,18 +82,23 @@ pub struct ProcReader {
 
 impl Default for ProcReader {
     fn default() -> Self {
-        ProcReader::new(crate::proc::DEFAULT_ROOT)
+        ProcReader::new(crate::proc::DEFAULT_ROOT, MemoryDetail::Status)
     }
 }
 
 impl ProcReader {
     /// A reader of the procfs at `root`, keeping what files this process's open-file limit
-    /// allows open between samples ([`crate::proc::files`]).
-    pub fn new(root: impl Into<std::path::PathBuf>) -> ProcReader {
+    /// allows open between samples ([`crate::proc::files`]), each process's private/shared
+    /// split read as `detail` says.
+    pub fn new(root: impl Into<std::path::PathBuf>, detail: MemoryDetail) -> ProcReader {
         ProcReader {
             latest: HashMap::new(),
             cursor: 0,
-            watch: Watch::new(root, false, FdLimit::from_rlimit()),
+            watch: Watch::new(
+                root,
+                detail == MemoryDetail::SmapsRollup,
+                FdLimit::from_rlimit(),
+            ),
         }
     }
 
@@ -280,6 +286,29 @@ mod tests {
                 .filter(|t| t.procs.read == 1)
                 .all(|t| t.procs.threads == 1)
         );
+    }
+
+    #[test]
+    fn the_split_is_read_as_the_memory_detail_setting_says() {
+        // `memory_detail = "smaps_rollup"` reads each process's smaps_rollup; the default reads
+        // statm only (the setting was once parsed and ignored: the plugin never read smaps).
+        let task = sleepers(2);
+        let t = std::time::Instant::now();
+        while count_children(task.id()) < 2 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let procfs = ProcFs::default();
+        let mut exact = ProcReader::new(crate::proc::DEFAULT_ROOT, MemoryDetail::SmapsRollup);
+        let mut cheap = ProcReader::new(crate::proc::DEFAULT_ROOT, MemoryDetail::Status);
+        let tasks = [(task.id(), None)];
+        let e = exact.sample(&procfs, &tasks, Duration::from_secs(5));
+        let c = cheap.sample(&procfs, &tasks, Duration::from_secs(5));
+        kill_group(task);
+        assert_eq!(e.tasks[0].procs.processes, 3);
+        assert_eq!(c.tasks[0].procs.processes, 3);
+        assert_eq!(exact.counts().smaps_reads, 3, "{:?}", exact.counts());
+        assert_eq!(cheap.counts().smaps_reads, 0, "{:?}", cheap.counts());
+        assert!(cheap.counts().statm_reads >= 3, "{:?}", cheap.counts());
     }
 
     #[test]

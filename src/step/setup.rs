@@ -44,6 +44,8 @@ pub struct StepSetup {
     /// The run the record's file name says: `job.run`'s restart count where the step tied
     /// itself to its run, else its own start ([`super::run::RecordRun`]).
     pub record_run: super::run::RecordRun,
+    /// How each task process's private/shared split is read (`memory_detail`).
+    pub memory_detail: crate::sampler::MemoryDetail,
 }
 
 /// Where the step's live state goes ([`super::live`]), as the plugin's settings say.

@@ -16,6 +16,7 @@ use crate::cgroup::{Cgroup, CgroupReading};
 use crate::gpu::GpuInfo;
 use crate::history::mark::Inbox;
 use crate::history::{Event, Recorder};
+use crate::sampler::MemoryDetail;
 use crate::sampler::core::{CpuMax, HistoryFeed, RssPeak};
 use crate::sampler::gpus::GpuAccumulator;
 use crate::sampler::pace::Pace;
@@ -174,10 +175,19 @@ impl Acc {
 }
 
 /// What the sampler thread keeps for itself between samples.
-#[derive(Default)]
 pub(super) struct Work {
     pub(super) last_cpu: Option<(Instant, f64)>,
     pub(super) procs: ProcReader,
+}
+
+impl Work {
+    /// Nothing read yet of the processes under `proc_root`, their split read as `detail` says.
+    pub(super) fn new(proc_root: &std::path::Path, detail: MemoryDetail) -> Work {
+        Work {
+            last_cpu: None,
+            procs: ProcReader::new(proc_root, detail),
+        }
+    }
 }
 
 /// The step's tracker: setup, shared state, figures and history.

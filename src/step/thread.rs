@@ -38,7 +38,7 @@ pub(super) fn run(
     if let Some(f) = start_fault {
         acc.fault(f);
     }
-    let mut work = Work::default();
+    let mut work = Work::new(&s.proc_root, s.memory_detail);
     let mut gpu = LazyGpu::none();
     // The NVML library to open once every task is started.
     let mut nvml_pending = match &s.nvml_library {
@@ -247,6 +247,7 @@ mod tests {
             warn_user: false,
             live: None,
             record_run: crate::step::run::RecordRun::Known(0),
+            memory_detail: crate::sampler::MemoryDetail::Status,
         }
     }
 
