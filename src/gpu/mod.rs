@@ -37,17 +37,6 @@ impl Vendor {
             Vendor::Amd => "amd",
         }
     }
-
-    /// The vendor whose GPUs a character device of this major number stands for, as gres.conf
-    /// names them: 195 is NVIDIA's `/dev/nvidia<minor>`, 226 the DRM subsystem's
-    /// `/dev/dri/renderD<minor>` (what gres.conf names for AMD GPUs).
-    pub fn of_device_major(major: u32) -> Option<Vendor> {
-        match major {
-            195 => Some(Vendor::Nvidia),
-            226 => Some(Vendor::Amd),
-            _ => None,
-        }
-    }
 }
 
 impl std::str::FromStr for Vendor {

@@ -10,7 +10,7 @@
 //! Slurm's database. `failed` means a task of the job's last run exited non-zero or was killed,
 //! other than by its time limit: a run that Slurm requeued is not a failure of the job.
 
-pub use super::figures::JobClass;
+use super::figures::JobClass;
 use super::figures::{GpuSummary, Summary};
 use crate::config::Config;
 
@@ -33,7 +33,6 @@ pub const TAGS: [&str; 12] = [
 /// Use-based classes (`gpu-low`, `gpu-idle-tail`, `cpu-low`) need a job at least this long
 /// (seconds): start-up dominates shorter ones.
 pub const MIN_ELAPSED_FOR_USE: f64 = 60.0;
-pub use super::runs::TIME_SLACK_SECONDS;
 
 /// Whether a completed job of `elapsed` seconds asked for far more time than it ran: under the
 /// ratio of its time limit of `limit` seconds, and at least [`TIME_SLACK_SECONDS`] under it.

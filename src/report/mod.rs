@@ -46,8 +46,7 @@ use crate::step::record::StepRecord;
 use crate::step::safe_read;
 pub use figures::Summary;
 pub use load::{
-    JobRecords, LoadError, Problem, STEPS_LEFT_OUT_FILE, Visit, load_job, load_job_limited,
-    revisit_job, visit_job,
+    JobRecords, LoadError, Problem, Visit, load_job, load_job_limited, revisit_job, visit_job,
 };
 
 /// The job directory of `job_id` in the spool at `root`.

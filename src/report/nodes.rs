@@ -5,9 +5,8 @@
 //! enough for the comparison to mean something: [`MIN_BUSY_PERCENT`] for nodes' CPU efficiency
 //! and GPUs' mean utilization, [`MIN_TASK_CPU_SECONDS`] for tasks of one step.
 
-// The types stay reachable where they were first defined.
 use super::figures::Summary;
-pub use super::figures::{Imbalance, Totals};
+use super::figures::{Imbalance, Totals};
 use crate::step::record::StepRecord;
 use crate::units::saturating_sum;
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use chrono::DateTime;
 
-pub use super::figures::RunSummary;
+use super::figures::RunSummary;
 use super::figures::Summary;
 use crate::step::record::StepRecord;
 

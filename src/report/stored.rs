@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::classes::{self, ClassRules};
 use super::figures::{GpuSummary, JobClass, NodeSummary, Summary};
-use super::summary::cpu_efficiency;
+use super::merge::cpu_efficiency;
 use crate::units::saturating_sum;
 
 /// What opens a stored summary; the number is the format's version.

@@ -3,13 +3,8 @@
 //! a time by [`super::fold`]; per-node rows, job totals and imbalance are filled in by
 //! [`super::nodes`], classes and advice by [`super::classes`].
 
-// The types stay reachable where they were first defined.
-pub use super::figures::{
-    Advice, CpuSummary, GpuSummary, MAX_SUMMARY_EVENTS, MAX_SUMMARY_FAULTS, NodeSummary, OomEvent,
-    StepSummary, Summary, TaskFailure,
-};
+use super::figures::Summary;
 use super::fold::JobFold;
-pub use super::merge::cpu_efficiency;
 use crate::step::record::StepRecord;
 
 impl Summary {

@@ -537,7 +537,7 @@ mod tests {
         let mut b = record("n1", "0");
         b.sampler.faults = (0..20).map(|i| format!("fault {i}")).collect();
         let s = Summary::from_records(&[a, b]);
-        assert_eq!(s.faults.len(), crate::report::summary::MAX_SUMMARY_FAULTS);
+        assert_eq!(s.faults.len(), crate::report::figures::MAX_SUMMARY_FAULTS);
         let text = render(&s, &[], &TextOptions::default());
         assert!(
             text.contains("Tracking:      step batch on n1: GPUs not tracked: NVML ?[31mfailed"),

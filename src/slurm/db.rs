@@ -134,12 +134,6 @@ pub fn rows_of(job: &str, out: &str) -> Vec<DbJob> {
     rows
 }
 
-/// The job as Slurm's database has it; `None` when `sacct` shows no such job (or not to this
-/// user: Slurm's `PrivateData` decides).
-pub fn fetch(job: &str) -> Result<Option<DbJob>, String> {
-    Ok(the_job(job, fetch_all(job)?))
-}
-
 /// Of `rows` ([`rows_of`]), the row of the job `job` names itself (an id or `A_T`), not one of
 /// the tasks an array's id lists.
 pub fn the_job(job: &str, rows: Vec<DbJob>) -> Option<DbJob> {

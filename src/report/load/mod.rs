@@ -22,7 +22,7 @@ use crate::step::record::{RecordError, StepRecord};
 use crate::step::safe_read::{self, JobDir, MAX_INSTANCE_BYTES, MAX_RECORD_BYTES, Refusal};
 use crate::step::spool::{INSTANCE_FILE, Instance};
 
-pub use crate::step::spool::{STEPS_LEFT_OUT_FILE, StepsLeftOut};
+use crate::step::spool::{STEPS_LEFT_OUT_FILE, StepsLeftOut};
 
 /// What went wrong with one record file.
 #[derive(Debug, Clone, PartialEq, Serialize)]

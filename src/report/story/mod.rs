@@ -23,7 +23,7 @@ mod tests_support;
 mod words;
 
 pub use command::command_record;
-pub use events::{EventFold, JobEvent, events, job_start};
+pub use events::{EventFold, JobEvent, MAX_PHASES, events, job_start};
 pub use export::{events_csv, events_json, timeline_csv, timeline_json};
-pub use phases::{IdleGpu, MAX_PHASES, Phase, PhaseFold, PhaseGpu, idle_gpus, phases};
+pub use phases::{IdleGpu, Phase, PhaseFold, PhaseGpu, idle_gpus, phases};
 pub use plot_data::plot_data;

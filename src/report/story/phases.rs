@@ -126,7 +126,7 @@ fn buckets_in<'a>(
     })
 }
 
-pub use super::events::MAX_PHASES;
+use super::events::MAX_PHASES;
 
 /// The job's phases with their figures. Empty when no step recorded a mark.
 pub fn phases(records: &[StepRecord]) -> Vec<Phase> {
