@@ -21,7 +21,7 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod advise;
+pub(crate) mod advise;
 pub mod cgroup;
 pub mod cli;
 pub mod clock;
@@ -35,16 +35,16 @@ pub mod history;
 pub mod proc;
 pub mod report;
 pub mod sampler;
-pub mod shell;
-pub mod slurm;
+pub(crate) mod shell;
+pub(crate) mod slurm;
 #[cfg(feature = "spank")]
 mod spank;
 pub mod step;
 pub mod sys;
-pub mod text;
+pub(crate) mod text;
 pub mod tracker;
 pub mod tracking_file;
-pub mod trust;
+pub(crate) mod trust;
 pub mod units;
 pub mod usage;
 

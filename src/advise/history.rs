@@ -4,7 +4,7 @@
 //!
 //! Slurm's database is asked for the user's own jobs only (`sacct -u <uid>`, rows of another
 //! uid dropped), one question at a time for one user, and only when the cache is older than
-//! an hour or a submission of the same name has not been seen to end ([`Cache::unseen`]).
+//! an hour or a submission of the same name has not been seen to end ([`Cache::unseen_why`]).
 //! A submission whose job the last answer cannot hold (that answer began before the job
 //! reached Slurm) makes the next submission of its name ask at once (from [`SHORTEST_JOB_SECONDS`]
 //! after it), at most one question per submission; one the last answer could have held (the job had not ended by then) is asked
@@ -90,6 +90,7 @@ impl Cache {
 
     /// The times of the submissions of `key` noted ([`note_submission`]) whose job the cache
     /// has not seen end, oldest first ([`Cache::unseen_why`]).
+    #[cfg(test)]
     pub fn unseen(&self, key: &Key, submitted: &[(String, i64)]) -> Vec<i64> {
         self.unseen_why(key, submitted)
             .into_iter()
@@ -246,6 +247,7 @@ pub struct Place {
 impl Place {
     /// The cache of `cluster` in directory `dir`, as `owner`'s own ([`OwnDir::open`]: made
     /// where missing, refused where another user could get at it).
+    #[cfg(test)]
     pub fn open(dir: &Path, owner: u32, cluster: &str) -> Result<Place, String> {
         Ok(Place::within(OwnDir::open(dir, owner)?, cluster))
     }

@@ -13,10 +13,10 @@
 //! Each task of an array is a run of its own, and counts as evidence as a job does.
 
 pub mod history;
-pub mod note;
-pub mod own_dir;
+pub(crate) mod note;
+pub(crate) mod own_dir;
 pub mod run;
-pub mod submit;
+pub(crate) mod submit;
 
 use serde::{Deserialize, Serialize};
 

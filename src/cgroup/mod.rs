@@ -4,9 +4,9 @@
 //! by building Slurm's path (its layout changes between releases).
 
 mod member;
-pub mod needed;
+pub(crate) mod needed;
 pub mod own;
-pub mod parse;
+pub(crate) mod parse;
 pub mod pressure;
 
 use std::io;

@@ -580,10 +580,10 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
-pub mod advise;
+pub(crate) mod advise;
 pub mod discover;
 mod paths;
-pub mod plugstack;
-pub mod slurmconf;
+pub(crate) mod plugstack;
+pub(crate) mod slurmconf;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,7 @@ impl Answers {
     }
 
     /// Renderings made since the start.
+    #[cfg(test)]
     pub fn renders(&self) -> u64 {
         self.renders.load(Ordering::Relaxed)
     }

@@ -12,12 +12,12 @@
 //!   [`conn`]; the answers, rendered at most once a second per format and shared, in
 //!   [`answers`].
 
-pub mod answers;
-pub mod conn;
+pub(crate) mod answers;
+pub(crate) mod conn;
 mod families;
-pub mod http;
+pub(crate) mod http;
 pub mod metrics;
-pub mod read;
+pub(crate) mod read;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! and the tracker reports no GPU figures (null, with why).
 
 pub mod amd;
-pub mod cloexec;
+pub(crate) mod cloexec;
 mod combined;
 mod ffi;
 pub mod figures;

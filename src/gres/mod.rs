@@ -21,8 +21,8 @@
 //!
 //! [`parse`] is pure; [`read_node_gres`] and [`minor_of`] are the thin I/O.
 
-pub mod mig;
-pub mod parse;
+pub(crate) mod mig;
+pub(crate) mod parse;
 
 use std::path::{Path, PathBuf};
 

@@ -12,7 +12,7 @@
 mod event;
 mod idle;
 pub mod mark;
-pub mod mark_dir;
+pub(crate) mod mark_dir;
 pub mod pressure;
 mod timeline;
 

@@ -2,7 +2,7 @@
 //! at a fixture tree. Every error names the file it came from.
 
 pub mod files;
-pub mod parse;
+pub(crate) mod parse;
 pub mod watch;
 
 use std::io;

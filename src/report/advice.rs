@@ -1,13 +1,14 @@
 //! Advice from a job's classes ([`super::classes`]): what the user could change next time.
-//! Each line is given only where the job is in the class behind it ([`ADVICE_OF_CLASS`]), so
+//! Each line is given only where the job is in the class behind it (`ADVICE_OF_CLASS`), so
 //! a job that used what it asked for gets none; the figures only pick the words.
 
 use super::classes::{self, ClassRules, gpu_low, gpu_name, gpu_unused};
 use super::figures::{Advice, GpuSummary, OomEvent, Summary};
 use super::sizing::{Evidence, GUESS_RULE, Sizing};
 
-/// Which advice codes each class gives. Classes without advice (`gpu-idle-tail`, `failed`)
-/// are shown in the summary's `Classes:` line only.
+/// Which advice codes each class gives (its tests check every line given against it). Classes
+/// without advice (`gpu-idle-tail`, `failed`) are shown in the summary's `Classes:` line only.
+#[cfg(test)]
 pub const ADVICE_OF_CLASS: [(&str, &[&str]); 10] = [
     ("gpu-unused", &["gpu-idle"]),
     ("gpu-low", &["gpu-low-use", "gpu-few-sms"]),

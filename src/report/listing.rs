@@ -59,11 +59,13 @@ pub struct Scan {
 
 /// Reads every job in the spool that the caller may read and `filter` accepts, classed under
 /// the built-in rules.
+#[cfg(test)]
 pub fn scan(root: &Path, filter: &Filter) -> io::Result<Scan> {
     scan_with(root, filter, &ClassRules::default())
 }
 
-/// [`scan`], with each job classed under the site's `rules`.
+/// Reads every job in the spool that the caller may read and `filter` accepts, each classed
+/// under the site's `rules`.
 pub fn scan_with(root: &Path, filter: &Filter, rules: &ClassRules) -> io::Result<Scan> {
     let mut out = Scan::default();
     let entries = job_entries(root)?;

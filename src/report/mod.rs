@@ -10,31 +10,31 @@
 //! its job directory's owner, or hard-linked elsewhere is refused unread and named as a
 //! [`Problem`]; the job's other records are still used.
 
-pub mod advice;
-pub mod array;
+pub(crate) mod advice;
+pub(crate) mod array;
 pub mod classes;
 pub mod cmd;
 pub mod epilog;
 pub mod figures;
-pub mod fold;
-pub mod gpu_shared;
-pub mod gpu_text;
-pub mod listing;
+pub(crate) mod fold;
+pub(crate) mod gpu_shared;
+pub(crate) mod gpu_text;
+pub(crate) mod listing;
 mod load;
-pub mod memory;
+pub(crate) mod memory;
 #[cfg(test)]
 mod memory_tests;
 mod merge;
-pub mod nodes;
+pub(crate) mod nodes;
 pub mod plot;
 pub mod pressure;
-pub mod runs;
-pub mod site;
-pub mod sizing;
+pub(crate) mod runs;
+pub(crate) mod site;
+pub(crate) mod sizing;
 pub mod stored;
 pub mod story;
-pub mod summary;
-pub mod text;
+pub(crate) mod summary;
+pub(crate) mod text;
 
 use std::fs;
 use std::io;

@@ -13,13 +13,13 @@
 //!   usage), so the sum over the tree is complete, and the mean over the run is total CPU time
 //!   divided by wall time.
 
-pub mod core;
+pub(crate) mod core;
 mod cpu;
 pub(crate) mod gpus;
 mod options;
 pub mod pace;
-pub mod procsum;
-pub mod stats;
+pub(crate) mod procsum;
+pub(crate) mod stats;
 pub(crate) mod tree;
 
 use std::collections::{HashMap, HashSet};

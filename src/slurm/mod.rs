@@ -5,8 +5,8 @@
 //! [`command`] runs them all with a deadline, so a slurmctld or slurmdbd that does not answer
 //! never holds the caller.
 
-pub mod command;
-pub mod ctld;
-pub mod db;
-pub mod ended;
-pub mod past_runs;
+pub(crate) mod command;
+pub(crate) mod ctld;
+pub(crate) mod db;
+pub(crate) mod ended;
+pub(crate) mod past_runs;

@@ -18,15 +18,15 @@
 //! ([`GpuSource::track_processes`]), the source reads only their files, and of the others only
 //! enough to say whether a GPU is shared.
 
-pub mod device;
-pub mod energy;
+pub(crate) mod device;
+pub(crate) mod energy;
 pub mod files;
 pub mod metrics;
-pub mod parse;
-pub mod partition;
+pub(crate) mod parse;
+pub(crate) mod partition;
 pub mod procs;
 mod sources;
-pub mod topology;
+pub(crate) mod topology;
 
 #[cfg(test)]
 mod tests;

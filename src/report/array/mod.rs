@@ -6,9 +6,9 @@
 //! Built from each task's [`Summary`] only: [`find`] finds the tasks in the spool, the report
 //! loads and summarises each one as it does a single job, and [`text`] renders the result.
 
-pub mod db;
-pub mod find;
-pub mod text;
+pub(crate) mod db;
+pub(crate) mod find;
+pub(crate) mod text;
 
 use std::collections::BTreeMap;
 

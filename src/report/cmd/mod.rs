@@ -4,19 +4,19 @@
 //! the one writer of the program's output ([`Out`]: text made safe for a terminal, JSON
 //! escaped, a reader that goes away taken as the end of the output).
 
-pub mod advise;
+pub(crate) mod advise;
 pub mod args;
-pub mod array;
-pub mod context;
-pub mod elsewhere;
-pub mod exit;
-pub mod list;
-pub mod mode;
-pub mod out;
-pub mod purge;
-pub mod show;
-pub mod site_report;
-pub mod store;
+pub(crate) mod array;
+pub(crate) mod context;
+pub(crate) mod elsewhere;
+pub(crate) mod exit;
+pub(crate) mod list;
+pub(crate) mod mode;
+pub(crate) mod out;
+pub(crate) mod purge;
+pub(crate) mod show;
+pub(crate) mod site_report;
+pub(crate) mod store;
 
 pub use context::Context;
 pub use exit::{Exit, Stop};

@@ -14,8 +14,8 @@
 //! used, times elapsed: the peak is what a request must cover, so "used" is the peak held for
 //! the whole job.
 
-pub mod collect;
-pub mod render;
+pub(crate) mod collect;
+pub(crate) mod render;
 #[cfg(test)]
 mod tests;
 
