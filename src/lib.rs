@@ -2,9 +2,12 @@
 //! SPANK plugin) every step of a Slurm job: peak RAM, CPU utilization, peak GPU memory, GPU
 //! utilization and time.
 //!
-//! The library holds everything that is not FFI: `/proc` and cgroup readers, the GPU source,
-//! the sampler, and the usage model with its JSON and text renderings. The `gpu-tracker` binary
-//! and the Slurm plugin are thin layers over it.
+//! The library holds everything that is not the plugin's FFI, floor by floor (`docs/LAYOUT.md`):
+//! the kernel's readers (`proc`, `cgroup`, the GPU sources in `gpu`, `sys`), the sampler and its
+//! result (`sampler`, `usage`, `history`), a Slurm step's tracker and its records (`step`), the
+//! settings (`config`), Slurm's commands (`slurm`), the reports (`report`), the advice at
+//! submission (`advise`) and the exporter (`exporter`). The three programs, the plugin and the
+//! Python package are thin layers over it.
 //!
 //! Track a block of code:
 //!

@@ -1,7 +1,9 @@
-//! GPUs, behind a small trait. The real source is NVML through `nvml-wrapper`
-//! ([`nvml::NvmlSource`]); tests drive the same code with the project's fake `libnvidia-ml.so.1`.
-//! A machine without GPUs or without the NVIDIA library is normal: [`open_lazily`] logs one line
-//! and the tracker reports no GPU figures (null, with why).
+//! GPUs, behind one trait ([`GpuSource`]), a sibling source per vendor: NVIDIA's through NVML
+//! (`nvml-wrapper`, [`nvml::NvmlSource`]), AMD's from the kernel's KFD, amdgpu and hwmon files
+//! under a root ([`amd`]), both side by side on a node that has both. Tests drive the same code
+//! with the project's fake `libnvidia-ml.so.1` and simulated AMD roots. A machine without GPUs
+//! or without a vendor's library is normal: [`open_lazily`] logs one line and the tracker
+//! reports no GPU figures (null, with why).
 
 pub mod amd;
 pub(crate) mod cloexec;

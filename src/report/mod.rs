@@ -1,6 +1,7 @@
 //! Reading a job's records back: loading them from the spool (with every problem named), the
-//! job summary and its advice, and the text, JSON and one-line renderings that the end-of-job
-//! summary and `gpu-tracker-report` print.
+//! job summary, its classes and advice, and the text, JSON, one-line and chart renderings that
+//! the end-of-job summary and `gpu-tracker-report` print; the summary kept in Slurm's database,
+//! an array's summary and the site report; `gpu-tracker-report`'s commands ([`cmd`]).
 //!
 //! Reading needs no privileges: a user sees the records the file permissions (the POSIX ACL the
 //! plugin grants) let them read, root sees all.
