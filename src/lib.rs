@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod cgroup;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;
