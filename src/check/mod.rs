@@ -105,7 +105,7 @@ pub fn tracks(checks: &[Check]) -> bool {
 pub struct Places {
     /// slurm.conf.
     pub slurm_conf: PathBuf,
-    /// Why that one (`SLURM_CONF`, `Slurm's default`, `configless cache`).
+    /// Why that one (`SLURM_CONF`, `slurmd's -f`, `Slurm's default`, `configless cache`).
     pub slurm_conf_from: &'static str,
     /// `/proc`.
     pub proc_root: PathBuf,
@@ -118,13 +118,18 @@ pub struct Places {
 pub const CONFIGLESS_SLURM_CONF: &str = "/run/slurm/conf/slurm.conf";
 
 impl Places {
-    /// The places of this process: slurm.conf from `SLURM_CONF`, else Slurm's default, else
-    /// (a configless node) the configuration slurmd was sent.
+    /// The places of this process: slurm.conf from `SLURM_CONF`, else the one the running
+    /// slurmd was started with (`slurmd -f PATH`), else Slurm's default, else (a configless
+    /// node) the configuration slurmd was sent.
     pub fn from_env() -> Places {
+        let proc_root = PathBuf::from("/proc");
         let set = std::env::var_os("SLURM_CONF").is_some_and(|v| !v.is_empty());
         let default = Path::new(crate::slurmconf::DEFAULT_PATH);
+        let given = slurmd::find(&proc_root).into_iter().find_map(|d| d.conf);
         let (slurm_conf, slurm_conf_from) = if set {
             (crate::slurmconf::path_from_env(), "SLURM_CONF")
+        } else if let Some(p) = given {
+            (p, "slurmd's -f")
         } else if !default.exists() && Path::new(CONFIGLESS_SLURM_CONF).exists() {
             (PathBuf::from(CONFIGLESS_SLURM_CONF), "configless cache")
         } else {
@@ -133,7 +138,7 @@ impl Places {
         Places {
             slurm_conf,
             slurm_conf_from,
-            proc_root: PathBuf::from("/proc"),
+            proc_root,
             cgroup_root: PathBuf::from(crate::cgroup::DEFAULT_ROOT),
         }
     }

@@ -111,8 +111,8 @@ pub fn plugstack_check(line: &PluginLine, notes: &[String]) -> Check {
     let how = if line.required {
         "required: a step whose plugin cannot load fails"
     } else {
-        "optional: a plugin that cannot load is skipped with one verbose log line, and jobs \
-         run untracked (the checks below say whether it loads)"
+        "optional: if it cannot load, slurmstepd skips it with one verbose log line and jobs \
+         run untracked; the checks below say whether it loads"
     };
     let mut said = format!("{at} loads {} ({how})", line.path);
     if !notes.is_empty() {

@@ -125,6 +125,7 @@ fn a_slurmd_started_before_the_plugin_changed_fails() {
         pid,
         exe: None,
         node: Some(format!("n{pid}")),
+        conf: None,
         started_unix: Some(started),
     };
     let c = restart_check(&so, &[d(1, changed + 5), d(2, changed + 1)]);

@@ -21,6 +21,8 @@ pub struct Slurmd {
     pub exe: Option<PathBuf>,
     /// The node it serves (`-N NAME`), when given: several slurmd on one machine.
     pub node: Option<String>,
+    /// The slurm.conf it reads (`-f PATH`), when given.
+    pub conf: Option<PathBuf>,
     /// When it started, in seconds since the epoch.
     pub started_unix: Option<i64>,
 }
@@ -52,7 +54,8 @@ pub fn find(proc_root: &Path) -> Vec<Slurmd> {
             Some(Slurmd {
                 pid,
                 exe: std::fs::read_link(dir.join("exe")).ok(),
-                node: node_argument(&cmdline),
+                node: argument(&cmdline, "-N"),
+                conf: argument(&cmdline, "-f").map(PathBuf::from),
                 started_unix,
             })
         })
@@ -61,18 +64,18 @@ pub fn find(proc_root: &Path) -> Vec<Slurmd> {
     out
 }
 
-/// The `-N NAME` (or `-NNAME`) of a slurmd's `/proc/<pid>/cmdline`.
-pub fn node_argument(cmdline: &[u8]) -> Option<String> {
+/// The value of option `flag` (`-N NAME` or `-NNAME`) in a slurmd's `/proc/<pid>/cmdline`.
+pub fn argument(cmdline: &[u8], flag: &str) -> Option<String> {
     let args: Vec<String> = cmdline
         .split(|b| *b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        if a == "-N" {
+        if a == flag {
             return it.next().cloned();
         }
-        if let Some(n) = a.strip_prefix("-N").filter(|n| !n.is_empty()) {
+        if let Some(n) = a.strip_prefix(flag).filter(|n| !n.is_empty()) {
             return Some(n.to_string());
         }
     }
@@ -177,12 +180,11 @@ mod tests {
             boot_time("cpu 1 2 3\nbtime 1764370000\nprocesses 9\n"),
             Some(1764370000)
         );
-        assert_eq!(
-            node_argument(b"slurmd\0-f\0/x/slurm.conf\0-N\0vm-2\0"),
-            Some("vm-2".into())
-        );
-        assert_eq!(node_argument(b"slurmd\0-Nvm3\0"), Some("vm3".into()));
-        assert_eq!(node_argument(b"/usr/sbin/slurmd\0-D\0"), None);
+        let cmdline = b"slurmd\0-f\0/x/slurm.conf\0-N\0vm-2\0";
+        assert_eq!(argument(cmdline, "-N"), Some("vm-2".into()));
+        assert_eq!(argument(cmdline, "-f"), Some("/x/slurm.conf".into()));
+        assert_eq!(argument(b"slurmd\0-Nvm3\0", "-N"), Some("vm3".into()));
+        assert_eq!(argument(b"/usr/sbin/slurmd\0-D\0", "-N"), None);
     }
 
     #[test]
@@ -190,7 +192,7 @@ mod tests {
         let t = TempTree::new("check-slurmd");
         t.write("stat", "cpu 0\nbtime 1000\n")
             .write("10/comm", "slurmd\n")
-            .write("10/cmdline", "slurmd\0-N\0n1\0")
+            .write("10/cmdline", "slurmd\0-f\0/e/s.conf\0-N\0n1\0")
             .write(
                 "10/stat",
                 "10 (slurmd) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 500 0 0\n",
@@ -202,6 +204,7 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].pid, 10);
         assert_eq!(found[0].node.as_deref(), Some("n1"));
+        assert_eq!(found[0].conf.as_deref(), Some(Path::new("/e/s.conf")));
         assert_eq!(found[0].started_unix, Some(1000 + 500 / ticks));
         let started = found[0].started_unix.unwrap();
         assert_eq!(started_before(&found, started + 1).len(), 1);
