@@ -125,10 +125,10 @@ impl Places {
         let proc_root = PathBuf::from("/proc");
         let set = std::env::var_os("SLURM_CONF").is_some_and(|v| !v.is_empty());
         let default = Path::new(crate::slurmconf::DEFAULT_PATH);
-        let given = slurmd::find(&proc_root).into_iter().find_map(|d| d.conf);
+        let given = || slurmd::find(&proc_root).into_iter().find_map(|d| d.conf);
         let (slurm_conf, slurm_conf_from) = if set {
             (crate::slurmconf::path_from_env(), "SLURM_CONF")
-        } else if let Some(p) = given {
+        } else if let Some(p) = given() {
             (p, "slurmd's -f")
         } else if !default.exists() && Path::new(CONFIGLESS_SLURM_CONF).exists() {
             (PathBuf::from(CONFIGLESS_SLURM_CONF), "configless cache")

@@ -106,10 +106,12 @@ pub struct Args {
     /// jobs (the plugstack line, the plugin's Slurm release and glibc, slurmd's restart, the
     /// settings, the spool, cgroups, GPUs against gres.conf, the live directory), one line a
     /// check: ok, warn or FAIL with the fix. Exit status 1 when a check failed. Run as root,
-    /// with SLURM_CONF where slurm.conf is not /etc/slurm/slurm.conf. As text or json.
+    /// with SLURM_CONF where slurm.conf is not /etc/slurm/slurm.conf (or slurmd's -f). The
+    /// settings are the plugin's, found as the plugin finds them: --spool and GPU_TRACKER_SPOOL
+    /// are left aside. As text or json.
     #[arg(long = "check-node", alias = "check",
           conflicts_with_all = ["job", "user", "all", "purge", "by", "store_admin_comment",
-                                "advise", "config", "spool", "cluster"])]
+                                "advise", "config", "cluster"])]
     pub check_node: bool,
     /// Settings file of the plugin (default: GPU_TRACKER_CONFIG, else the one Slurm's
     /// plugstack.conf names: see --help).

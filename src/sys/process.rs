@@ -72,7 +72,16 @@ pub fn euid() -> u32 {
 }
 
 /// The version of the C library this process runs on (`gnu_get_libc_version`), such as
+/// `2.36`: the node's glibc, which every program and plugin on it loads. Empty where this
+/// program is not built for glibc.
+#[cfg(not(target_env = "gnu"))]
+pub fn glibc_version() -> String {
+    String::new()
+}
+
+/// The version of the C library this process runs on (`gnu_get_libc_version`), such as
 /// `2.36`: the node's glibc, which every program and plugin on it loads.
+#[cfg(target_env = "gnu")]
 pub fn glibc_version() -> String {
     // SAFETY: gnu_get_libc_version has no preconditions and returns a static, NUL-terminated
     // string that lives as long as the process.

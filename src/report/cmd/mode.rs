@@ -326,6 +326,14 @@ mod tests {
         assert!(usage(&["-f", "csv"]).contains("-f csv is for the site report"));
         assert!(usage(&["12.foo"]).contains("is not a job id"));
         assert!(usage(&["--check-node", "-f", "csv"]).contains("prints text or json"));
+        // The node check reads the plugin's own settings, never a file named for the report.
+        for argv in [
+            &["--check-node", "--config", "/x"][..],
+            &["--check", "--cluster", "c"],
+        ] {
+            let argv = std::iter::once("gpu-tracker-report").chain(argv.iter().copied());
+            assert!(Args::try_parse_from(argv).is_err());
+        }
         let m = usage(&[
             "--by",
             "user",
