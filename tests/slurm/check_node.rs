@@ -1,6 +1,7 @@
 //! `gpu-tracker-report --check-node` on the local cluster: green on the cluster as it runs, and
-//! red for each way a node can be broken (a plugin built for another release, a missing
-//! settings file, a group-writable spool, slurmd not restarted since the plugin changed). Each
+//! red for each way a node can be broken (a plugin built for another release or a newer glibc,
+//! a missing settings file, a group-writable spool, slurmd not restarted since the plugin
+//! changed, no plugstack line). Each
 //! break is made in a copy of the test's own (slurm.conf, plugstack, plugin, settings and spool
 //! under a directory it removes), never in the cluster's files; no daemon is touched.
 
@@ -237,6 +238,22 @@ fn set_plugin_version(so: &Path, version: u32) {
     std::fs::write(so, bytes).unwrap();
 }
 
+/// `bytes` with every `from` replaced by `to` (of the same length).
+fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
 #[test]
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up) and root: tests/run-all.sh"]
 fn the_check_is_red_for_each_way_a_node_breaks() {
@@ -262,6 +279,36 @@ fn the_check_is_red_for_each_way_a_node_breaks() {
         failed(&checks)
             .iter()
             .all(|c| c.0 == "release" || c.0 == "slurmd restart"),
+        "{checks:#?}"
+    );
+    drop(copy);
+
+    // A plugin built against a newer glibc than the node's (its newest version need renamed
+    // to GLIBC_2.99 in a copy): the dynamic loader refuses it, and slurmstepd skips it.
+    let copy = NodeCopy::new("glibc", true);
+    let so = copy.path("gpu_tracker.so");
+    let needs = gpu_tracker::check::elf::read_plugin(&so)
+        .unwrap()
+        .glibc_needs;
+    let newest = gpu_tracker::check::elf::newest_glibc(&needs)
+        .unwrap()
+        .to_string();
+    assert_eq!(newest.len(), "GLIBC_2.34".len(), "{newest}");
+    let bytes = std::fs::read(&so).unwrap();
+    let bytes = replace_all(&bytes, newest.as_bytes(), b"GLIBC_2.99");
+    std::fs::write(&so, bytes).unwrap();
+    let (code, checks) = copy.check();
+    assert_eq!(code, 1, "{checks:#?}");
+    assert_eq!(status_of(&checks, "plugin build"), ["fail"], "{checks:#?}");
+    let said = &checks.iter().find(|c| c.0 == "plugin build").unwrap().2;
+    assert!(
+        said.starts_with("needs GLIBC_2.99, this node has glibc 2."),
+        "{said}"
+    );
+    assert!(
+        failed(&checks)
+            .iter()
+            .all(|c| c.0 == "plugin build" || c.0 == "slurmd restart"),
         "{checks:#?}"
     );
     drop(copy);
