@@ -225,7 +225,9 @@ pub fn release_check(
     }
 }
 
-/// Whether every slurmd started after the plugin file last changed.
+/// Whether every slurmd started after the plugin file last changed: its modification or its
+/// inode's change time, whichever is later (a package installs the file with its build's
+/// modification time, long before; the change time is the install's).
 pub fn restart_check(so: &Path, daemons: &[Slurmd]) -> Check {
     let name = "slurmd restart";
     if daemons.is_empty() {

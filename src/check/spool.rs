@@ -78,7 +78,7 @@ pub fn live(cfg: &Config) -> Check {
     let gid = match cfg.live_group.as_str() {
         "" => None,
         g => match crate::sys::group_id(g) {
-            Some(gid) => Some(gid),
+            Some(gid) => Some((gid, g)),
             None => {
                 return Check::warn(
                     name,
@@ -125,7 +125,7 @@ pub fn live_decision(
     uid: u32,
     gid: u32,
     mode: u32,
-    group: Option<u32>,
+    group: Option<(u32, &str)>,
 ) -> Check {
     let name = "live";
     let shown = dir.display();
@@ -141,19 +141,21 @@ pub fn live_decision(
         );
     }
     match group {
-        Some(g) if gid != g || mode & 0o050 != 0o050 => Check::warn(
+        Some((g, named)) if gid != g || mode & 0o050 != 0o050 => Check::warn(
             name,
             format!(
-                "{shown} is group {gid}, mode {:o}: the exporter (group {g}) cannot read it",
+                "{shown} is group {gid}, mode {:o}: the exporter (live_group {named}) cannot \
+                 read it",
                 mode & 0o7777
             ),
             format!(
-                "`chgrp {g} {shown}; chmod g+rx {shown}`, or remove it and let the plugin make it"
+                "`chgrp {named} {shown}; chmod g+rx {shown}`, or remove it and let the plugin \
+                 make it"
             ),
         ),
-        Some(g) => Check::ok(
+        Some((_, named)) => Check::ok(
             name,
-            format!("{shown}: root's, readable by group {g} (the exporter's)"),
+            format!("{shown}: root's, readable by live_group {named} (the exporter's)"),
         ),
         None => Check::ok(
             name,
@@ -214,21 +216,21 @@ mod tests {
     #[test]
     fn the_live_directory_must_be_roots_and_readable_by_its_group() {
         let d = Path::new("/run/gpu-tracker");
-        let ok = live_decision(d, true, 0, 50, 0o40750, Some(50));
+        let ok = live_decision(d, true, 0, 50, 0o40750, Some((50, "gtlive")));
         assert_eq!(ok.status, Status::Ok);
-        let c = live_decision(d, true, 0, 0, 0o40700, Some(50));
+        let c = live_decision(d, true, 0, 0, 0o40700, Some((50, "gtlive")));
         assert_eq!(c.status, Status::Warn);
         assert!(c.said.contains("cannot read it"), "{}", c.said);
         assert_eq!(
-            live_decision(d, true, 1000, 50, 0o40750, Some(50)).status,
+            live_decision(d, true, 1000, 50, 0o40750, Some((50, "gtlive"))).status,
             Status::Warn
         );
         assert_eq!(
-            live_decision(d, true, 0, 50, 0o40770, Some(50)).status,
+            live_decision(d, true, 0, 50, 0o40770, Some((50, "gtlive"))).status,
             Status::Warn
         );
         assert_eq!(
-            live_decision(d, false, 0, 50, 0o120777, Some(50)).status,
+            live_decision(d, false, 0, 50, 0o120777, Some((50, "gtlive"))).status,
             Status::Warn
         );
         assert_eq!(
