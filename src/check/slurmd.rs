@@ -136,13 +136,22 @@ pub fn version(daemons: &[Slurmd]) -> Result<((u32, u32, u32), String), String> 
         .ok_or_else(|| format!("{program} -V printed no release: {:?}", out.trim()))
 }
 
-/// The slurmd of `daemons` that started before `changed_unix` (the plugin file's change):
-/// those whose prolog is not the installed plugin's. A slurmd whose start cannot be told is
-/// not among them.
+/// How much earlier than its real start a process's start time may read: `/proc/stat`'s
+/// `btime` and the start's clock ticks are each cut to a whole second and tick, and the
+/// file's change time to a whole second, so a slurmd restarted the second after the plugin
+/// was installed may read as started before it.
+pub const START_SLACK_SECONDS: i64 = 2;
+
+/// The slurmd of `daemons` that started before `changed_unix` (the plugin file's change),
+/// by more than [`START_SLACK_SECONDS`]: those whose prolog is not the installed plugin's. A
+/// slurmd whose start cannot be told is not among them.
 pub fn started_before(daemons: &[Slurmd], changed_unix: i64) -> Vec<&Slurmd> {
     daemons
         .iter()
-        .filter(|d| d.started_unix.is_some_and(|s| s < changed_unix))
+        .filter(|d| {
+            d.started_unix
+                .is_some_and(|s| s + START_SLACK_SECONDS < changed_unix)
+        })
         .collect()
 }
 
@@ -207,7 +216,9 @@ mod tests {
         assert_eq!(found[0].conf.as_deref(), Some(Path::new("/e/s.conf")));
         assert_eq!(found[0].started_unix, Some(1000 + 500 / ticks));
         let started = found[0].started_unix.unwrap();
-        assert_eq!(started_before(&found, started + 1).len(), 1);
+        assert_eq!(started_before(&found, started + 3).len(), 1);
+        // Restarted the second after the install: within what the clocks can tell.
+        assert!(started_before(&found, started + 2).is_empty());
         assert!(started_before(&found, started).is_empty());
         assert_eq!(describe(&found[0]), "slurmd -N n1 (pid 10)");
     }
