@@ -218,8 +218,7 @@ impl Walk<'_> {
         }
     }
 
-    /// The gpu-tracker line in plugstack file `file` or what it includes: the file it is in,
-    /// its line number, its arguments.
+    /// The gpu-tracker line in plugstack file `file` or what it includes.
     fn file(&mut self, file: &Path, depth: usize) -> Option<PluginLine> {
         if self.read >= MAX_PLUGSTACK_FILES {
             self.note(format!(
