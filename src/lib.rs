@@ -26,6 +26,7 @@
 
 pub(crate) mod advise;
 pub mod cgroup;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -514,3 +514,60 @@ fn the_settings_are_found_through_slurm_conf_and_plugstack_as_the_plugin_gets_th
     let out = site.report(&["--all", "--format", "json"]);
     assert_eq!(common::json(&out)["jobs"].as_array().unwrap().len(), 1);
 }
+
+/// `--check-node` on a node whose plugstack names a plugin that is not there: the check says
+/// so, line by line, and exits 1; the report's own settings (`GPU_TRACKER_CONFIG`,
+/// `GPU_TRACKER_SPOOL`) neither stop it nor change what it reads.
+#[test]
+fn the_node_check_fails_where_the_plugin_is_missing() {
+    let dir = TempDir::new("check-node");
+    let so = dir.join("lib/gpu_tracker.so");
+    std::fs::write(
+        dir.join("slurm.conf"),
+        format!(
+            "ClusterName=c\nPlugStackConfig={}\n",
+            dir.join("plugstack.conf").display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"))
+            .args(args)
+            .env("SLURM_CONF", dir.join("slurm.conf"))
+            .env("GPU_TRACKER_CONFIG", dir.join("no-such.toml"))
+            .env("GPU_TRACKER_SPOOL", dir.join("spool"))
+            .output()
+            .unwrap()
+    };
+    // No plugstack.conf: Slurm reads it as empty, and no line loads the plugin.
+    let out = run(&["--check-node"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("ok    slurm.conf: "), "{text}");
+    assert!(
+        text.contains("FAIL  plugstack: no line loads the gpu-tracker plugin"),
+        "{text}"
+    );
+    std::fs::write(
+        dir.join("plugstack.conf"),
+        format!("optional {} config=/x.toml\n", so.display()),
+    )
+    .unwrap();
+    let out = run(&["--check", "-f", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tracks"], false);
+    let checks = v["checks"].as_array().unwrap();
+    assert_eq!(checks[1]["name"], "plugstack");
+    assert_eq!(checks[1]["status"], "ok");
+    assert_eq!(checks[2]["name"], "plugin file");
+    assert_eq!(checks[2]["status"], "fail");
+    let said = checks[2]["said"].as_str().unwrap();
+    assert!(said.contains("gpu_tracker.so: No such file"), "{said}");
+    assert!(
+        checks[2]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("install the plugin")
+    );
+}

@@ -164,21 +164,43 @@ fn through_slurm(places: &Places, notes: &mut Vec<String>) -> Result<(PathBuf, S
         conf.display(),
         stack.display()
     );
-    let mut walk = Walk { read: 0, notes };
-    let Some((file, line, args)) = walk.file(&stack, 0) else {
-        return Err(format!(
-            "no line loads the gpu-tracker plugin in {} or what it includes ({} files read)",
-            stack.display(),
-            walk.read
-        ));
-    };
-    let at = format!("{}:{line}", file.display());
-    Ok(match config::config_argument(&args) {
+    let l = plugin_line_in(&stack, notes)?;
+    let at = format!("{}:{}", l.file.display(), l.line);
+    Ok(match config::config_argument(&l.args) {
         Some(p) => (p, format!("named by config= at {at}, {chain}")),
         None => (
             PathBuf::from(config::DEFAULT_PATH),
             format!("the plugin's default: the gpu-tracker line at {at} has no config=, {chain}"),
         ),
+    })
+}
+
+/// The line of a plugstack file that loads the gpu-tracker plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginLine {
+    /// The plugstack file it is in.
+    pub file: PathBuf,
+    /// Its number, from 1.
+    pub line: usize,
+    /// `required` rather than `optional`.
+    pub required: bool,
+    /// The plugin's path, as written.
+    pub path: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// The first line that loads the gpu-tracker plugin in plugstack file `stack` or what it
+/// includes, in Slurm's order; else why there is none. What could not be read on the way is
+/// added to `notes`.
+pub fn plugin_line_in(stack: &Path, notes: &mut Vec<String>) -> Result<PluginLine, String> {
+    let mut walk = Walk { read: 0, notes };
+    walk.file(stack, 0).ok_or_else(|| {
+        format!(
+            "no line loads the gpu-tracker plugin in {} or what it includes ({} files read)",
+            stack.display(),
+            walk.read
+        )
     })
 }
 
@@ -196,9 +218,8 @@ impl Walk<'_> {
         }
     }
 
-    /// The gpu-tracker line in plugstack file `file` or what it includes: the file it is in,
-    /// its line number, its arguments.
-    fn file(&mut self, file: &Path, depth: usize) -> Option<(PathBuf, usize, Vec<String>)> {
+    /// The gpu-tracker line in plugstack file `file` or what it includes.
+    fn file(&mut self, file: &Path, depth: usize) -> Option<PluginLine> {
         if self.read >= MAX_PLUGSTACK_FILES {
             self.note(format!(
                 "{}: not read: {MAX_PLUGSTACK_FILES} plugstack files read already",
@@ -224,8 +245,18 @@ impl Walk<'_> {
         }
         for (line, d) in stack.directives {
             match d {
-                Directive::Plugin { path, args, .. } if is_gpu_tracker_plugin(&path) => {
-                    return Some((file.to_path_buf(), line, args));
+                Directive::Plugin {
+                    required,
+                    path,
+                    args,
+                } if is_gpu_tracker_plugin(&path) => {
+                    return Some(PluginLine {
+                        file: file.to_path_buf(),
+                        line,
+                        required,
+                        path,
+                        args,
+                    });
                 }
                 Directive::Plugin { .. } => {}
                 Directive::Include(_) if depth >= MAX_INCLUDE_DEPTH => self.note(format!(

@@ -584,6 +584,6 @@ pub(crate) mod advise;
 pub mod discover;
 mod paths;
 pub(crate) mod plugstack;
-pub(crate) mod slurmconf;
+pub mod slurmconf;
 #[cfg(test)]
 mod tests;

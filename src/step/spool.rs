@@ -121,8 +121,9 @@ fn io_err(p: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
 }
 
 /// Checks that `dir` is a directory (not a symlink) owned by `owner` and not writable by group or
-/// others.
-fn check_dir(dir: &Path, owner: u32) -> Result<(), SpoolError> {
+/// others: what the plugin asks of the spool's directories before it writes there (and what
+/// `gpu-tracker-report --check-node` tells of them).
+pub fn check_dir(dir: &Path, owner: u32) -> Result<(), SpoolError> {
     let m = fs::symlink_metadata(dir).map_err(io_err(dir))?;
     let unsafe_dir = |why: String| Err(SpoolError::Unsafe(dir.to_path_buf(), why));
     if !m.file_type().is_dir() {

@@ -28,8 +28,8 @@ pub use fd::{
 pub use fd::{mkdirat, openat_mode, readlink_fd};
 pub use job_output::{JOB_OUTPUT_DEADLINE, write_to_job_output, write_to_job_output_within};
 pub use process::{
-    Rusage, Who, clock_ticks, euid, gettid, hostname, nofile_limit, online_cpus, page_size,
-    pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
+    Rusage, Who, clock_ticks, euid, gettid, glibc_version, hostname, nofile_limit, online_cpus,
+    page_size, pin_this_object, raise_nofile_limit, rusage, thread_cpu_seconds, uid,
 };
 pub use small_file::read_small_file;
 pub use socket::{pass_credentials, recv_with_sender};

@@ -71,6 +71,30 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The version of the C library this process runs on (`gnu_get_libc_version`), such as
+/// `2.36`: the node's glibc, which every program and plugin on it loads. Empty where this
+/// program is not built for glibc.
+#[cfg(not(target_env = "gnu"))]
+pub fn glibc_version() -> String {
+    String::new()
+}
+
+/// The version of the C library this process runs on (`gnu_get_libc_version`), such as
+/// `2.36`: the node's glibc, which every program and plugin on it loads.
+#[cfg(target_env = "gnu")]
+pub fn glibc_version() -> String {
+    // SAFETY: gnu_get_libc_version has no preconditions and returns a static, NUL-terminated
+    // string that lives as long as the process.
+    let p = unsafe { libc::gnu_get_libc_version() };
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: `p` is the non-null static string above.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The real user id of the process.
 pub fn uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.

@@ -3,6 +3,7 @@
 
 mod advise;
 mod amd;
+mod check_node;
 mod exporter;
 mod faults;
 mod gpu_depth;

@@ -102,6 +102,17 @@ pub struct Args {
     /// With --purge: age in days, from 0 to 36525 (100 years).
     #[arg(long = "older-than", value_name = "DAYS", requires = "purge", value_parser = parse_days)]
     pub older_than: Option<f64>,
+    /// Check this node, for admins: whether slurmstepd here will load the plugin and track
+    /// jobs (the plugstack line, the plugin's Slurm release and glibc, slurmd's restart, the
+    /// settings, the spool, cgroups, GPUs against gres.conf, the live directory), one line a
+    /// check: ok, warn or FAIL with the fix. Exit status 1 when a check failed. Run as root,
+    /// with SLURM_CONF where slurm.conf is not /etc/slurm/slurm.conf (or slurmd's -f). The
+    /// settings are the plugin's, found as the plugin finds them: --spool and GPU_TRACKER_SPOOL
+    /// are left aside. As text or json.
+    #[arg(long = "check-node", alias = "check",
+          conflicts_with_all = ["job", "user", "all", "purge", "by", "store_admin_comment",
+                                "advise", "config", "cluster"])]
+    pub check_node: bool,
     /// Settings file of the plugin (default: GPU_TRACKER_CONFIG, else the one Slurm's
     /// plugstack.conf names: see --help).
     #[arg(long = "config", value_name = "PATH")]

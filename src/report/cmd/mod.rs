@@ -7,6 +7,7 @@
 pub(crate) mod advise;
 pub mod args;
 pub(crate) mod array;
+pub(crate) mod check_node;
 pub(crate) mod context;
 pub(crate) mod elsewhere;
 pub(crate) mod exit;
@@ -40,6 +41,11 @@ fn dispatch(args: &Args, out: &mut Out) -> Result<Exit, Stop> {
     if let Ok(Mode::Advice(a)) = &mode {
         return advise::run(a, out);
     }
+    // The node check reads the plugin's settings as the plugin does, and tells what is wrong
+    // with them rather than stopping at them.
+    if let Ok(Mode::CheckNode { json }) = &mode {
+        return check_node::run(*json, out);
+    }
     // The settings are read before the rest of the command line is judged: a settings file
     // that cannot be used is told first.
     let ctx = Context::read(args, out)?;
@@ -55,5 +61,6 @@ fn dispatch(args: &Args, out: &mut Out) -> Result<Exit, Stop> {
         Mode::Purge { older_than } => purge::run(&ctx.cfg, older_than, out),
         Mode::StoreAdminComment { job } => store::run(&ctx.cfg, job, out),
         Mode::Advice(a) => advise::run(&a, out),
+        Mode::CheckNode { json } => check_node::run(json, out),
     }
 }

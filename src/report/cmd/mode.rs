@@ -104,6 +104,12 @@ pub enum Mode {
         /// The job Slurm names.
         job: u32,
     },
+    /// `--check-node`: whether slurmstepd on this node will load the plugin and track jobs,
+    /// which reads the plugin's settings as the plugin does, not the report's.
+    CheckNode {
+        /// `--format json`.
+        json: bool,
+    },
     /// The advice from the caller's own finished jobs, which reads neither the report's
     /// settings nor its spool.
     Advice(Advice),
@@ -157,6 +163,14 @@ impl Mode {
                 arg: arg.clone(),
                 json: format == Format::Json,
             }));
+        }
+        if args.check_node {
+            if format == Format::Csv {
+                return Err(usage("--check-node prints text or json".into()));
+            }
+            return Ok(Mode::CheckNode {
+                json: format == Format::Json,
+            });
         }
         if args.purge {
             return Ok(Mode::Purge {
@@ -296,6 +310,11 @@ mod tests {
             })
         );
         assert_eq!(
+            mode(&["--check-node", "-f", "json"]).unwrap(),
+            Mode::CheckNode { json: true }
+        );
+        assert_eq!(mode(&["--check"]).unwrap(), Mode::CheckNode { json: false });
+        assert_eq!(
             mode(&["--advise-refresh"]).unwrap(),
             Mode::Advice(Advice::Refresh)
         );
@@ -306,6 +325,15 @@ mod tests {
         assert!(usage(&["-f", "csv", "12"]).contains("-f csv is for the site report"));
         assert!(usage(&["-f", "csv"]).contains("-f csv is for the site report"));
         assert!(usage(&["12.foo"]).contains("is not a job id"));
+        assert!(usage(&["--check-node", "-f", "csv"]).contains("prints text or json"));
+        // The node check reads the plugin's own settings, never a file named for the report.
+        for argv in [
+            &["--check-node", "--config", "/x"][..],
+            &["--check", "--cluster", "c"],
+        ] {
+            let argv = std::iter::once("gpu-tracker-report").chain(argv.iter().copied());
+            assert!(Args::try_parse_from(argv).is_err());
+        }
         let m = usage(&[
             "--by",
             "user",
