@@ -11,7 +11,7 @@ use chrono::{DateTime, FixedOffset};
 
 use super::classes::ClassRules;
 use super::figures::Summary;
-use super::{JobRecords, job_entries, job_ids, load_job};
+use super::{JobRecords, job_entries, load_job};
 use crate::step::safe_read::{JobDir, Refusal};
 
 /// Which jobs a listing shows.
@@ -95,24 +95,6 @@ pub fn scan_with(root: &Path, filter: &Filter, rules: &ClassRules) -> io::Result
     }
     out.unreadable += out.refused.len();
     Ok(out)
-}
-
-/// The job id of array task `<array>_<task>`, found among the records the caller can read.
-pub fn find_array_task(root: &Path, array: u32, task: u32) -> io::Result<Option<u32>> {
-    // The array's own id is usually its last task's job id: look there first.
-    let mut ids = job_ids(root)?;
-    ids.retain(|i| *i >= array);
-    for id in ids {
-        if let Ok(j) = load_job(root, id) {
-            if j.records
-                .iter()
-                .any(|r| r.job.array_job_id == Some(array) && r.job.array_task_id == Some(task))
-            {
-                return Ok(Some(id));
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// Header of [`line`].
@@ -526,8 +508,14 @@ mod tests {
         .unwrap();
         assert_eq!(bob.jobs.len(), 1);
         assert!(line(&bob.jobs[0].1, false).starts_with("12 "));
-        assert_eq!(find_array_task(t.path(), 10, 1).unwrap(), Some(11));
-        assert_eq!(find_array_task(t.path(), 10, 2).unwrap(), None);
+        assert_eq!(
+            crate::report::array::find::find_task(t.path(), 10, 1).unwrap(),
+            Some(11)
+        );
+        assert_eq!(
+            crate::report::array::find::find_task(t.path(), 10, 2).unwrap(),
+            None
+        );
         let later = scan(
             t.path(),
             &Filter {

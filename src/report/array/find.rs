@@ -94,6 +94,21 @@ pub fn find_tasks(root: &Path, array: u32) -> io::Result<ArrayTasks> {
     Ok(out)
 }
 
+/// The job id of array task `<array>_<task>`: the first job directory at or above `array` whose
+/// records say they are that task (one header read each, as [`find_tasks`]; the array's own id
+/// is often its last task's, so it is read first). `Ok(None)` when no directory the caller can
+/// read holds it.
+pub fn find_task(root: &Path, array: u32, task: u32) -> io::Result<Option<u32>> {
+    for id in job_ids(root)?.into_iter().filter(|i| *i >= array) {
+        if let Ok(Some(h)) = header(root, id) {
+            if h.array_job_id == Some(array) && h.array_task_id == Some(task) {
+                return Ok(Some(id));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// Whether `job_id` given alone means array `job_id` as a whole: its own records say it is
 /// that array's task (Slurm gives one task the array's own id), or it has no directory and
 /// some task of that array has. A directory the caller may not read is not an array: the

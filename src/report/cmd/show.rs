@@ -9,7 +9,7 @@ use super::mode::{Format, Table, View};
 use super::out::Out;
 use crate::report::cmd::args::JobSpec;
 use crate::report::text::render;
-use crate::report::{self, JobRecords, LoadError, array, listing, story};
+use crate::report::{self, JobRecords, LoadError, array, story};
 
 /// Shows job `spec` as `view` asks.
 pub fn run(ctx: &Context, spec: &JobSpec, view: &View, out: &mut Out) -> Result<Exit, Stop> {
@@ -24,7 +24,7 @@ pub fn run(ctx: &Context, spec: &JobSpec, view: &View, out: &mut Out) -> Result<
     let step_given = spec.step.is_some();
     let job_id = match (spec.job, spec.array) {
         (Some(j), _) => j,
-        (None, Some((a, t))) => match listing::find_array_task(root, a, t).map_err(spool_error)? {
+        (None, Some((a, t))) => match array::find::find_task(root, a, t).map_err(spool_error)? {
             Some(j) => j,
             None => return super::elsewhere::run(ctx, &format!("{a}_{t}"), step_given, out),
         },
