@@ -467,7 +467,7 @@ mod tests {
             .write("+8/x", "")
             .write("9", "file");
         std::os::unix::fs::symlink(t.path().join("5"), t.path().join("6")).unwrap();
-        assert_eq!(job_ids(t.path()).unwrap(), vec![5]);
+        assert_eq!(crate::report::job_ids(t.path()).unwrap(), vec![5]);
         let e = job_entries(t.path()).unwrap();
         let refused: Vec<_> = e
             .refused
