@@ -257,9 +257,61 @@ impl Default for Units {
     }
 }
 
+/// A percentage as every summary prints it: whole percent, `37%`.
+pub fn percent(p: f64) -> String {
+    format!("{p:.0}%")
+}
+
+/// [`percent`], or `none` where there is no figure.
+pub fn percent_or(p: Option<f64>, none: &str) -> String {
+    p.map_or_else(|| none.to_string(), percent)
+}
+
+/// A length of time as Slurm's `--time` takes it and `sacct` prints elapsed times:
+/// `[D-]HH:MM:SS`.
+pub fn slurm_time(seconds: u64) -> String {
+    let (d, h, m, s) = (
+        seconds / 86_400,
+        seconds / 3_600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+    );
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// A length of time as Slurm prints time limits (`squeue -o %l`): `M:SS` under an hour,
+/// `H:MM:SS` under a day, else `D-HH:MM:SS`.
+pub fn slurm_duration(seconds: f64) -> String {
+    let s = seconds.round().clamp(0.0, 1e12) as u64;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{sec:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{sec:02}")
+    } else {
+        format!("{m}:{sec:02}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_and_percents_read_as_slurm_and_the_summaries_print_them() {
+        assert_eq!(slurm_time(59), "00:00:59");
+        assert_eq!(slurm_time(90_061), "1-01:01:01");
+        assert_eq!(slurm_duration(2.4), "0:02");
+        assert_eq!(slurm_duration(60.0), "1:00");
+        assert_eq!(slurm_duration(7200.0), "2:00:00");
+        assert_eq!(slurm_duration(90_061.0), "1-01:01:01");
+        assert_eq!(percent(37.4), "37%");
+        assert_eq!(percent_or(None, "n/a"), "n/a");
+    }
 
     #[test]
     fn words_round_trip_and_factors_are_decimal() {

@@ -21,9 +21,9 @@ pub(crate) mod submit;
 use serde::{Deserialize, Serialize};
 
 use crate::config::AdviseConfig;
-use crate::report::runs::slurm_duration;
 use crate::report::sizing::{Evidence, GUESS_RULE, Sizing};
 use crate::units::human_bytes;
+use crate::units::slurm_duration;
 
 /// What a user would call "the same job".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

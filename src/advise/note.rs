@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use super::{Advice, Key, PastRun};
 use crate::config::AdviseConfig;
-use crate::report::runs::slurm_duration;
 use crate::units::human_bytes;
+use crate::units::slurm_duration;
 
 /// Each line of the note starts with this.
 pub const PREFIX: &str = "gpu-tracker: ";

@@ -5,6 +5,7 @@
 use super::classes::{self, ClassRules, gpu_low, gpu_name, gpu_unused};
 use super::figures::{Advice, GpuSummary, OomEvent, Summary};
 use super::sizing::{Evidence, GUESS_RULE, Sizing};
+use crate::units::human_bytes;
 
 /// Which advice codes each class gives (its tests check every line given against it). Classes
 /// without advice (`gpu-idle-tail`, `failed`) are shown in the summary's `Classes:` line only.
@@ -21,15 +22,6 @@ pub const ADVICE_OF_CLASS: [(&str, &[&str]); 10] = [
     ("oom", &["oom"]),
     ("timeout", &["time-limit"]),
 ];
-
-fn gib(bytes: u64) -> String {
-    let g = bytes as f64 / f64::from(1u32 << 30);
-    if g >= 1.0 {
-        format!("{g:.1} GiB")
-    } else {
-        format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
-    }
-}
 
 /// A `gpu-low` GPU busy (NVML's duty cycle) at least this percent of the time on average is
 /// told it runs small kernels (its SMs were the low figure), rather than that it waits.
@@ -61,13 +53,13 @@ fn oom_advice(events: &[OomEvent], sizing: &Sizing) -> Vec<Advice> {
                 .unwrap_or_default();
             let limit = top
                 .limit_bytes
-                .map(|l| format!(" of its {} limit", gib(l)))
+                .map(|l| format!(" of its {} limit", human_bytes(l)))
                 .unwrap_or_default();
             let message = if let [_] = here.as_slice() {
                 format!(
                     "Step {} on {node} was killed for memory: {kills} process(es) killed after reaching {}{limit}. Request more memory{more}, or use less.",
                     top.step,
-                    gib(top.peak_bytes)
+                    human_bytes(top.peak_bytes)
                 )
             } else {
                 let steps: Vec<&str> = here.iter().map(|e| e.step.as_str()).collect();
@@ -75,7 +67,7 @@ fn oom_advice(events: &[OomEvent], sizing: &Sizing) -> Vec<Advice> {
                     "Steps {} on {node} were killed for memory: {kills} process(es) killed; step {} reached {}{limit}, and the job's steps on a node share its memory. Request more memory{more}, or use less.",
                     and_list(&steps),
                     top.step,
-                    gib(top.peak_bytes)
+                    human_bytes(top.peak_bytes)
                 )
             };
             Some(Advice {
@@ -89,7 +81,7 @@ fn oom_advice(events: &[OomEvent], sizing: &Sizing) -> Vec<Advice> {
 /// The advice of `timeout` (more time; how much is not known, the example a guess) and
 /// `time-over` (less time), both by the one sizing rule ([`Sizing::time`]).
 fn time_advice(s: &Summary, sizing: &Sizing) -> Option<Advice> {
-    use super::runs::slurm_duration;
+    use crate::units::slurm_duration;
     let (elapsed, limit_seconds) = s.time_against_limit()?;
     let limit = slurm_duration(limit_seconds as f64);
     if s.has_class("timeout") {
@@ -161,7 +153,7 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
             .map(|c| {
                 format!(
                     " (its charge also held up to {} of page cache, which the kernel takes back at the limit)",
-                    gib(c)
+                    human_bytes(c)
                 )
             })
             .unwrap_or_default();
@@ -169,8 +161,8 @@ pub fn advise(s: &Summary, rules: &ClassRules) -> Vec<Advice> {
             code: "memory-over-requested",
             message: format!(
                 "Memory: the job was allocated {} per node but used at most {} ({:.0}%){cache}. Request less next time, for example --mem={suggest}.",
-                gib(req),
-                gib(peak),
+                human_bytes(req),
+                human_bytes(peak),
                 100.0 * peak as f64 / req.max(1) as f64
             ),
         });
@@ -332,9 +324,9 @@ mod tests {
         assert!(
             a[0].message
                 .starts_with("Steps 0 and batch on n1 were killed")
-                && a[0]
-                    .message
-                    .contains("2 process(es) killed; step 0 reached 195 MiB of its 200 MiB limit")
+                && a[0].message.contains(
+                    "2 process(es) killed; step 0 reached 195.0 MiB of its 200.0 MiB limit"
+                )
                 && a[0].message.contains("--mem=512M"),
             "{}",
             a[0].message

@@ -13,6 +13,7 @@
 use super::figures::JobClass;
 use super::figures::{GpuSummary, Summary};
 use crate::config::Config;
+use crate::units::human_bytes;
 
 /// The tags, in the order classes are given.
 pub const TAGS: [&str; 12] = [
@@ -215,15 +216,6 @@ fn some_of(names: Vec<String>, what: &str) -> String {
     format!("{t}: {what}")
 }
 
-/// GiB with one decimal, MiB under 1 GiB (a job's own memory is often a few MiB).
-fn gib(bytes: u64) -> String {
-    if bytes < 1 << 30 {
-        format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
-    } else {
-        format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
-    }
-}
-
 /// The classes of the job `s` under `rules`, in the order of [`TAGS`].
 pub fn classify(s: &Summary, rules: &ClassRules) -> Vec<JobClass> {
     let mut out = Vec::new();
@@ -325,8 +317,8 @@ pub fn classify(s: &Summary, rules: &ClassRules) -> Vec<JobClass> {
                 } else {
                     "peak"
                 },
-                gib(peak),
-                gib(req),
+                human_bytes(peak),
+                human_bytes(req),
                 100.0 * peak as f64 / req as f64,
                 100.0 * rules.mem_over_ratio
             ),

@@ -32,7 +32,7 @@ fn why(d: &GpuDepth, fig: &str) -> String {
 }
 
 fn pct(p: Option<f64>) -> String {
-    p.map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+    crate::units::percent_or(p, "n/a")
 }
 
 /// SM activity and the other GPM figures, or why there are none.

@@ -154,11 +154,11 @@ pub fn line(s: &Summary, incomplete: bool) -> String {
         "{:<14} {:<12} {:>11} {:>21} {:>5} {:>5} {:>5}  {:<24} {}",
         id,
         s.user,
-        format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60),
+        crate::units::slurm_time(secs),
         mem,
         s.cpu
             .efficiency_percent
-            .map_or_else(|| "-".into(), |p| format!("{p:.0}%")),
+            .map_or_else(|| "-".into(), crate::units::percent),
         gpu,
         sm,
         s.class_tags_or(",", "-"),

@@ -55,7 +55,7 @@ fn a_file_reading_job_is_summarised_and_sized_by_its_own_memory() {
     assert!(s.has_class("mem-over"), "{:?}", s.classes);
     let m = advice(&s, "memory-over-requested").unwrap();
     assert!(
-        m.contains("used at most 5 MiB (0%)") && m.contains("1.2 GiB of page cache"),
+        m.contains("used at most 5.0 MiB (0%)") && m.contains("1.20 GiB of page cache"),
         "{m}"
     );
     assert!(m.ends_with("for example --mem=256M."), "{m}");
@@ -66,8 +66,9 @@ fn a_file_reading_job_is_summarised_and_sized_by_its_own_memory() {
         .unwrap()
         .reason;
     assert!(
-        reason
-            .starts_with("own memory peak 5 MiB of the 2.0 GiB requested per node (0%, under 50%)"),
+        reason.starts_with(
+            "own memory peak 5.0 MiB of the 2.00 GiB requested per node (0%, under 50%)"
+        ),
         "{reason}"
     );
 }
@@ -110,7 +111,7 @@ fn shared_memory_counts_in_both_figures() {
     );
     let m = advice(&s, "memory-over-requested").unwrap();
     assert!(
-        m.contains("used at most 306 MiB") && m.ends_with("--mem=512M."),
+        m.contains("used at most 306.0 MiB") && m.ends_with("--mem=512M."),
         "{m}"
     );
 }
@@ -145,7 +146,7 @@ fn oom_advice_keeps_the_charged_figure() {
     let s = Summary::from_records(&[r]);
     let m = advice(&s, "oom").unwrap();
     assert!(
-        m.contains("after reaching 2.0 GiB of its 2.0 GiB limit"),
+        m.contains("after reaching 2.00 GiB of its 2.00 GiB limit"),
         "{m}"
     );
     assert!(advice(&s, "memory-over-requested").is_none());

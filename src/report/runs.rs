@@ -16,6 +16,7 @@ use chrono::DateTime;
 use super::figures::RunSummary;
 use super::figures::Summary;
 use crate::step::record::StepRecord;
+use crate::units::slurm_duration;
 
 /// A task killed by a signal this long before its run's end by the time limit still ran out of
 /// time, seconds: the run's start is slurmctld's (or the prolog's, just after it), the end the
@@ -140,35 +141,6 @@ impl RunFold {
                 }
             })
             .collect()
-    }
-}
-
-/// A duration as Slurm prints time limits: `M:SS` under an hour, `H:MM:SS` under a day, else
-/// `D-HH:MM:SS`.
-pub fn slurm_duration(seconds: f64) -> String {
-    let s = seconds.round().clamp(0.0, 1e12) as u64;
-    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{sec:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{sec:02}")
-    } else {
-        format!("{m}:{sec:02}")
-    }
-}
-
-/// `seconds` as Slurm's `--time` takes it: `[D-]HH:MM:SS`.
-pub fn slurm_time(seconds: u64) -> String {
-    let (d, h, m, s) = (
-        seconds / 86_400,
-        seconds / 3_600 % 24,
-        seconds / 60 % 60,
-        seconds % 60,
-    );
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
     }
 }
 
@@ -311,14 +283,6 @@ mod tests {
             ..RunInfo::default()
         });
         r
-    }
-
-    #[test]
-    fn durations_read_like_slurms_time_limits() {
-        assert_eq!(slurm_duration(2.4), "0:02");
-        assert_eq!(slurm_duration(60.0), "1:00");
-        assert_eq!(slurm_duration(7200.0), "2:00:00");
-        assert_eq!(slurm_duration(90_061.0), "1-01:01:01");
     }
 
     #[test]

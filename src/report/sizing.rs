@@ -79,7 +79,7 @@ impl Sizing {
         let seconds = fit.into_iter().chain(guess).max()?;
         let seconds = (seconds.div_ceil(60) * 60).max(self.min_time_seconds);
         Some(Sized {
-            option: crate::report::runs::slurm_time(seconds),
+            option: crate::units::slurm_time(seconds),
             value: seconds,
             guess: e.stopped > 0,
         })

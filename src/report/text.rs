@@ -30,15 +30,7 @@ impl TextOptions {
     fn time(&self, seconds: f64) -> String {
         match self.time {
             Some(u) => format!("{:.3} {}", seconds / u.seconds(), u.as_str()),
-            None => {
-                let s = seconds.round().max(0.0) as u64;
-                let (d, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
-                if d > 0 {
-                    format!("{d}-{h:02}:{m:02}:{sec:02}")
-                } else {
-                    format!("{h:02}:{m:02}:{sec:02}")
-                }
-            }
+            None => crate::units::slurm_time(seconds.round().clamp(0.0, 1e12) as u64),
         }
     }
 
@@ -63,7 +55,7 @@ fn short_mem(u: MemUnit) -> &'static str {
 }
 
 fn pct(p: Option<f64>) -> String {
-    p.map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+    crate::units::percent_or(p, "n/a")
 }
 
 fn failure(f: &TaskFailure) -> String {

@@ -334,6 +334,7 @@ fn an_oom_job_and_a_job_that_used_its_request_get_the_advice_they_should() {
         .find(|l| l.starts_with("OOM kills:     step 0 on "))
         .unwrap_or_else(|| panic!("{sum}"));
     assert!(oom.contains("(limit 200.0 MiB)"), "{oom}");
+    // One figure, one wording: the OOM line and the advice both say 200.0 MiB.
     let advice = sum
         .lines()
         .find(|l| l.contains(" killed for memory:"))
@@ -342,7 +343,7 @@ fn an_oom_job_and_a_job_that_used_its_request_get_the_advice_they_should() {
         advice.starts_with("  * Step 0 on ") || advice.starts_with("  * Steps 0 and batch on "),
         "{advice}"
     );
-    assert!(advice.contains("of its 200 MiB limit"), "{advice}");
+    assert!(advice.contains("of its 200.0 MiB limit"), "{advice}");
     assert!(advice.contains("for example --mem=512M"), "{advice}");
     assert!(
         !sum.contains("Request less"),

@@ -249,7 +249,7 @@ pub struct RightSize {
     pub line: String,
 }
 
-use super::runs::slurm_time;
+use crate::units::slurm_time;
 
 /// What the tasks say about their memory and their time, each task one run: a task killed for
 /// memory was stopped at its memory limit (its charged peak where the limit is not known), one

@@ -20,10 +20,6 @@ fn time(o: &TextOptions, seconds: f64) -> String {
     }
 }
 
-fn pct(p: f64) -> String {
-    format!("{p:.0}%")
-}
-
 /// One row of the spread table: label, min, median, max.
 fn spread_row(w: &mut String, label: &str, s: Option<Spread>, f: &dyn Fn(f64) -> String) {
     let Some(s) = s else {
@@ -85,9 +81,19 @@ pub fn render(a: &ArraySummary, problems: &[String], o: &TextOptions) -> String 
     );
     spread_row(w, "Elapsed", a.elapsed_seconds, &|s| time(o, s));
     spread_row(w, "Peak memory", a.peak_memory_bytes, &|b| mem(o, b));
-    spread_row(w, "CPU efficiency", a.cpu_efficiency_percent, &pct);
+    spread_row(
+        w,
+        "CPU efficiency",
+        a.cpu_efficiency_percent,
+        &crate::units::percent,
+    );
     if a.tasks.iter().any(|t| t.gpus_allocated > 0) {
-        spread_row(w, "GPU util", a.gpu_utilization_percent, &pct);
+        spread_row(
+            w,
+            "GPU util",
+            a.gpu_utilization_percent,
+            &crate::units::percent,
+        );
         spread_row(w, "GPU memory", a.gpu_memory_bytes, &|b| mem(o, b));
     }
     if a.outliers.is_empty() {
@@ -124,7 +130,8 @@ pub fn render(a: &ArraySummary, problems: &[String], o: &TextOptions) -> String 
                 t.job_id,
                 time(o, t.elapsed_seconds),
                 mem(o, t.peak_memory_bytes as f64),
-                t.cpu_efficiency_percent.map_or_else(|| "n/a".into(), pct),
+                t.cpu_efficiency_percent
+                    .map_or_else(|| "n/a".into(), crate::units::percent),
                 t.gpus_used,
                 task_state(t)
             );

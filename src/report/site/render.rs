@@ -14,7 +14,7 @@ fn when(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
 }
 
 fn pct(p: Option<f64>) -> String {
-    p.map_or_else(|| "-".into(), |v| format!("{v:.0}%"))
+    crate::units::percent_or(p, "-")
 }
 
 /// Hours: a tenth under 1000, whole above (the columns stay aligned up to millions).
