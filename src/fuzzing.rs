@@ -123,7 +123,12 @@ fn show_job(records: Vec<StepRecord>) {
     let stored = report::stored::Stored::of(&whole).encode();
     assert!(stored.len() <= report::stored::MAX_STORED_BYTES, "{stored}");
     if let Ok(back) = report::stored::Stored::decode(&stored) {
-        let s = back.to_summary(&whole.user, whole.uid, whole.name.as_deref());
+        let s = back.to_summary(
+            &whole.user,
+            whole.uid,
+            whole.name.as_deref(),
+            &crate::report::classes::ClassRules::default(),
+        );
         let _ = report::text::render(&s, &[], &report::text::TextOptions::default());
     }
 }

@@ -413,7 +413,12 @@ pub fn parse_row(line: &str, uid: u32) -> Option<PastRun> {
     let array = id
         .split_once('_')
         .and_then(|(a, _)| a.trim().parse::<u32>().ok());
-    let s = st.to_summary("", uid, Some(name));
+    let s = st.to_summary(
+        "",
+        uid,
+        Some(name),
+        &crate::report::classes::ClassRules::default(),
+    );
     let state = state.split_whitespace().next().unwrap_or("").to_string();
     let mut run = of_summary(&s, &st);
     run.job = job;

@@ -158,7 +158,7 @@ fn the_stored_summary_keeps_the_needed_figure_and_older_ones_fall_back() {
     let text = Stored::of(&s).encode();
     assert!(text.contains("`mn`:5242880"), "{text}");
     let st = Stored::decode(&text).unwrap();
-    let back = st.to_summary("alice", 1001, None);
+    let back = st.to_summary("alice", 1001, None, &Default::default());
     assert_eq!(back.per_node[0].needed_peak_bytes, Some(5 * MIB));
     assert_eq!(back.totals.memory_needed_bytes, Some(5 * MIB));
     let shown = render(&back, &[], &TextOptions::default());
@@ -184,7 +184,9 @@ fn the_stored_summary_keeps_the_needed_figure_and_older_ones_fall_back() {
     assert_eq!((st.memory_needed, st.nodes_needed.len()), (None, 0));
     assert_eq!(JobFacts::from_stored(&st).memory_used_bytes, 1234 * MIB);
     assert_eq!(
-        st.to_summary("alice", 1001, None).per_node[0].needed_peak_bytes,
+        st.to_summary("alice", 1001, None, &Default::default())
+            .per_node[0]
+            .needed_peak_bytes,
         None
     );
 }
@@ -257,9 +259,10 @@ fn several_nodes_keep_each_needed_peak_in_the_stored_summary() {
     );
     let stored = Stored::of(&s).encode();
     assert!(stored.contains("`nn`:[5242880,943718400]"), "{stored}");
-    let back = Stored::decode(&stored)
-        .unwrap()
-        .to_summary("alice", 1001, None);
+    let back =
+        Stored::decode(&stored)
+            .unwrap()
+            .to_summary("alice", 1001, None, &Default::default());
     let needed: Vec<Option<u64>> = back.per_node.iter().map(|n| n.needed_peak_bytes).collect();
     assert_eq!(needed, [Some(5 * MIB), Some(900 * MIB)]);
     assert_eq!(back.totals.memory_needed_bytes, Some(905 * MIB));

@@ -250,8 +250,15 @@ impl Stored {
     }
 
     /// A summary to render from the stored figures (no steps, tasks or notes: those stay in the
-    /// spool). `user` and `uid` come from Slurm's database.
-    pub fn to_summary(&self, user: &str, uid: u32, name: Option<&str>) -> Summary {
+    /// spool), its advice worded under `rules` (the site's margins, as for a job in the spool).
+    /// `user` and `uid` come from Slurm's database.
+    pub fn to_summary(
+        &self,
+        user: &str,
+        uid: u32,
+        name: Option<&str>,
+        rules: &ClassRules,
+    ) -> Summary {
         let mut s = Summary {
             job_id: self.job,
             array_job_id: self.array.map(|a| a.0),
@@ -319,7 +326,7 @@ impl Stored {
         s.totals.gpus = gpus;
         s.totals.gpu_memory_peak_bytes = gpu_mem;
         s.totals.gpu_mean_utilization_percent = known(gpu_util);
-        let rules = ClassRules::default();
+        let rules = rules.clone();
         if let Some(stored) = &self.classes {
             s.classes = stored
                 .iter()
@@ -417,9 +424,12 @@ mod tests {
         assert!(!text.contains(['|', '\n', '"', '\'', ' ']), "{text}");
         let lowered = Stored::decode(&text.to_lowercase()).unwrap();
         assert_eq!(lowered, Stored::decode(&text).unwrap());
-        let back = Stored::decode(&text)
-            .unwrap()
-            .to_summary("alice", 1001, Some("train"));
+        let back = Stored::decode(&text).unwrap().to_summary(
+            "alice",
+            1001,
+            Some("train"),
+            &ClassRules::default(),
+        );
         assert_eq!(back.job_id, 42);
         assert_eq!(back.nodes, vec!["n1", "n2"]);
         assert_eq!(back.missing_nodes, vec!["n3"]);
@@ -447,7 +457,7 @@ mod tests {
         assert_eq!(back.nodes.len() + back.cut_nodes, 500);
         assert_eq!(back.cpu, st.cpu);
         assert_eq!(back.totals, st.totals);
-        let shown = back.to_summary("alice", 1001, None);
+        let shown = back.to_summary("alice", 1001, None, &ClassRules::default());
         assert_eq!(
             shown.totals.memory_peak_bytes,
             2 * GIB,
@@ -499,9 +509,10 @@ mod tests {
         assert_eq!(s.class_tags(), "gpu-unused, mem-over");
         let text = Stored::of(&s).encode();
         assert!(text.contains("`cl`:[`gpu-unused`,`mem-over`]"), "{text}");
-        let back = Stored::decode(&text)
-            .unwrap()
-            .to_summary("alice", 1001, None);
+        let back =
+            Stored::decode(&text)
+                .unwrap()
+                .to_summary("alice", 1001, None, &ClassRules::default());
         assert_eq!(back.class_tags(), "gpu-unused, mem-over");
         assert_eq!(back.classes[0].reason, classes::rule_of("gpu-unused"));
         // The GPUs no process ran on, and their idle time, for the site report.
@@ -512,9 +523,12 @@ mod tests {
         // A job in no class stores `[]`, and reads back in none whatever its figures show.
         let mut none = Stored::of(&s);
         none.classes = Some(Vec::new());
-        let back = Stored::decode(&none.encode())
-            .unwrap()
-            .to_summary("alice", 1001, None);
+        let back = Stored::decode(&none.encode()).unwrap().to_summary(
+            "alice",
+            1001,
+            None,
+            &ClassRules::default(),
+        );
         assert!(back.classes.is_empty() && back.advice.is_empty());
         // A summary stored by an earlier build: no `cl`, all counts written.
         let old = "gpu-tracker:1:{`job`:42,`complete`:true,`elapsed`:60.0,`cpu`:[220.0,8,1.0],\
@@ -523,19 +537,23 @@ mod tests {
                    `failed_tasks`:0,`cut_nodes`:0,`cut_gpus`:0}";
         let st = Stored::decode(old).unwrap();
         assert_eq!(st.classes, None);
-        let back = st.to_summary("alice", 1001, None);
+        let back = st.to_summary("alice", 1001, None, &ClassRules::default());
         assert_eq!(back.class_tags(), "mem-over");
         assert_eq!(back.advice[0].code, "memory-over-requested");
         let failed = old.replace("`failed_tasks`:0", "`failed_tasks`:2");
-        let back = Stored::decode(&failed)
-            .unwrap()
-            .to_summary("alice", 1001, None);
+        let back = Stored::decode(&failed).unwrap().to_summary(
+            "alice",
+            1001,
+            None,
+            &ClassRules::default(),
+        );
         assert_eq!(back.class_tags(), "mem-over, failed");
         // Text that is no tag is dropped.
         let odd = text.replace("`gpu-unused`", "`GPU\\u001b[31m`");
-        let back = Stored::decode(&odd)
-            .unwrap()
-            .to_summary("alice", 1001, None);
+        let back =
+            Stored::decode(&odd)
+                .unwrap()
+                .to_summary("alice", 1001, None, &ClassRules::default());
         assert_eq!(back.class_tags(), "mem-over");
     }
 

@@ -13,7 +13,7 @@ use crate::slurm::db::DbJob;
 pub fn from_rows(
     array: u32,
     rows: &[DbJob],
-    sizing: &crate::report::sizing::Sizing,
+    rules: &crate::report::classes::ClassRules,
 ) -> Option<(ArraySummary, Vec<String>)> {
     let mut tasks = Vec::new();
     let mut notes = Vec::new();
@@ -27,7 +27,7 @@ pub fn from_rows(
                     && st.array == row.array
                     && st.job == row.job =>
             {
-                let s = st.to_summary(&row.user, row.uid, Some(&row.name));
+                let s = st.to_summary(&row.user, row.uid, Some(&row.name), rules);
                 let mut t = TaskFigures::of(&s);
                 // A stored summary has no steps: its counts say what failed.
                 t.failed = st.failed_tasks > 0;
@@ -54,7 +54,7 @@ pub fn from_rows(
             "{absent} task(s) have no gpu-tracker summary in Slurm's database"
         ));
     }
-    let mut a = ArraySummary::of_tasks(array, tasks, sizing);
+    let mut a = ArraySummary::of_tasks(array, tasks, &rules.sizing);
     a.user = crate::step::record::clean_text(&first.user, 64);
     a.uid = first.uid;
     a.name = Some(crate::step::record::clean_text(&first.name, 100)).filter(|n| !n.is_empty());

@@ -6,7 +6,6 @@ use super::context::Context;
 use super::exit::{Exit, Stop, fail};
 use super::mode::Format;
 use super::out::Out;
-use crate::report::sizing::Sizing;
 use crate::report::stored::{Stored, StoredError};
 use crate::report::text::render;
 use crate::report::{JobRecords, array};
@@ -39,7 +38,7 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
     if let Some((mut a, notes)) = job
         .parse()
         .ok()
-        .and_then(|id| array::db::from_rows(id, &rows, &Sizing::of(&ctx.cfg.advise)))
+        .and_then(|id| array::db::from_rows(id, &rows, &ctx.rules))
     {
         if let Some(t) = a.tasks.first() {
             // Asked apart: a name may hold newlines and the delimiter.
@@ -78,7 +77,7 @@ fn stored(ctx: &Context, job: &str, out: &mut Out) -> Result<Result<Exit, String
         }
     };
     let name = db::fetch_name(&crate::slurm::command::job_ref(job_row.job, job_row.array));
-    let summary = stored.to_summary(&job_row.user, job_row.uid, name.as_deref());
+    let summary = stored.to_summary(&job_row.user, job_row.uid, name.as_deref(), &ctx.rules);
     if ctx.format == Format::Json {
         // The job's document, with no records: they stayed in the spool.
         out.json(&JobRecords::default().to_json(&summary))?;

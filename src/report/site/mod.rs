@@ -133,7 +133,7 @@ impl JobFacts {
         let (classes, unused) = match (&st.classes, st.gpu_use) {
             (Some(cl), Some((unused, _))) => (cl.clone(), unused as usize),
             _ => {
-                let s = st.to_summary("", 0, None);
+                let s = st.to_summary("", 0, None, &ClassRules::default());
                 let unused = s.gpus.iter().filter(|g| classes::gpu_unused(g)).count();
                 let tags = match &st.classes {
                     Some(cl) => cl.clone(),

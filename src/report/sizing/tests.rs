@@ -71,7 +71,8 @@ fn runs_stopped_at_a_limit_give_a_guess_above_it_never_at_or_below() {
 }
 
 /// A site that sets `mem_margin = 1.5` and `time_margin = 2` sees them in the end-of-job
-/// advice, the array summary's "Next time", the note at submission and `--advise`: 600 MiB
+/// advice (from the spool and from Slurm's database), the array summary's "Next time", the
+/// note at submission and `--advise`: 600 MiB
 /// needed is `--mem=1G` everywhere (768M with the built-in 1.2), 10 minutes is 20.
 #[test]
 fn a_sites_margins_reach_all_four_suggestions() {
@@ -92,6 +93,22 @@ fn a_sites_margins_reach_all_four_suggestions() {
     assert!(advice_of(&s).contains("--mem=768M"), "{}", advice_of(&s));
     s.set_classes(&ClassRules::from_config(&cfg));
     assert!(advice_of(&s).contains("--mem=1G"), "{}", advice_of(&s));
+    // The same job read back from Slurm's database (gpu-tracker-report once the spool is
+    // purged): the site's margin, not the built-in one.
+    let stored = crate::report::stored::Stored::of(&s);
+    let site = ClassRules::from_config(&cfg);
+    let back = stored.to_summary("alice", 1001, None, &site);
+    assert!(
+        advice_of(&back).contains("--mem=1G"),
+        "{}",
+        advice_of(&back)
+    );
+    let builtin_back = stored.to_summary("alice", 1001, None, &ClassRules::default());
+    assert!(
+        advice_of(&builtin_back).contains("--mem=768M"),
+        "{}",
+        advice_of(&builtin_back)
+    );
     // The array summary: two tasks, the larger 600 MiB in 10 minutes.
     let task = |t: u32, elapsed: f64, peak: u64| Summary {
         job_id: 100 + t,
