@@ -307,3 +307,40 @@ fn under_sudo_store_admin_comment_takes_nothing_from_the_caller() {
         assert!(!all.contains("SECRET-HASH-LINE"), "{all}");
     }
 }
+
+/// Slurm 22.05's sacctmgr exits 1 with "Nothing modified" (stdout) and "Request didn't affect
+/// anything" (stderr) for a job slurmdbd does not have yet: an array task that ended within a
+/// second or two, before slurmctld's queue reached slurmdbd. The store asks again, as it does
+/// where sacctmgr exits 0 with the same words, and the summary is stored on the third try.
+#[test]
+fn a_job_the_database_does_not_have_yet_is_asked_for_again_when_sacctmgr_exits_1() {
+    let f = Fake::new("store-later");
+    f.job(5, "2026-11-23T09:59:00+00:00");
+    let count = f.dir.join("sacctmgr.count");
+    f.command(
+        "sacctmgr",
+        &format!(
+            "n=$(cat '{c}' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '{c}'\n\
+             printf '%s\\n' \"$@\" >> '{log}'\n\
+             if [ $n -le 2 ]; then\n\
+               echo ' Nothing modified'\n\
+               echo \"sacctmgr: accounting_storage/slurmdbd: acct_storage_p_modify_job: Request \
+             didn't affect anything or your user doesn't have privilege to perform this action\" >&2\n\
+               exit 1\n\
+             fi\n\
+             echo ' Modified job(s)'",
+            c = count.display(),
+            log = f.log().display()
+        ),
+    );
+    let env = [
+        ("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld"),
+        ("SLURM_JOB_ID", "5"),
+        ("SLURM_JOB_UID", "1001"),
+        ("SLURM_JOB_START_TIME", "1795427930"),
+    ];
+    let out = f.report(&["--store-admin-comment", "5"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(std::fs::read_to_string(&count).unwrap().trim(), "3");
+    assert!(f.stored().contains("AdminComment=gpu-tracker:1:"));
+}

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::command::{COMMAND_DEADLINE, job_ref, retry_waits, run};
+use super::command::{COMMAND_DEADLINE, each_line, job_ref, retry_waits, run};
 
 /// How long [`store`] waits for slurmdbd to have the job: slurmctld sends it the job's records
 /// through a queue, which can lag behind a job that ended in a second on a busy controller.
@@ -20,12 +20,16 @@ pub const STORE_RETRY_CAP: Duration = Duration::from_secs(4);
 
 /// Stores `text` as the job's `AdminComment` (`sacctmgr -i modify job`), asking again after
 /// each of [`retry_waits`] (up to [`STORE_DB_WAIT`] in all) while the database does not have
-/// the job yet.
+/// the job yet: sacctmgr then prints "Nothing modified", exiting 0 in some releases and 1 in
+/// 22.05 (an array task that ended within a second or two, before slurmctld's queue reached
+/// slurmdbd, lost its summary there).
 pub fn store(job: &str, text: &str) -> Result<(), String> {
     let started = Instant::now();
     let mut waits = retry_waits(STORE_FIRST_RETRY, STORE_RETRY_CAP, STORE_DB_WAIT).into_iter();
     loop {
-        let out = run(
+        // What it printed on stdout, also when it failed: "Nothing modified" is there.
+        let mut out = String::new();
+        let answer = each_line(
             Command::new("sacctmgr").args([
                 "-i",
                 "modify",
@@ -36,17 +40,23 @@ pub fn store(job: &str, text: &str) -> Result<(), String> {
                 &format!("AdminComment={text}"),
             ]),
             COMMAND_DEADLINE,
-        )?;
-        // sacctmgr exits 0 with "Nothing modified" for a job the database does not have (yet).
+            |l| {
+                if out.len() < 4096 {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            },
+        );
         if !out.to_ascii_lowercase().contains("nothing modified") {
-            return Ok(());
+            return answer;
         }
         let left = STORE_DB_WAIT.saturating_sub(started.elapsed());
         match waits.next() {
             Some(w) if !left.is_zero() => std::thread::sleep(w.min(left)),
             _ => {
                 return Err(format!(
-                    "Slurm's database has no job {job} (after {} s): sacctmgr modified nothing",
+                    "Slurm's database has no job {job} (after {} s), or this user may not \
+                     change it: sacctmgr modified nothing",
                     STORE_DB_WAIT.as_secs()
                 ));
             }
