@@ -31,6 +31,7 @@ pub mod fuzzing;
 pub mod gpu;
 pub mod gres;
 pub mod history;
+pub mod launch;
 pub mod plugstack;
 pub mod proc;
 pub mod report;
