@@ -3,8 +3,8 @@
 //! utilization and time.
 //!
 //! The library holds everything that is not FFI: `/proc` and cgroup readers, the GPU source,
-//! the sampler, and the usage model with its JSON and text renderings. The `gpu-tracker` binary
-//! and the Slurm plugin are thin layers over it.
+//! the sampler, and the usage model with its JSON and text renderings, and a command's life under
+//! tracking (`launch`). The `gpu-tracker` binary and the Slurm plugin are thin layers over it.
 //!
 //! Track a block of code:
 //!

@@ -21,7 +21,7 @@ use crate::history::{Event, Story};
 use crate::proc::files::FdLimit;
 use crate::sampler::{EndInfo, Target};
 use crate::sys::{self, ExitStatus};
-use crate::tracker::{LogFn, TrackerError};
+use crate::tracker::{LogFn, Sources, TrackerError};
 use crate::tracking_file::TrackingFile;
 use crate::usage::ResourceUsage;
 use crate::{Tracker, TrackerOptions};
@@ -216,6 +216,17 @@ impl Launch {
             story,
             ended_unix,
         })
+    }
+
+    /// [`Launch::run`] with what [`Sources::open`] opened from `opts` (the GPUs, the tracking
+    /// file): the whole launch from the options alone, as the Python package would make it.
+    pub fn run_opened(
+        self,
+        opts: TrackerOptions,
+        sources: Sources,
+    ) -> Result<Finished, LaunchError> {
+        let (gpu, tracking) = sources.into_parts();
+        self.run(opts, gpu, tracking)
     }
 
     fn make_cgroup(&self) -> Option<OwnCgroup> {
