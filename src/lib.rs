@@ -4,10 +4,10 @@
 //!
 //! The library holds everything that is not the plugin's FFI, floor by floor (`docs/LAYOUT.md`):
 //! the kernel's readers (`proc`, `cgroup`, the GPU sources in `gpu`, `sys`), the sampler and its
-//! result (`sampler`, `usage`, `history`), a Slurm step's tracker and its records (`step`), the
-//! settings (`config`), Slurm's commands (`slurm`), the reports (`report`), the advice at
-//! submission (`advise`) and the exporter (`exporter`). The three programs, the plugin and the
-//! Python package are thin layers over it.
+//! result (`sampler`, `usage`, `history`), a command's life under tracking (`launch`), a Slurm
+//! step's tracker and its records (`step`), the settings (`config`), Slurm's commands (`slurm`),
+//! the reports (`report`), the advice at submission (`advise`) and the exporter (`exporter`).
+//! The three programs, the plugin and the Python package are thin layers over it.
 //!
 //! Track a block of code:
 //!
@@ -36,6 +36,7 @@ pub mod fuzzing;
 pub mod gpu;
 pub mod gres;
 pub mod history;
+pub mod launch;
 pub mod proc;
 pub mod report;
 pub mod sampler;

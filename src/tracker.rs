@@ -358,6 +358,12 @@ impl Sources {
         };
         Ok(Sources { gpu, tracking_file })
     }
+
+    /// The GPUs and the tracking file, for a tracker started another way
+    /// ([`crate::launch::Launch::run`]).
+    pub fn into_parts(self) -> (LazyGpu, Option<TrackingFile>) {
+        (self.gpu, self.tracking_file)
+    }
 }
 
 /// The calling process and its descendants, tracked from inside it.

@@ -208,10 +208,22 @@ mod tests {
         crate::sys::euid() == 0
     }
 
+    /// Whether the test can run: only root can make root's trees (and files of other owners);
+    /// otherwise it says it was skipped.
+    fn root_or_skip() -> bool {
+        let root = is_root();
+        if !root {
+            eprintln!("note: not root: a tree of root's own cannot be made; skipped");
+        }
+        root
+    }
+
     #[test]
     fn a_tree_of_another_user_is_refused() {
         if is_root() {
-            return; // root's own case: the tests below
+            // Root's own case is the tests below.
+            eprintln!("note: root: root owns any tree it makes; skipped");
+            return;
         }
         let t = tree("trust-user");
         let f = t.path().join("etc/conf.toml");
@@ -228,8 +240,8 @@ mod tests {
 
     #[test]
     fn roots_file_under_roots_directories_is_trusted() {
-        if !is_root() {
-            return; // see a_tree_of_another_user_is_refused
+        if !root_or_skip() {
+            return;
         }
         let t = tree("trust-ok");
         let f = t.path().join("etc/conf.toml");
@@ -245,7 +257,7 @@ mod tests {
 
     #[test]
     fn the_systems_own_paths_are_trusted() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         check_root_trusted_dir(Path::new("/"), "").unwrap();
@@ -264,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_directory_on_the_way_that_others_can_write_is_named() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-mode");
@@ -294,7 +306,7 @@ mod tests {
 
     #[test]
     fn anything_on_the_way_owned_by_another_user_is_named() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-owner");
@@ -314,7 +326,7 @@ mod tests {
 
     #[test]
     fn the_file_itself_must_be_roots_alone_and_of_the_right_kind() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-file");
@@ -346,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_sticky_root_directory_may_be_on_the_way_but_not_at_the_end() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-sticky");
@@ -381,7 +393,7 @@ mod tests {
 
     #[test]
     fn symbolic_links_are_followed_only_when_roots_and_to_trusted_places() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-link");
@@ -444,7 +456,7 @@ mod tests {
 
     #[test]
     fn a_spool_directory_not_made_yet_is_judged_by_its_parents() {
-        if !is_root() {
+        if !root_or_skip() {
             return;
         }
         let t = tree("trust-spool");

@@ -243,6 +243,11 @@ fn exit_status_is_the_commands() {
     assert!(stdout(&out).starts_with("Max RAM:\n"));
 }
 
+/// Whether the tracker `pid`'s command (`sh -c 'exec sleep ...'`) runs `sleep` yet.
+fn sleeping_child(pid: u32) -> bool {
+    children_of(pid).into_iter().any(|c| runs(c, "sleep"))
+}
+
 #[test]
 fn sigint_reaches_the_command_and_the_report_follows() {
     use std::os::unix::process::CommandExt;
@@ -253,7 +258,14 @@ fn sigint_reaches_the_command_and_the_report_follows() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Ready once the command runs `sleep`: the tracker ignores SIGINT from before the spawn,
+    // and the command has its default back (restored between fork and exec).
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || sleeping_child(
+            child.id()
+        )),
+        "the command never started"
+    );
     // As a terminal's Ctrl-C does: to the whole foreground process group.
     let rc = Command::new("kill")
         .args(["-s", "INT", "--", &format!("-{}", child.id())])
@@ -274,7 +286,17 @@ fn sigterm_to_the_tracker_is_forwarded() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Ready once the command runs `sleep` and the tracker relays SIGTERM (its handler is set
+    // just after the spawn).
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || sleeping_child(
+            child.id()
+        ) && catches(
+            child.id(),
+            15
+        )),
+        "the command never started, or SIGTERM is not relayed"
+    );
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -283,6 +305,34 @@ fn sigterm_to_the_tracker_is_forwarded() {
     assert_eq!(out.status.code(), Some(143));
     assert!(stderr(&out).contains("killed by SIGTERM"));
     assert!(stdout(&out).contains("Compute time:"));
+}
+
+/// `gpu-tracker ... | head -1`: a reader that goes away before the report (or `mark`'s help)
+/// is written ends the output, not the program: status 0 (the command's), no panic.
+#[test]
+fn a_reader_that_goes_away_ends_the_output_and_nothing_else() {
+    let cases: [&[&str]; 3] = [
+        &["-e", "true", "-f", "json", "--disable-logs"],
+        &["-e", "true"],
+        &["mark", "--help"],
+    ];
+    for args in cases {
+        let mut child = Command::new(tracker())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before anything is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        if args[0] == "-e" {
+            assert!(err.contains("status code: 0"), "{args:?}: {err}");
+        }
+    }
 }
 
 #[test]
@@ -621,7 +671,7 @@ fn only_the_jobs_user_reaches_its_mark_socket() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::os::unix::process::CommandExt;
     if gpu_tracker::sys::euid() != 0 {
-        eprintln!("needs root to bind for another user and send as one");
+        eprintln!("note: not root: binding for another user and sending as one need root; skipped");
         return;
     }
     let dir = TempDir::new("mark-uid");

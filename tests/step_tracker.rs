@@ -15,7 +15,7 @@ use std::process::{Child, Command};
 use std::sync::{RwLock, mpsc};
 use std::time::{Duration, Instant};
 
-use common::TempDir;
+use common::{TempDir, wait_for};
 use gpu_tracker::gres::GpuOrder;
 use gpu_tracker::step::record::{JobInfo, StepInfo, StepRecord};
 use gpu_tracker::step::spool::Spool;
@@ -122,16 +122,11 @@ fn open_on(path: &Path) -> Vec<bool> {
         .collect()
 }
 
-/// Waits up to `limit` for `cond`; returns whether it held.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
+/// The step's record on disk (a checkpoint while it runs), if there is one to read.
+fn on_disk(fx: &Fixture) -> Option<StepRecord> {
+    let dir = fx.setup.spool.job_dir(fx.setup.job.id).ok()?;
+    let text = std::fs::read_to_string(dir.join(fx.setup.record_name())).ok()?;
+    StepRecord::from_json(&text).ok()
 }
 
 fn sleeper() -> Child {
@@ -313,6 +308,12 @@ fn a_sampler_that_comes_back_late_does_not_overwrite_the_final_record() {
     let t = StepTracker::start(fx.setup.clone()).unwrap();
     let task = sleeper();
     t.task_started(Some(0), Some(0), task.id());
+    assert!(
+        wait_for(Duration::from_secs(10), || !open_on(&fx.control())
+            .is_empty()),
+        "NVML was not opened"
+    );
+    // Into the hang, which begins 500 ms after NVML's init.
     std::thread::sleep(Duration::from_millis(1000));
     end(&t, task);
     let Some((r, written, took)) = finish_within(t, Duration::from_secs(8)) else {
@@ -323,8 +324,13 @@ fn a_sampler_that_comes_back_late_does_not_overwrite_the_final_record() {
         "finish waited out the hang: {took:?}"
     );
     let path = written.unwrap();
-    // The hang ends about 7.5 s after init; give the thread time to sample and checkpoint.
-    std::thread::sleep(Duration::from_millis(3500));
+    // The hang ends about 7.5 s after init; the thread then samples, checkpoints if it may,
+    // sees the stop and ends, shutting NVML down, which closes the fake's control file.
+    assert!(
+        wait_for(Duration::from_secs(30), || open_on(&fx.control())
+            .is_empty()),
+        "the sampler never came back from the hang"
+    );
     let on_disk = StepRecord::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert!(on_disk.complete, "a checkpoint replaced the final record");
     assert_eq!(on_disk, r);
@@ -335,25 +341,50 @@ fn slow_samples_lengthen_the_interval_and_the_record_says_so() {
     let _g = DESCRIPTORS.read().unwrap_or_else(|p| p.into_inner());
     // Each sample waits 30 ms in NVML: 30 % of the 100 ms asked for.
     let slow = json!({"delays_ms": {"nvmlDeviceGetUtilizationRates": 30}});
-    let fx = Fixture::new("slow", Some(1), 100, slow);
+    let mut fx = Fixture::new("slow", Some(1), 100, slow);
+    // Checkpoints show how far the sampler is.
+    fx.setup.checkpoint_interval = Some(Duration::from_millis(200));
     let t = StepTracker::start(fx.setup.clone()).unwrap();
     let task = sleeper();
     t.task_started(Some(0), Some(0), task.id());
-    std::thread::sleep(Duration::from_millis(3000));
+    // Lengthened twice (100 -> 200 -> 400 ms), then four samples at the pace it settled on.
+    let mut lengthened_at = None;
+    let settled = wait_for(Duration::from_secs(30), || {
+        let Some(r) = on_disk(&fx) else { return false };
+        match lengthened_at {
+            None if r.sampler.backoffs >= Some(2) => lengthened_at = Some(r.sampler.samples),
+            Some(n) => return r.sampler.samples >= n + 4,
+            None => {}
+        }
+        false
+    });
     end(&t, task);
     let (r, _) = t.finish();
     let v = value(&r);
     let s = &v["sampler"];
+    assert!(settled, "the interval was not lengthened twice: {s:#}");
     assert_eq!(r.sampler.interval_seconds, 0.1);
     assert!(r.sampler.max_sample_microseconds >= 30_000.0, "{s:#}");
-    // Over 10 % of the interval: 30 ms > 10 ms, > 20 ms; at 400 ms it is under (800 ms if the
-    // machine adds 10 ms to a sample).
+    // Over 10 % of the interval: 30 ms > 10 ms, > 20 ms; at 400 ms it is under (800 ms, the
+    // ceiling of 8 times the one asked for, if the machine adds 10 ms to a sample).
     let max = s["interval_max_seconds"].as_f64().unwrap_or(0.0);
     assert!(max == 0.4 || max == 0.8, "{s:#}");
     assert!(s["backoffs"].as_u64() >= Some(2), "{s:#}");
     assert!(s["overruns"].as_u64() >= Some(2), "{s:#}");
-    // At 100 ms, 30 samples in 3 s (unfixed: 30, 30 % of a core); at up to 400 ms, far fewer.
-    assert!(r.sampler.samples <= 12, "{s:#}");
+    // Since it settled, the samples are at least 400 ms apart (unfixed: 100 ms, 30 % of a
+    // core): the timeline's 100 ms buckets hold them 300 ms apart at the least.
+    let tl = r.timeline.as_ref().unwrap();
+    assert_eq!(tl.bucket_seconds, 0.1, "{tl:?}");
+    let times: Vec<f64> = tl
+        .buckets
+        .iter()
+        .flat_map(|b| std::iter::repeat_n(b.t, b.samples as usize))
+        .collect();
+    let last = &times[times.len().saturating_sub(4)..];
+    assert!(
+        last.len() == 4 && last.windows(2).all(|w| w[1] - w[0] >= 0.25),
+        "samples at {times:?}"
+    );
     assert!(notes(&v).contains("lengthened"), "{s:#}");
     assert_eq!(r.gpus.len(), 1, "GPU figures are still there");
     assert!(r.gpus[0].mean_utilization_percent.is_some());

@@ -123,6 +123,7 @@ fn a_cache_directory_another_user_owns_or_can_write_is_not_used() {
     std::fs::write(t.path().join("file"), "").unwrap();
     refused(&t.path().join("file/gpu-tracker"), "not a directory");
     if !root() {
+        eprintln!("note: not root: another user's directories cannot be made; that part skipped");
         return;
     }
     // Another user's: the directory itself, a parent, one they made first in a sticky

@@ -209,11 +209,11 @@ pub(super) fn run(
 mod tests {
     use std::os::unix::net::UnixDatagram;
     use std::path::PathBuf;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
     use crate::gres::GpuOrder;
-    use crate::step::record::{JobInfo, StepInfo};
+    use crate::step::record::{JobInfo, StepInfo, StepRecord};
     use crate::step::spool::Spool;
     use crate::step::{StepSetup, StepTracker};
 
@@ -252,11 +252,15 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_on_the_mark_socket_costs_the_sampler_little_and_marks_still_arrive() {
+    fn marks_still_arrive_through_a_flood_on_the_mark_socket() {
         let dir = std::env::temp_dir().join(format!("gt-flood-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let t = StepTracker::start(setup(&dir)).unwrap();
+        let mut s = setup(&dir);
+        // Checkpoints show which marks have come in.
+        s.checkpoint_interval = Some(Duration::from_millis(200));
+        let t = StepTracker::start(s.clone()).unwrap();
+        let record = s.spool.job_dir(77).unwrap().join(s.record_name());
         let mut task = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -266,7 +270,6 @@ mod tests {
         // Datagrams that are no mark, as fast as the socket takes them, for 3 s (the job's
         // own user may do this; no other user can reach the socket).
         let stop = AtomicBool::new(false);
-        let sent = AtomicU64::new(0);
         let flood = 3.0;
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -275,9 +278,7 @@ mod tests {
                     .unwrap();
                 let path = dir.join("77.n1.batch.sock");
                 while !stop.load(Ordering::Relaxed) {
-                    if sock.send_to(b"garbage", &path).is_ok() {
-                        sent.fetch_add(1, Ordering::Relaxed);
-                    }
+                    let _ = sock.send_to(b"garbage", &path);
                 }
             });
             let t0 = Instant::now();
@@ -288,20 +289,23 @@ mod tests {
             std::thread::sleep(Duration::from_secs_f64(flood) - t0.elapsed());
             stop.store(true, Ordering::Relaxed);
         });
-        // The marks had time to come out of the queue behind the flood.
-        std::thread::sleep(Duration::from_secs(2));
+        // The marks come out of the queue behind the flood.
+        let marks_in = || {
+            std::fs::read_to_string(&record)
+                .ok()
+                .and_then(|t| StepRecord::from_json(&t).ok())
+                .is_some_and(|r| r.events.iter().filter(|e| e.kind == "mark").count() == 3)
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !marks_in() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = task.kill();
         let _ = task.wait();
         t.task_ended(task.id(), Some(9));
         let (rec, _) = t.finish();
-        let cpu = rec.sampler.cpu_seconds;
-        let sent = sent.load(Ordering::Relaxed);
-        eprintln!("{sent} datagrams in {flood} s; the sampler thread used {cpu:.3} s of CPU");
-        // At most one batch of 64 datagrams per 100 ms: some milliseconds in 3 s.
-        assert!(
-            cpu < 0.15,
-            "the sampler thread used {cpu:.3} s of CPU in a {flood} s flood of {sent} datagrams"
-        );
+        // What the flood costs the sampler thread is measured by `cargo bench --bench
+        // mark_flood` (docs/COSTS.md); here, that the marks still arrive.
         let marks: Vec<&str> = rec
             .events
             .iter()

@@ -304,7 +304,7 @@ pub(super) fn tick_label(v: f64) -> String {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::tests_support::{draw_svg, font_available, sample_data, svg_texts};
+    use super::super::tests_support::{draw_svg, require_font, sample_data, svg_texts};
     use super::*;
 
     #[test]
@@ -313,9 +313,7 @@ mod tests {
         assert_eq!(TimeUnit::for_span(301.0).name, "min");
         assert_eq!(TimeUnit::for_span(5.0 * 3600.0).name, "min");
         assert_eq!(TimeUnit::for_span(5.0 * 3600.0 + 1.0).name, "h");
-        if !font_available() {
-            return;
-        }
+        require_font();
         let mut data = sample_data();
         for line in &mut data.lines {
             line.cpu.push((2.0 * 3600.0, 1.0));

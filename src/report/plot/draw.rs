@@ -274,9 +274,7 @@ mod tests {
 
     #[test]
     fn svg_has_panels_series_phases_events_and_axis() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let svg = draw_svg(&sample_data(), "full.svg");
         let texts = svg_texts(&svg);
         for want in [
@@ -326,9 +324,7 @@ mod tests {
 
     #[test]
     fn png_has_the_size_and_is_not_blank() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let data = sample_data();
         let image = draw_png(&data, "full.PNG");
         assert_eq!(image.dimensions(), (WIDTH, Layout::new(&data).height));
@@ -345,9 +341,7 @@ mod tests {
 
     #[test]
     fn no_gpu_means_no_gpu_panels() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let mut data = sample_data();
         for line in &mut data.lines {
             line.gpus.clear();
@@ -362,9 +356,7 @@ mod tests {
 
     #[test]
     fn no_pressure_figures_mean_no_pressure_panel() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let mut data = sample_data();
         data.lines.truncate(1);
         let texts = svg_texts(&draw_svg(&data, "one.svg"));
@@ -386,9 +378,7 @@ mod tests {
 
     #[test]
     fn empty_data_draws_axes_and_says_no_samples() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let svg = draw_svg(&PlotData::default(), "empty.svg");
         let texts = svg_texts(&svg);
         assert_eq!(texts.iter().filter(|t| *t == "no samples").count(), 2);
@@ -398,9 +388,7 @@ mod tests {
 
     #[test]
     fn all_zero_series_still_has_a_y_range() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let data = PlotData {
             title: "idle".to_string(),
             lines: vec![PlotLine {

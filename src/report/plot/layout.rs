@@ -197,14 +197,12 @@ pub(super) fn centred_span(x: i32, w: i32, bounds: (i32, i32)) -> (i32, i32) {
 #[cfg(test)]
 mod tests {
     use super::super::font::ensure_font;
-    use super::super::tests_support::font_available;
+    use super::super::tests_support::require_font;
     use super::*;
 
     #[test]
     fn close_labels_are_staggered() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         ensure_font().unwrap();
         let font = label_font();
         let bounds = (0, 1200);

@@ -101,7 +101,7 @@ pub(super) fn draw_markers<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::super::layout::Layout;
-    use super::super::tests_support::{draw_png, font_available, sample_data};
+    use super::super::tests_support::{draw_png, require_font, sample_data};
     use super::*;
 
     /// Of the GPU utilization chart (the last) between `t` seconds and `v` percent: how many
@@ -135,9 +135,7 @@ mod tests {
 
     #[test]
     fn gpu_chart_shows_sm_activity_slowdowns_and_xids() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         let data = sample_data();
         let mut plain = data.clone();
         for gpu in plain.lines.iter_mut().flat_map(|l| &mut l.gpus) {

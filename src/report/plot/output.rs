@@ -77,9 +77,7 @@ mod tests {
 
     #[test]
     fn unwritable_path_names_the_path() {
-        if !font_available() {
-            return;
-        }
+        require_font();
         for name in ["plot.svg", "plot.png"] {
             let path = temp_path("no-such-dir").join(name);
             let err = draw(&sample_data(), &path).unwrap_err();

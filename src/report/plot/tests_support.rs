@@ -104,14 +104,12 @@ pub fn temp_path(name: &str) -> PathBuf {
 
 /// Drawing needs a system font: the tests need one too (`.ci/run` installs
 /// fonts-dejavu-core), and fail without it rather than pass without drawing.
-pub fn font_available() -> bool {
-    let found = find_font(&font_candidates(
+pub fn require_font() {
+    if let Err(e) = find_font(&font_candidates(
         std::env::var_os(FONT_ENV).map(PathBuf::from),
-    ));
-    if let Err(e) = &found {
+    )) {
         panic!("the plot tests need a TrueType font: {e}");
     }
-    true
 }
 
 pub fn draw_svg(data: &PlotData, name: &str) -> String {
