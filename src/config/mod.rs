@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use admin_comment::{AdminCommentConfig, CommentFormat, OtherComment};
 pub use advise::{AdviseConfig, GpuType};
 pub use paths::lexical;
 
@@ -163,6 +164,8 @@ pub struct Config {
     pub class_memory_throttled_percent: f64,
     /// The advice at submission (`[advise]`).
     pub advise: AdviseConfig,
+    /// The summary stored in Slurm's database (`[admin_comment]`).
+    pub admin_comment: AdminCommentConfig,
 }
 
 impl Default for Config {
@@ -205,6 +208,7 @@ impl Default for Config {
             class_io_bound_percent: 30.0,
             class_memory_throttled_percent: 10.0,
             advise: AdviseConfig::default(),
+            admin_comment: AdminCommentConfig::default(),
         }
     }
 }
@@ -423,6 +427,9 @@ impl Config {
         if let Err((key, why)) = c.advise.check() {
             return bad(key, why);
         }
+        if let Err((key, why)) = c.admin_comment.check() {
+            return bad(key, why);
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -588,6 +595,7 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+pub mod admin_comment;
 pub mod advise;
 mod paths;
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub mod figures;
 pub mod fold;
 pub mod gpu_shared;
 pub mod gpu_text;
+pub mod jobstats;
+pub mod jobstats_store;
 pub mod listing;
 mod load;
 pub mod memory;

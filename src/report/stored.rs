@@ -208,6 +208,17 @@ impl Stored {
             c.retain(|t| classes::is_tag(t));
             c.truncate(classes::TAGS.len() + 4);
         }
+        // A row takes at least 16 bytes: rows past MAX_STORED_BYTES / 16 never fit, and are
+        // cut at once rather than one serialization each (a 1000-node job of 8 GPUs took
+        // minutes).
+        let most = MAX_STORED_BYTES / 16;
+        s.cut_gpus += s.gpus.len().saturating_sub(most);
+        s.gpus.truncate(most);
+        if s.nodes.len() > most {
+            s.nodes_needed.clear();
+            s.cut_nodes += s.nodes.len() - most;
+            s.nodes.truncate(most);
+        }
         loop {
             let json = serde_json::to_string(&s).unwrap_or_default();
             let text = format!("{PREFIX}{}", json.replace('"', "`"));
@@ -228,10 +239,14 @@ impl Stored {
         }
     }
 
-    /// Reads a stored text (an `AdminComment`): [`StoredError::Absent`] when it holds no
+    /// Reads a stored text (an `AdminComment`), in either form (`gpu-tracker:1:` or jobstats'
+    /// `JS1:` with ours inside: [`super::jobstats`]): [`StoredError::Absent`] when it holds no
     /// gpu-tracker summary.
     pub fn decode(text: &str) -> Result<Stored, StoredError> {
         let text = text.trim();
+        if text.starts_with(super::jobstats::PREFIX) || text.starts_with("js1:") {
+            return super::jobstats::decode_ours(text);
+        }
         let Some(rest) = text.strip_prefix("gpu-tracker:") else {
             return Err(StoredError::Absent);
         };
