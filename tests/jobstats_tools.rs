@@ -206,7 +206,13 @@ fn reportseff_shows_the_figures_of_our_summary() {
         &venv,
         &bin,
         "reportseff",
-        &["--no-color", "--parsable", "-g", "--format=JobID,GPUEff", "77"],
+        &[
+            "--no-color",
+            "--parsable",
+            "-g",
+            "--format=JobID,GPUEff",
+            "77",
+        ],
     );
     assert!(said.contains("|80.0") && said.contains("|0.0"), "{said}");
 }

@@ -298,7 +298,10 @@ fn the_stored_form_follows_the_settings_and_another_tool_s_comment_is_not_overwr
     f.command("sacct", "echo '5|5|1001|alice|JS1:H4sItheirs'");
     let (code, said, stored) = store(&f);
     assert_eq!(code, Some(4), "{said}");
-    assert!(said.contains("another tool's") && said.contains("kept"), "{said}");
+    assert!(
+        said.contains("another tool's") && said.contains("kept"),
+        "{said}"
+    );
     assert!(stored.is_empty(), "{stored}");
     // Replace: ours, theirs inside.
     let toml = f.dir.join("gpu-tracker.toml");
@@ -312,7 +315,9 @@ fn the_stored_form_follows_the_settings_and_another_tool_s_comment_is_not_overwr
         .lines()
         .find_map(|l| l.strip_prefix("AdminComment="))
         .unwrap();
-    let top = gpu_tracker::report::jobstats::decode_json(text).unwrap().unwrap();
+    let top = gpu_tracker::report::jobstats::decode_json(text)
+        .unwrap()
+        .unwrap();
     assert_eq!(top["gpu_tracker_replaced"], "JS1:H4sItheirs");
     assert_eq!(top["gpu_tracker"]["job"], 5);
 }

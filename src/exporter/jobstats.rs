@@ -66,8 +66,9 @@ type GpuFamily = (&'static str, &'static str, fn(&LiveGpu) -> Option<String>);
 
 /// One family: its head and samples.
 fn family(out: &mut String, name: &str, help: &str, samples: &[(String, String)]) {
-    let _ = writeln!(out, "# HELP {name} {help}");
+    // TYPE first: OpenMetrics wants it so, the text format takes either order.
     let _ = writeln!(out, "# TYPE {name} gauge");
+    let _ = writeln!(out, "# HELP {name} {help}");
     for (labels, v) in samples {
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
     }
