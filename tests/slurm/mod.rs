@@ -7,6 +7,7 @@ mod exporter;
 mod faults;
 mod gpu_depth;
 mod hostile;
+mod jobstats;
 mod load;
 mod mig;
 mod needed;
