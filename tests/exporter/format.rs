@@ -356,5 +356,8 @@ fn jobstats_names_are_served_beside_ours_in_both_formats() {
         .output()
         .unwrap();
     let ours = String::from_utf8_lossy(&out.stdout);
-    assert!(!ours.contains("\ncgroup_") && !ours.contains("nvidia_gpu_"), "{ours}");
+    assert!(
+        !ours.contains("\ncgroup_") && !ours.contains("nvidia_gpu_"),
+        "{ours}"
+    );
 }
