@@ -54,8 +54,8 @@ fn venv() -> PathBuf {
 }
 
 /// A finished job 77 on n1: 4 CPUs busy 120 s of its 60 s (50 %), 1 GiB of its 4 GiB limit,
-/// two 16 GiB GPUs: one at 80 % with 8 GiB, one at 0 % with nothing of the job's.
-fn summary() -> Summary {
+/// two 16 GiB GPUs: one at 80 % with 8 GiB, one at `second` % (with 1 GiB, nothing at 0 %).
+fn summary_with(second: f64) -> Summary {
     let start = "2026-11-29T10:00:00+00:00";
     let r = StepRecord {
         schema: SCHEMA.into(),
@@ -90,18 +90,21 @@ fn summary() -> Summary {
             alloc_cpus: 4,
             ..Default::default()
         },
-        gpus: [(0, 80.0, 8 * GIB), (1, 0.0, 0)]
-            .into_iter()
-            .map(|(i, util, used)| StepGpu {
-                slurm_index: Some(i),
-                uuid: format!("GPU-{i}"),
-                memory_total_bytes: 16 * GIB,
-                peak_step_memory_bytes: used,
-                mean_utilization_percent: Some(util),
-                max_utilization_percent: Some(util),
-                ..StepGpu::default()
-            })
-            .collect(),
+        gpus: [
+            (0, 80.0, 8 * GIB),
+            (1, second, if second > 0.0 { GIB } else { 0 }),
+        ]
+        .into_iter()
+        .map(|(i, util, used)| StepGpu {
+            slurm_index: Some(i),
+            uuid: format!("GPU-{i}"),
+            memory_total_bytes: 16 * GIB,
+            peak_step_memory_bytes: used,
+            mean_utilization_percent: Some(util),
+            max_utilization_percent: Some(util),
+            ..StepGpu::default()
+        })
+        .collect(),
         sampler: SamplerStats::default(),
         timeline: None,
         events: Vec::new(),
@@ -109,6 +112,11 @@ fn summary() -> Summary {
         pressure: None,
     };
     Summary::from_records(&[r])
+}
+
+/// Job 77 with its second GPU idle.
+fn summary() -> Summary {
+    summary_with(0.0)
 }
 
 /// A fake `sacct` (and `scontrol show partition`) in `dir`: `sacct` answers `--helpformat` and prints one row of job 77 with the
@@ -249,4 +257,79 @@ fn job_defense_shield_decodes_our_summary_as_its_own() {
     assert_eq!(lines.next(), Some("(48.0, 120, 0)"), "{said}");
     // The zero-utilization alerts' count: the second GPU, idle.
     assert_eq!(lines.next(), Some("(1, 0)"), "{said}");
+}
+
+#[test]
+fn job_defense_shield_names_the_job_whose_second_gpu_sat_idle() {
+    // job_defense_shield itself, `--zero-util-gpu-hours` with a minimal configuration, over a
+    // fake sacct with two 2-hour jobs of 2 GPUs: 77 left its second GPU idle, 78 used both.
+    let venv = venv();
+    let dir = TempDir::new("jobstats-jds");
+    let d = dir.path();
+    for (id, second) in [(77, 0.0), (78, 55.0)] {
+        let s = summary_with(second);
+        let text = jobstats::encode(&Js1::of(&s), &Stored::of(&s), None);
+        std::fs::write(d.join(format!("c{id}")), text).unwrap();
+    }
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let sacct = format!(
+        r#"#!/usr/bin/env python3
+import sys, time
+args = sys.argv[1:]
+fields = args[args.index("-o") + 1].split(",")
+now = int(time.time())
+for jid in ("77", "78"):
+    row = {{"jobid": jid, "jobidraw": jid, "user": "alice", "cluster": "c1", "account": "physics",
+           "partition": "gpu", "cputimeraw": "28800", "elapsedraw": "7200", "timelimitraw": "180",
+           "nnodes": "1", "ncpus": "4", "alloctres": "billing=4,cpu=4,gres/gpu=2,mem=4G,node=1",
+           "submit": str(now - 8000), "eligible": str(now - 8000), "start": str(now - 7300),
+           "end": str(now - 100), "qos": "normal", "state": "COMPLETED", "jobname": "train",
+           "admincomment": open("{dir}/c" + jid).read()}}
+    print("|".join(row[f] for f in fields))
+"#,
+        dir = d.display()
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let p = bin.join("sacct");
+        std::fs::write(&p, sacct).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = d.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "violation-logs-path: {v}/violations\nemail-files-path: {v}/email\n\
+             email-domain-name: \"@example.org\"\nsender: admin@example.org\n\
+             reply-to: admin@example.org\nreport-emails: []\n\
+             zero-util-gpu-hours-1:\n  cluster: c1\n  partitions: [\"*\"]\n  min_run_time: 0\n  \
+             gpu_hours_threshold_user: 0\n  gpu_hours_threshold_admin: 0\n",
+            v = d.display()
+        ),
+    )
+    .unwrap();
+    let said = tool(
+        &venv,
+        &bin,
+        "job_defense_shield",
+        &[
+            "--config-file",
+            config.to_str().unwrap(),
+            "--zero-util-gpu-hours",
+        ],
+    );
+    let table: Vec<&str> = said
+        .lines()
+        .skip_while(|l| !l.contains("GPU-hours at 0% Utilization"))
+        .collect();
+    let rows: Vec<&str> = table
+        .iter()
+        .copied()
+        .filter(|l| l.contains("alice"))
+        .collect();
+    // One user row: 2 GPU-hours at 0 % (one GPU for 2 hours), one job, job 77.
+    assert_eq!(rows.len(), 1, "{said}");
+    let cells: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(cells, ["1", "alice", "2", "1", "77", "0"], "{said}");
 }
