@@ -1,6 +1,7 @@
 //! The tools built around Princeton jobstats, installed from PyPI, read gpu-tracker's `JS1:`
-//! AdminComment: `reportseff` (and `job_defense_shield`'s decoding) show the figures
-//! gpu-tracker's own summary has. Slurm is a fake `sacct` here, which prints the comment with
+//! AdminComment: `reportseff` shows the figures gpu-tracker's own summary has,
+//! `job_defense_shield --zero-util-gpu-hours` names the job whose second GPU sat idle and not
+//! the one that used both, and its decoder gives our CPU and GPU seconds. Slurm is a fake `sacct` here, which prints the comment with
 //! the fields each tool asks for; tests/slurm/jobstats.rs does it on the real cluster.
 //!
 //! The tools live in a private virtual environment under the target directory
