@@ -253,3 +253,22 @@ fn only_sacctmgr_before_23_02_is_known_to_lowercase() {
     assert!(sacctmgr_keeps_case("slurm-wlm 26.05.0"));
     assert!(sacctmgr_keeps_case(""));
 }
+
+#[test]
+fn the_stored_summary_of_a_thousand_gpu_nodes_is_made_in_a_moment() {
+    // Stored::encode used to take rows off one at a time, serializing the whole text again for
+    // each: minutes for 8000 GPU rows, in the EpilogSlurmctld of every such job.
+    let s = job(1000, 8, Some(512 * GIB));
+    let st = Stored::of(&s);
+    let t = std::time::Instant::now();
+    let text = st.encode();
+    let took = t.elapsed();
+    eprintln!(
+        "Stored::encode of 1000 nodes x 8 GPUs: {took:?}, {} bytes",
+        text.len()
+    );
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    let back = Stored::decode(&text).unwrap();
+    assert_eq!(back.nodes.len() + back.cut_nodes, 1000);
+    assert_eq!(back.gpus.len() + back.cut_gpus, 8000);
+}
