@@ -1,7 +1,7 @@
 //! The tools built around Princeton jobstats, installed from PyPI, read gpu-tracker's `JS1:`
 //! AdminComment: `reportseff` shows the figures gpu-tracker's own summary has,
 //! `job_defense_shield --zero-util-gpu-hours` names the job whose second GPU sat idle and not
-//! the one that used both, and its decoder gives our CPU and GPU seconds. Slurm is a fake `sacct` here, which prints the comment with
+//! the one that used both, `--low-gpu-efficiency` reports our GPUs' mean, and its decoder gives our CPU and GPU seconds. Slurm is a fake `sacct` here, which prints the comment with
 //! the fields each tool asks for; tests/slurm/jobstats.rs does it on the real cluster.
 //!
 //! The tools live in a private virtual environment under the target directory
@@ -305,7 +305,10 @@ for jid in ("77", "78"):
              email-domain-name: \"@example.org\"\nsender: admin@example.org\n\
              reply-to: admin@example.org\nreport-emails: []\n\
              zero-util-gpu-hours-1:\n  cluster: c1\n  partitions: [\"*\"]\n  min_run_time: 0\n  \
-             gpu_hours_threshold_user: 0\n  gpu_hours_threshold_admin: 0\n",
+             gpu_hours_threshold_user: 0\n  gpu_hours_threshold_admin: 0\n\
+             low-gpu-efficiency-1:\n  cluster: c1\n  partitions: [\"*\"]\n  min_run_time: 0\n  \
+             eff_thres_pct: 80\n  eff_target_pct: 90\n  proportion_thres_pct: 0\n  \
+             absolute_thres_hours: 0\n  num_top_users: 10\n",
             v = d.display()
         ),
     )
@@ -333,4 +336,27 @@ for jid in ("77", "78"):
     assert_eq!(rows.len(), 1, "{said}");
     let cells: Vec<&str> = rows[0].split_whitespace().collect();
     assert_eq!(cells, ["1", "alice", "2", "1", "77", "0"], "{said}");
+    // The low GPU efficiency report: 8 GPU-hours, at 54 % (80, 0, 80 and 55 over 4 GPUs), in
+    // 2 jobs, every job with a summary (coverage 1.0).
+    let said = tool(
+        &venv,
+        &bin,
+        "job_defense_shield",
+        &[
+            "--config-file",
+            config.to_str().unwrap(),
+            "--low-gpu-efficiency",
+        ],
+    );
+    let row = said
+        .lines()
+        .skip_while(|l| !l.contains("Low GPU Efficiencies"))
+        .find(|l| l.contains("alice"))
+        .unwrap_or_else(|| panic!("{said}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["1", "alice", "8", "100", "54", "2", "0", "4.0", "1.0", "0"],
+        "{said}"
+    );
 }
