@@ -89,6 +89,9 @@ fn close(shown: &str, ours: f64, what: &str) {
 #[ignore = "needs the local Slurm cluster (slurm/local-cluster.sh up --accounting), root and PyPI: tests/run-all.sh"]
 fn reportseff_reads_a_tracked_jobs_admin_comment() {
     let _g = SETTINGS.read().unwrap_or_else(|p| p.into_inner());
+    // The cluster's EpilogSlurmctld runs the report report_as installs: this build's.
+    let (code, _, err) = report_as(USER, &["--version"]);
+    assert_eq!(code, 0, "{err}");
     let h = hog();
     // A GPU job computing on GPU 0 with GPU 1 idle, and a CPU job.
     let gpu = submit_as(
