@@ -223,7 +223,7 @@ fn only_records_of_the_job_slurm_names_are_stored() {
         let out = f.report(&["--store-admin-comment", "5"], &epilog("1001", start));
         assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
         assert!(
-            f.stored().contains("AdminComment=gpu-tracker:1:"),
+            f.stored().contains("AdminComment=JS1:H4sI"),
             "{}",
             f.stored()
         );
@@ -248,13 +248,78 @@ fn only_records_of_the_job_slurm_names_are_stored() {
     f.command("squeue", "echo '5|1001|1795427900'");
     let out = f.report(&["--store-admin-comment", "5"], env);
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
-    assert!(f.stored().contains("AdminComment=gpu-tracker:1:"));
+    assert!(f.stored().contains("AdminComment=JS1:H4sI"));
     std::fs::remove_file(f.log()).unwrap();
     // Neither says: nothing stored.
     f.command("squeue", "exit 1");
     let out = f.report(&["--store-admin-comment", "5"], &[]);
     assert_ne!(out.status.code(), Some(0), "{}", common::stdout(&out));
     assert!(f.stored().is_empty(), "{}", f.stored());
+}
+
+/// The form stored follows `[admin_comment]` and the Slurm release: jobstats' `JS1:` by
+/// default, `gpu-tracker:1:` where `sacctmgr --version` is 22.05 (which lowercases what it
+/// stores) or the site asks for it; another tool's comment already there is kept by default,
+/// and carried inside ours when the site says `replace`.
+#[test]
+fn the_stored_form_follows_the_settings_and_another_tool_s_comment_is_not_overwritten() {
+    let f = Fake::new("store-form");
+    f.job(5, "2026-11-23T09:59:00+00:00");
+    let env = [
+        ("SLURM_SCRIPT_CONTEXT", "epilog_slurmctld"),
+        ("SLURM_JOB_ID", "5"),
+        ("SLURM_JOB_UID", "1001"),
+        ("SLURM_JOB_START_TIME", "1795427930"),
+    ];
+    let sacctmgr = |version: &str| {
+        format!(
+            "[ \"$1\" = --version ] && {{ echo '{version}'; exit 0; }}\n\
+             printf '%s\\n' \"$@\" >> '{}'\necho ' Modified job(s)'",
+            f.log().display()
+        )
+    };
+    let store = |f: &Fake| {
+        let _ = std::fs::remove_file(f.log());
+        let out = f.report(&["--store-admin-comment", "5"], &env);
+        (out.status.code(), common::stdout(&out), f.stored())
+    };
+    f.command("sacctmgr", &sacctmgr("slurm 24.11.1"));
+    let (code, _, stored) = store(&f);
+    assert_eq!(code, Some(0));
+    assert!(stored.contains("AdminComment=JS1:H4sI"), "{stored}");
+    // Slurm 22.05: the old form, and the line says why.
+    f.command("sacctmgr", &sacctmgr("slurm-wlm 22.05.8"));
+    let (code, said, stored) = store(&f);
+    assert_eq!(code, Some(0));
+    assert!(stored.contains("AdminComment=gpu-tracker:1:{"), "{stored}");
+    assert!(said.contains("lowercases"), "{said}");
+    // Another tool's comment there: kept, nothing stored, and said.
+    f.command("sacctmgr", &sacctmgr("slurm 24.11.1"));
+    f.command("sacct", "echo '5|5|1001|alice|JS1:H4sItheirs'");
+    let (code, said, stored) = store(&f);
+    assert_eq!(code, Some(4), "{said}");
+    assert!(
+        said.contains("another tool's") && said.contains("kept"),
+        "{said}"
+    );
+    assert!(stored.is_empty(), "{stored}");
+    // Replace: ours, theirs inside.
+    let toml = f.dir.join("gpu-tracker.toml");
+    let mut cfg = std::fs::read_to_string(&toml).unwrap();
+    cfg.push_str("[admin_comment]\nother = \"replace\"\n");
+    std::fs::write(&toml, cfg).unwrap();
+    let (code, said, stored) = store(&f);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("replaced"), "{said}");
+    let text = stored
+        .lines()
+        .find_map(|l| l.strip_prefix("AdminComment="))
+        .unwrap();
+    let top = gpu_tracker::report::jobstats::decode_json(text)
+        .unwrap()
+        .unwrap();
+    assert_eq!(top["gpu_tracker_replaced"], "JS1:H4sItheirs");
+    assert_eq!(top["gpu_tracker"]["job"], 5);
 }
 
 /// Run through sudo (`SUDO_UID` set), `--store-admin-comment` takes nothing from its caller's
@@ -320,7 +385,8 @@ fn a_job_the_database_does_not_have_yet_is_asked_for_again_when_sacctmgr_exits_1
     f.command(
         "sacctmgr",
         &format!(
-            "n=$(cat '{c}' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '{c}'\n\
+            "[ \"$1\" = --version ] && {{ echo 'slurm 22.05.8'; exit 0; }}\n\
+             n=$(cat '{c}' 2>/dev/null || echo 0); n=$((n + 1)); echo $n > '{c}'\n\
              printf '%s\\n' \"$@\" >> '{log}'\n\
              if [ $n -le 2 ]; then\n\
                echo ' Nothing modified'\n\

@@ -36,6 +36,11 @@ struct Args {
     /// /etc/slurm/gpu-tracker.toml).
     #[arg(long = "config", value_name = "PATH")]
     config: Option<PathBuf>,
+    /// Also give the series Princeton jobstats' cgroup and GPU exporters would for the same
+    /// jobs (`cgroup_*`, `nvidia_gpu_*`, with `cluster` and `jobid` labels), so that jobstats'
+    /// queries and Grafana dashboard read them (docs/JOBSTATS.md).
+    #[arg(long = "jobstats")]
+    jobstats: bool,
     /// Print one scrape to standard output and exit.
     #[arg(long = "once")]
     once: bool,
@@ -86,7 +91,7 @@ fn live_dir(args: &Args) -> anyhow::Result<PathBuf> {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let mut exporter = Exporter::new(live_dir(&args)?);
+    let mut exporter = Exporter::new(live_dir(&args)?).with_jobstats_names(args.jobstats);
     if args.once {
         let format = match args.format {
             OnceFormat::Text => Format::Text,

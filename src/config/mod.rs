@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::sampler::MemoryDetail;
 
+pub use admin_comment::{AdminCommentConfig, CommentFormat, OtherComment};
 pub use advise::{AdviseConfig, GpuType};
 pub use paths::lexical;
 
@@ -155,6 +156,8 @@ pub struct Config {
     pub class_memory_throttled_percent: f64,
     /// The advice at submission (`[advise]`).
     pub advise: AdviseConfig,
+    /// The summary stored in Slurm's database (`[admin_comment]`).
+    pub admin_comment: AdminCommentConfig,
 }
 
 impl Default for Config {
@@ -197,6 +200,7 @@ impl Default for Config {
             class_io_bound_percent: 30.0,
             class_memory_throttled_percent: 10.0,
             advise: AdviseConfig::default(),
+            admin_comment: AdminCommentConfig::default(),
         }
     }
 }
@@ -415,6 +419,9 @@ impl Config {
         if let Err((key, why)) = c.advise.check() {
             return bad(key, why);
         }
+        if let Err((key, why)) = c.admin_comment.check() {
+            return bad(key, why);
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -580,6 +587,7 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+pub mod admin_comment;
 pub(crate) mod advise;
 pub mod discover;
 mod paths;

@@ -49,6 +49,23 @@ fn empty_file_gives_defaults_and_the_example_parses() {
     assert_eq!(c.spool_dir, PathBuf::from("/var/spool/gpu-tracker"));
     assert!(c.tracks(StepKind::Batch) && !c.tracks(StepKind::Extern));
     assert_eq!(c.advise, super::AdviseConfig::default());
+    assert_eq!(c.admin_comment, super::AdminCommentConfig::default());
+}
+
+#[test]
+fn the_admin_comment_table_is_read_and_checked() {
+    let c = parse(
+        "[admin_comment]\nformat = \"gpu-tracker\"\nother = \"replace\"\nshort_seconds = 60\n",
+    )
+    .unwrap();
+    assert_eq!(c.admin_comment.format, super::CommentFormat::GpuTracker);
+    assert_eq!(c.admin_comment.other, super::OtherComment::Replace);
+    assert_eq!(c.admin_comment.short_seconds, 60.0);
+    let e = parse("[admin_comment]\nshort_seconds = -1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("admin_comment.short_seconds"), "{e}");
+    assert!(parse("[admin_comment]\nformat = \"js2\"\n").is_err());
 }
 
 #[test]

@@ -16,6 +16,7 @@ pub(crate) mod answers;
 pub(crate) mod conn;
 mod families;
 pub(crate) mod http;
+pub mod jobstats;
 pub mod metrics;
 pub(crate) mod read;
 pub mod serve;
@@ -34,6 +35,8 @@ pub struct Exporter {
     trusted: Vec<u32>,
     skipped: [u64; Skip::ALL.len()],
     dir_errors: [u64; DirError::ALL.len()],
+    /// Also jobstats' series ([`jobstats`]).
+    jobstats: bool,
 }
 
 /// One scrape.
@@ -59,7 +62,15 @@ impl Exporter {
             trusted,
             skipped: [0; Skip::ALL.len()],
             dir_errors: [0; DirError::ALL.len()],
+            jobstats: false,
         }
+    }
+
+    /// Also gives the series jobstats' node exporters would for the same jobs
+    /// ([`jobstats`]), beside our own.
+    pub fn with_jobstats_names(mut self, on: bool) -> Exporter {
+        self.jobstats = on;
+        self
     }
 
     /// The directory read.
@@ -79,6 +90,9 @@ impl Exporter {
             self.dir_errors[e.index()] += 1;
         }
         let mut text = metrics::render_steps(&scan.states, format);
+        if self.jobstats {
+            text.push_str(&jobstats::render(&scan.states));
+        }
         let health = metrics::Health {
             skipped: self.skipped,
             dir_errors: self.dir_errors,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::LoadError;
 use super::classes::ClassRules;
-use super::stored::Stored;
+use super::jobstats_store;
 use crate::config::Config;
 use crate::slurm::ctld::{self, JobStart};
 use crate::slurm::db;
@@ -119,6 +119,8 @@ pub enum Outcome {
         complete: bool,
         /// Records of another job with this id, left out.
         left_out: usize,
+        /// What else happened ([`jobstats_store::Plan::Store`]), empty when nothing.
+        note: String,
     },
     /// Nothing to store, and why (for people).
     Nothing(String),
@@ -189,15 +191,30 @@ pub fn store_job(
     };
     let mut summary = summary;
     summary.set_classes(&ClassRules::from_config(cfg));
-    let text = Stored::of(&summary).encode();
     let job =
         crate::slurm::command::job_ref(job_id, summary.array_job_id.zip(summary.array_task_id));
+    // The comment there now and what sacctmgr keeps decide the text (docs/JOBSTATS.md).
+    let existing = jobstats_store::existing_comment(&job);
+    let keeps_case = cfg.admin_comment.format == crate::config::CommentFormat::GpuTracker
+        || jobstats_store::sacctmgr_keeps_case();
+    let (text, note) = match jobstats_store::plan(
+        &summary,
+        &cfg.admin_comment,
+        existing.as_deref(),
+        keeps_case,
+    ) {
+        jobstats_store::Plan::Store { text, note } => (text, note),
+        jobstats_store::Plan::Keep(why) => {
+            return Ok(Outcome::Nothing(format!("job {job}: {why}")));
+        }
+    };
     db::store(&job, &text).map_err(|e| format!("job {job}: {e}"))?;
     Ok(Outcome::Stored {
         job,
         bytes: text.len(),
         complete: summary.complete,
         left_out,
+        note,
     })
 }
 

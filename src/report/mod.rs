@@ -20,6 +20,8 @@ pub mod figures;
 pub(crate) mod fold;
 pub(crate) mod gpu_shared;
 pub(crate) mod gpu_text;
+pub mod jobstats;
+pub mod jobstats_store;
 pub(crate) mod listing;
 mod load;
 pub(crate) mod memory;

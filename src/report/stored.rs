@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::classes::{self, ClassRules};
 use super::figures::{GpuSummary, JobClass, NodeSummary, Summary};
+use super::jobstats;
 use super::merge::cpu_efficiency;
 use crate::units::saturating_sum;
 
@@ -208,6 +209,17 @@ impl Stored {
             c.retain(|t| classes::is_tag(t));
             c.truncate(classes::TAGS.len() + 4);
         }
+        // A row takes at least 16 bytes: rows past MAX_STORED_BYTES / 16 never fit, and are
+        // cut at once rather than one serialization each (a 1000-node job of 8 GPUs took
+        // minutes).
+        let most = MAX_STORED_BYTES / 16;
+        s.cut_gpus += s.gpus.len().saturating_sub(most);
+        s.gpus.truncate(most);
+        if s.nodes.len() > most {
+            s.nodes_needed.clear();
+            s.cut_nodes += s.nodes.len() - most;
+            s.nodes.truncate(most);
+        }
         loop {
             let json = serde_json::to_string(&s).unwrap_or_default();
             let text = format!("{PREFIX}{}", json.replace('"', "`"));
@@ -228,10 +240,14 @@ impl Stored {
         }
     }
 
-    /// Reads a stored text (an `AdminComment`): [`StoredError::Absent`] when it holds no
+    /// Reads a stored text (an `AdminComment`), in either form (`gpu-tracker:1:` or jobstats'
+    /// `JS1:` with ours inside: [`super::jobstats`]): [`StoredError::Absent`] when it holds no
     /// gpu-tracker summary.
     pub fn decode(text: &str) -> Result<Stored, StoredError> {
         let text = text.trim();
+        if text.starts_with(jobstats::PREFIX) || text.starts_with("js1:") {
+            return decode_js1(text);
+        }
         let Some(rest) = text.strip_prefix("gpu-tracker:") else {
             return Err(StoredError::Absent);
         };
@@ -379,6 +395,47 @@ fn source_text(st: &Stored) -> String {
         ));
     }
     t
+}
+
+/// gpu-tracker's summary in a `JS1:` text (`text` starts with [`jobstats::PREFIX`], or is
+/// `js1:` that Slurm 22.05's `sacctmgr` lowercased): [`StoredError::Absent`] for jobstats' own
+/// summaries, for `JS1:Short` and `JS1:None`, and for a `JS1:` text that does not decode (it is
+/// not known to be ours).
+fn decode_js1(text: &str) -> Result<Stored, StoredError> {
+    if text.starts_with("js1:") {
+        return Err(StoredError::Damaged(
+            "a JS1 summary that does not decode: lowercased (Slurm 22.05's sacctmgr lowercases \
+             what it stores)"
+                .into(),
+        ));
+    }
+    let Ok(Some(mut top)) = jobstats::decode_json(text) else {
+        return Err(StoredError::Absent);
+    };
+    match top.remove(jobstats::OURS) {
+        Some(v) => serde_json::from_value(v).map_err(|e| StoredError::Damaged(e.to_string())),
+        None => Err(StoredError::Absent),
+    }
+}
+
+/// Whether `text` is a summary of gpu-tracker's, in either form: another tool's comment is
+/// anything else (jobstats' own `JS1:` summary among them).
+pub fn is_ours(text: &str) -> bool {
+    let t = text.trim();
+    t.starts_with(PREFIX)
+        || (t.starts_with(jobstats::PREFIX) && decode_js1(t).is_ok())
+        || t.starts_with("js1:")
+}
+
+impl Stored {
+    /// This summary as JSON, its rows cut as [`Stored::encode`] cuts them (what a `JS1:` text
+    /// carries of ours).
+    pub fn bounded_json(&self) -> serde_json::Value {
+        Stored::decode(&self.encode())
+            .ok()
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

@@ -58,7 +58,8 @@ fn failure(name: &str, status: std::process::ExitStatus, stderr: &str) -> String
 }
 
 /// The longest line [`each_line`] hands on; longer ones are cut there (a stored summary is at
-/// most [`crate::report::stored::MAX_STORED_BYTES`]; other tools' comments may be longer).
+/// most [`crate::report::jobstats::MAX_JS1_BYTES`], under slurmdbd's 65,535; other tools'
+/// comments may be longer).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// Runs `cmd` (stdin closed) for at most `deadline`, handing each line of its stdout to `line`

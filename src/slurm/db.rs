@@ -64,6 +64,11 @@ pub fn store(job: &str, text: &str) -> Result<(), String> {
     }
 }
 
+/// What `sacctmgr --version` prints (`slurm 22.05.8`), `None` when it does not answer.
+pub fn sacctmgr_version() -> Option<String> {
+    run(Command::new("sacctmgr").arg("--version"), COMMAND_DEADLINE).ok()
+}
+
 /// What `sacct` is asked for a job's stored summary: ids, owner and the `AdminComment`, last
 /// (another tool's comment may hold the delimiter). Nothing the job's user chose: `sacct -P`
 /// prints a job name as it is, newlines included, so a name beside these fields could add a

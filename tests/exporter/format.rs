@@ -290,3 +290,74 @@ fn a_target_in_absolute_form_is_answered_as_its_path() {
         );
     }
 }
+
+#[test]
+fn jobstats_names_are_served_beside_ours_in_both_formats() {
+    let t = live_dir("exporter-jobstats");
+    let dir = t.join("live");
+    put(&dir, &state(41, "batch", 2));
+    put(&dir, &state(41, "0", 1));
+    let once = |extra: &[&str]| {
+        let out = Command::new(super::exporter())
+            .args(["--once", "--jobstats", "--live-dir"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = once(&[]);
+    // promtool's lint would have `nvidia_gpu_jobId` in snake case: it is jobstats' name, which
+    // its queries use. Everything else passes as it is.
+    let (ok, said) = promtool_check(&text);
+    assert!(
+        ok || said.trim()
+            == "nvidia_gpu_jobId metric names should be written in 'snake_case' not 'camelCase'",
+        "promtool check metrics: {said}\n{text}"
+    );
+    let om = once(&["--format", "openmetrics"]);
+    let families = check_openmetrics(&om).unwrap_or_else(|e| panic!("{e}\n{om}"));
+    for f in [
+        "cgroup_cpu_total_seconds",
+        "cgroup_memory_rss_bytes",
+        "cgroup_memory_total_bytes",
+        "cgroup_cpus",
+        "nvidia_gpu_duty_cycle",
+        "nvidia_gpu_memory_used_bytes",
+        "nvidia_gpu_memory_total_bytes",
+        "nvidia_gpu_jobId",
+        "gpu_tracker_cpu_seconds",
+    ] {
+        assert!(families.iter().any(|x| x == f), "{f}: {families:?}");
+    }
+    // One series per job (its two steps added up), labelled as jobstats' queries select.
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("cgroup_memory_rss_bytes{"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["cgroup_memory_rss_bytes{cluster=\"c1\",jobid=\"41\"} 2147483648"],
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l
+                .starts_with("nvidia_gpu_duty_cycle{cluster=\"c1\",jobid=\"41\",minor_number=\""))
+            .count(),
+        2,
+        "both GPUs once: {text}"
+    );
+    // Without --jobstats, none of them.
+    let out = Command::new(super::exporter())
+        .args(["--once", "--live-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !ours.contains("\ncgroup_") && !ours.contains("nvidia_gpu_"),
+        "{ours}"
+    );
+}

@@ -152,10 +152,7 @@ fn a_fourth_submission_is_told_what_three_alike_used_and_nobody_else_is() {
     }
     for id in &ids {
         wait_while_in(*id, &["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"]);
-        assert!(
-            stored_comment(*id).starts_with("gpu-tracker:1:"),
-            "job {id}"
-        );
+        assert!(is_summary(&stored_comment(*id)), "job {id}");
         wait_end_in_database(*id);
     }
     // One question to Slurm's database per user in refresh_seconds (20 s by default), and
@@ -435,10 +432,7 @@ fn the_note_says_what_a_limit_hides_speaks_on_the_readmes_fourth_and_counts_an_a
     // Killed at 256M: not known, more than 256M; a guess above it, never a fit.
     for id in &killed {
         wait_while_in(*id, &NOT_ENDED);
-        assert!(
-            stored_comment(*id).starts_with("gpu-tracker:1:"),
-            "job {id}"
-        );
+        assert!(is_summary(&stored_comment(*id)), "job {id}");
         wait_end_in_database(*id);
     }
     let note = held_note(&oom_job, &mut cancel);
@@ -480,10 +474,7 @@ fn the_note_says_what_a_limit_hides_speaks_on_the_readmes_fourth_and_counts_an_a
         poll_pause(Duration::from_millis(500), polled.elapsed());
     };
     for id in &tasks {
-        assert!(
-            stored_comment(*id).starts_with("gpu-tracker:1:"),
-            "task {id}"
-        );
+        assert!(is_summary(&stored_comment(*id)), "task {id}");
     }
     // (sacct -j of the array's own id, which is also a task's, lists every task.)
     wait_until(

@@ -217,7 +217,7 @@ fn a_job_on_two_simulated_amd_gpus_shows_the_held_ones_figures_and_the_others_id
     // The site report, from Slurm's database: the amd partition's one job, a GPU unused.
     wait_end_in_database(id);
     let stored = stored_comment(id);
-    assert!(stored.starts_with("gpu-tracker:"), "{stored:?}");
+    assert!(is_summary(&stored), "{stored:?}");
     let (code, site, err) = report_as(
         "root",
         &["--by", "partition", "--since", &since, "-f", "json"],

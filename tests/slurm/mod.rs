@@ -8,6 +8,7 @@ mod exporter;
 mod faults;
 mod gpu_depth;
 mod hostile;
+mod jobstats;
 mod load;
 mod mig;
 mod needed;

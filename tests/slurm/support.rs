@@ -530,12 +530,20 @@ pub(crate) fn wait_end_in_database(id: u32) {
     );
 }
 
+/// Whether an `AdminComment` is a summary of ours: jobstats' `JS1:` form with ours inside
+/// (Slurm 23.02 and later, by default) or `gpu-tracker:1:` (22.05, whose sacctmgr lowercases).
+pub(crate) fn is_summary(text: &str) -> bool {
+    text.starts_with("gpu-tracker:1:{")
+        || (text.starts_with("JS1:H4sI")
+            && gpu_tracker::report::stored::Stored::decode(text).is_ok())
+}
+
 pub(crate) fn stored_comment(id: u32) -> String {
     let started = Instant::now();
     loop {
         let polled = Instant::now();
         let text = stored_comment_now(id);
-        if text.starts_with("gpu-tracker:") || started.elapsed() > Duration::from_secs(90) {
+        if is_summary(&text) || started.elapsed() > Duration::from_secs(90) {
             return text;
         }
         poll_pause(Duration::from_millis(500), polled.elapsed());

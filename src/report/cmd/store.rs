@@ -22,6 +22,7 @@ pub fn run(cfg: &Config, job_id: u32, out: &mut Out) -> Result<Exit, Stop> {
             bytes,
             complete,
             left_out,
+            note,
         } => {
             let not_final = if complete {
                 ""
@@ -33,8 +34,13 @@ pub fn run(cfg: &Config, job_id: u32, out: &mut Out) -> Result<Exit, Stop> {
             } else {
                 String::new()
             };
+            let note = if note.is_empty() {
+                String::new()
+            } else {
+                format!("; {note}")
+            };
             out.line(&format!(
-                "gpu-tracker-report: stored the summary of job {job} in Slurm's database ({bytes} bytes{not_final}{other})"
+                "gpu-tracker-report: stored the summary of job {job} in Slurm's database ({bytes} bytes{not_final}{other}{note})"
             ))?;
             Ok(Exit::Ok)
         }
