@@ -125,15 +125,15 @@ expected_deb_main="/usr/bin/gpu-tracker
 /usr/lib/sysusers.d/gpu-tracker.conf
 /usr/share/doc/gpu-tracker/copyright
 /usr/share/doc/gpu-tracker/changelog.gz
-$(for d in $docs; do echo "/usr/share/doc/gpu-tracker/$d"; done)"
+$(for d in $docs; do echo "/usr/share/doc/gpu-tracker/$d.gz"; done)"
 expected_deb_plugin="/usr/lib/$multiarch/slurm-wlm/gpu_tracker.so
 /etc/slurm/plugstack.conf.d/gpu-tracker.conf
 /usr/libexec/gpu-tracker/epilog-slurmctld
 /usr/share/gpu-tracker/cli_filter.lua
 /usr/share/doc/slurm-wlm-gpu-tracker-plugin/copyright
 /usr/share/doc/slurm-wlm-gpu-tracker-plugin/changelog.gz
-/usr/share/doc/slurm-wlm-gpu-tracker-plugin/README.md
-/usr/share/doc/slurm-wlm-gpu-tracker-plugin/RECORD.md"
+/usr/share/doc/slurm-wlm-gpu-tracker-plugin/README.md.gz
+/usr/share/doc/slurm-wlm-gpu-tracker-plugin/RECORD.md.gz"
 check "dpkg -c gpu-tracker: the programs, settings, cron line, unit, docs" \
     same "$expected_deb_main" "$(deb_files "$deb_main")"
 check "dpkg -c slurm-wlm-gpu-tracker-plugin: the plugin in slurm-wlm/, plugstack.conf.d, scripts" \
