@@ -10,11 +10,16 @@ if [[ ${1:-} == --max ]]; then max=$2; shift 2; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 files=()
-add_tree() { while IFS= read -r -d '' f; do
-    [[ $(head -c4 "$f" | od -An -c | tr -d ' ') == 177ELF ]] && files+=("$f")
-done < <(find "$1" -type f -print0); }
+add_tree() {
+    local f
+    while IFS= read -r -d '' f; do
+        if [[ $(head -c4 "$f" | od -An -c | tr -d ' ') == 177ELF ]]; then files+=("$f"); fi
+    done < <(find "$1" -type f -print0)
+}
 n=0
 for a in "$@"; do
+    [[ -e $a ]] || { echo "check-glibc: $a: no such file" >&2; exit 2; }
+    a=$(readlink -f "$a")
     case $a in
     *.deb) n=$((n + 1)); mkdir -p "$tmp/$n"; dpkg-deb -x "$a" "$tmp/$n"; add_tree "$tmp/$n" ;;
     *.rpm) n=$((n + 1)); mkdir -p "$tmp/$n"; (cd "$tmp/$n" && rpm2cpio "$a" | cpio -idm --quiet); add_tree "$tmp/$n" ;;

@@ -151,8 +151,13 @@ check "deb: the plugin depends on Slurm $release, not $next" \
              [[ \$d == *'slurm-wlm-basic-plugins (>= $release~)'* && \$d == *'slurm-wlm-basic-plugins (<< $next~)'* ]]"
 check "deb: the programs need libc6 2.28 at most (dpkg-shlibdeps)" \
     bash -c "d=\$(dpkg-deb -f '$deb_main' Depends); echo \"\$d\"; [[ \$d =~ libc6\ \(\>=\ 2\.(1[0-9]|2[0-8])[\)\.] ]]"
+# dh_installsystemd --no-enable keeps only "enable again what the admin had enabled".
 check "deb: the exporter's unit is not enabled or started on install" \
-    bash -c "! dpkg-deb --ctrl-tarfile '$deb_main' | tar -xO ./postinst | grep -E 'deb-systemd-invoke (start|restart)|deb-systemd-helper enable'"
+    bash -c "dpkg-deb --ctrl-tarfile '$deb_main' | tar -xO ./postinst | awk '
+        /was-enabled/ { kept = 1 } /^[[:space:]]*fi/ { kept = 0 }
+        /deb-systemd-invoke (start|restart)/ { bad = 1 }
+        /deb-systemd-helper enable/ && !kept { bad = 1 }
+        END { exit bad }'"
 check "deb: post-install message of the plugin points at gpu-tracker-report --check" \
     bash -c "dpkg-deb --ctrl-tarfile '$deb_plugin' | tar -xO ./postinst | grep -q 'gpu-tracker-report --check'"
 check "deb: the dbgsym packages hold the debug info of each shipped ELF" \
