@@ -16,6 +16,8 @@
 #                       plain cargo for this machine's glibc.
 #   SLURM_INCLUDE_DIR   Slurm's headers the plugin is built against (default /usr/include).
 #   GPU_TRACKER_PKG_OUT where the packages go (default target/packages).
+#   GPU_TRACKER_SLURM_PKG  the RPM package that installs Slurm (default slurm; OpenHPC's is
+#                       slurm-ohpc): the plugin's Requires and Conflicts name it.
 #   RPMBUILD_NODEPS     1: rpmbuild --nodeps (the default where rpm has no slurm-devel
 #                       installed, as on Debian, whose libslurm-dev then gives the headers).
 set -euo pipefail
@@ -54,6 +56,7 @@ build_rpm() {
     # In place: the unpacked tree the .deb build also uses, so cargo builds it once.
     (cd "$tree" && rpmbuild -bb --build-in-place "${nodeps[@]}" \
         --define "_topdir $top" --define "slurm_include_dir $SLURM_INCLUDE_DIR" \
+        --define "slurm_pkg ${GPU_TRACKER_SLURM_PKG:-slurm}" \
         packaging/rpm/gpu-tracker.spec)
     find "$top/RPMS" -name '*.rpm' -exec mv -f {} "$out/" \;
     if command -v rpmlint >/dev/null; then
