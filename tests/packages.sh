@@ -184,9 +184,24 @@ check "gpu-tracker from the .deb tracks a command" \
     bash -c "'$tmp/deb/usr/bin/gpu-tracker' -e 'sleep 0.2' | grep -q ."
 check "gpu-tracker-report and gpu-tracker-exporter from the .rpm answer --help" \
     bash -c "'$tmp/rpm/usr/bin/gpu-tracker-report' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-exporter' --help >/dev/null"
-check "the plugin from the .deb exports Slurm's symbols with plugin_version $release" \
-    bash -c "nm -D --defined-only '$tmp/deb/usr/lib/$multiarch/slurm-wlm/gpu_tracker.so' | grep -qw plugin_version &&
-             nm -D --defined-only '$tmp/deb/usr/lib/$multiarch/slurm-wlm/gpu_tracker.so' | grep -qw slurm_spank_init"
+# plugin_version: the 4 bytes (little-endian) at the symbol, as slurmstepd reads them.
+plugin_version() {
+    local so=$1 a
+    a=$(nm -D --defined-only "$so" | awk '$3 == "plugin_version" { print $1 }')
+    [[ -n $a ]] || return 1
+    objdump -s --start-address="0x$a" --stop-address="$(printf '0x%x' $((0x$a + 4)))" "$so" |
+        awk 'END { b = $2; print "0x" substr(b, 7, 2) substr(b, 5, 2) substr(b, 3, 2) substr(b, 1, 2) }'
+}
+same_version() {
+    local got
+    got=$(plugin_version "$1") || { echo "no plugin_version in $1"; return 1; }
+    echo "plugin_version $got, headers $num"
+    (($(printf '%d' "$got") == $(printf '%d' "$num"))) && nm -D --defined-only "$1" | grep -qw slurm_spank_init
+}
+check "the plugin in each package exports slurm_spank_init and plugin_version $num (Slurm $release)" \
+    bash -c "$(declare -f plugin_version same_version); num=$num
+             same_version '$tmp/deb/usr/lib/$multiarch/slurm-wlm/gpu_tracker.so' &&
+             same_version '$tmp/rpm/usr/lib64/slurm/gpu_tracker.so'"
 
 echo "packages: $passed passed, $failed failed"
 ((failed == 0))
