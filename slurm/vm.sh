@@ -12,6 +12,10 @@
 #                                    build (unless --no-build: slurm/vm.sh build ran), boot, the
 #                                    real-Slurm suite inside, once, in the suite's mode: without
 #                                    contain_spank on trixie, with it on forky (suite_mode)
+#   slurm/vm.sh debs SUITE [--install]
+#                                    the .debs built here for SUITE's Slurm (packaging/build.sh
+#                                    deb, into target/vm/SUITE/debs); --install: apt installs
+#                                    them in the running guest (docs/INSTALL.md)
 #   slurm/vm.sh down [SUITE]         power the guest(s) off
 #   slurm/vm.sh suites               the suites and the Slurm release each brings
 #
@@ -353,6 +357,25 @@ cmd_test() {
     return "$rc"
 }
 
+# debs SUITE [--install]: the packages for SUITE's Slurm, built here from HEAD against the
+# image's headers (the plugin package then depends on that release), and with --install put
+# into the running guest as a site would (apt, from the shared tree; no network needed: their
+# dependencies are in the image). The suite itself still runs on the tree's build.
+cmd_debs() {
+    local suite=$1 out=$REPO/target/vm/$1/debs
+    # The image's headers only: never rebuild an image here, a guest may be running on it.
+    [[ -f $VMDIR/images/$suite/include/slurm/spank.h ]] || fail "no image of $suite yet: slurm/vm.sh image $suite"
+    say "building the .debs for $suite's Slurm $(cat "$VMDIR/images/$suite/slurm-version") (log: $out.log) ..."
+    mkdir -p "$out"
+    SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include GPU_TRACKER_PKG_OUT=$out \
+        "$REPO/packaging/build.sh" deb >"$out.log" 2>&1 || { tail -n 30 "$out.log" >&2; fail "the .debs for $suite failed"; }
+    ls "$out"/*.deb >&2
+    [[ ${2:-} == --install ]] || return 0
+    vm_alive "$suite" || fail "the $suite guest is not running (slurm/vm.sh boot $suite)"
+    local debs=("$out"/gpu-tracker_*.deb "$out"/slurm-wlm-gpu-tracker-plugin_*.deb)
+    guest "$suite" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}"
+}
+
 cmd_down() {
     local suite rd pid i
     for rd in "$VMDIR"/run/*; do
@@ -379,7 +402,8 @@ case $cmd in
 image | build | boot | up) suite_ok "${1:-}"; need_root "$cmd" "$@"; "cmd_$cmd" "$1" ;;
 test) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_test "$@" ;;
 run) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_run "$@" ;;
+debs) suite_ok "${1:-}"; need_root "$cmd" "$@"; cmd_debs "$@" ;;
 down) need_root "$cmd" "$@"; cmd_down "${1:-}" ;;
 suites) cmd_suites ;;
-*) echo "usage: $0 image|build|boot|up SUITE | test SUITE [--no-build] [FILTER...] | run SUITE -- CMD... | down [SUITE] | suites" >&2; exit 2 ;;
+*) echo "usage: $0 image|build|boot|up SUITE | test SUITE [--no-build] [FILTER...] | run SUITE -- CMD... | debs SUITE [--install] | down [SUITE] | suites" >&2; exit 2 ;;
 esac

@@ -101,10 +101,11 @@ pub fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// The kernel id of the calling thread.
+/// The kernel id of the calling thread. Through the system call, not glibc's `gettid`
+/// wrapper: that one exists only from glibc 2.30, and the packages run on glibc 2.28 (RHEL 8).
 pub fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
+    // SAFETY: SYS_gettid takes no arguments, has no preconditions and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
 /// Keeps the object holding this code (the plugin's `.so` inside slurmstepd) mapped until the
