@@ -28,8 +28,19 @@ struct Job<'a> {
     memory_bytes: Option<u64>,
     memory_limit: Option<u64>,
     cpus: Option<u32>,
-    /// By UUID: the GPU and when its step wrote it.
-    gpus: BTreeMap<&'a str, (&'a LiveGpu, f64)>,
+    /// By UUID.
+    gpus: BTreeMap<&'a str, JobGpu<'a>>,
+}
+
+/// One GPU of a job on this node.
+struct JobGpu<'a> {
+    /// The GPU as the step that wrote last saw it (the device's figures).
+    latest: &'a LiveGpu,
+    /// When that step wrote it.
+    written_at: f64,
+    /// The memory the job's processes use on it: every step's own, added up (a step sees only
+    /// its processes: the batch step's memory is not the extern step's).
+    memory_used: Option<u64>,
 }
 
 fn add<T: std::ops::Add<Output = T>>(a: Option<T>, b: Option<T>) -> Option<T> {
@@ -50,9 +61,15 @@ fn jobs(states: &[LiveState]) -> BTreeMap<(&str, u32), Job<'_>> {
         j.memory_limit = j.memory_limit.max(s.memory.limit_bytes);
         j.cpus = j.cpus.max(s.alloc_cpus);
         for g in s.gpus.iter().filter(|g| g.vendor == Vendor::Nvidia) {
-            let e = j.gpus.entry(g.uuid.as_str()).or_insert((g, s.written_at));
-            if s.written_at > e.1 {
-                *e = (g, s.written_at);
+            let e = j.gpus.entry(g.uuid.as_str()).or_insert(JobGpu {
+                latest: g,
+                written_at: s.written_at,
+                memory_used: None,
+            });
+            e.memory_used = add(e.memory_used, g.memory_used_bytes);
+            if s.written_at > e.written_at {
+                e.latest = g;
+                e.written_at = s.written_at;
             }
         }
     }
@@ -62,7 +79,7 @@ fn jobs(states: &[LiveState]) -> BTreeMap<(&str, u32), Job<'_>> {
 /// A per-job family: name, help, value.
 type JobFamily = (&'static str, &'static str, fn(&Job) -> Option<String>);
 /// A per-GPU family: name, help, value.
-type GpuFamily = (&'static str, &'static str, fn(&LiveGpu) -> Option<String>);
+type GpuFamily = (&'static str, &'static str, fn(&JobGpu) -> Option<String>);
 
 /// One family: its head and samples.
 fn family(out: &mut String, name: &str, help: &str, samples: &[(String, String)]) {
@@ -112,11 +129,12 @@ pub fn render(states: &[LiveState]) -> String {
     for (name, help, f) in cgroup {
         family(&mut out, name, help, &per_job(&f));
     }
-    let gpu_samples = |f: &dyn Fn(&LiveGpu) -> Option<String>| -> Vec<(String, String)> {
+    let gpu_samples = |f: &dyn Fn(&JobGpu) -> Option<String>| -> Vec<(String, String)> {
         let mut v = Vec::new();
         for (k, j) in &jobs {
-            for (uuid, (g, _)) in &j.gpus {
-                if let Some(x) = f(g) {
+            for (uuid, jg) in &j.gpus {
+                let g = jg.latest;
+                if let Some(x) = f(jg) {
                     let l = format!(
                         "{},minor_number=\"{}\",uuid=\"{}\"",
                         job_labels(k),
@@ -133,17 +151,20 @@ pub fn render(states: &[LiveState]) -> String {
         (
             "nvidia_gpu_duty_cycle",
             "GPU utilization, percent (gpu-tracker, jobstats' name)",
-            |g| g.utilization_percent.map(|v| format!("{v:?}")),
+            |g| g.latest.utilization_percent.map(|v| format!("{v:?}")),
         ),
         (
             "nvidia_gpu_memory_used_bytes",
             "GPU memory the job's processes use (gpu-tracker, jobstats' name)",
-            |g| g.memory_used_bytes.map(|v| v.to_string()),
+            |g| g.memory_used.map(|v| v.to_string()),
         ),
         (
             "nvidia_gpu_memory_total_bytes",
             "GPU memory size (gpu-tracker, jobstats' name)",
-            |g| (g.memory_total_bytes > 0).then(|| g.memory_total_bytes.to_string()),
+            |g| {
+                let total = g.latest.memory_total_bytes;
+                (total > 0).then(|| total.to_string())
+            },
         ),
     ];
     for (name, help, f) in gpus {
@@ -153,7 +174,8 @@ pub fn render(states: &[LiveState]) -> String {
     let holders: Vec<(String, String)> = jobs
         .iter()
         .flat_map(|((cluster, id), j)| {
-            j.gpus.iter().map(move |(uuid, (g, _))| {
+            j.gpus.iter().map(move |(uuid, jg)| {
+                let g = jg.latest;
                 let l = format!(
                     "cluster=\"{}\",minor_number=\"{}\",uuid=\"{}\"",
                     label_value(cluster),
@@ -238,5 +260,34 @@ mod tests {
         assert!(!text.contains("cgroup_cpu_total_seconds{cluster=\"c1\",jobid=\"7\""));
         assert!(!text.contains("step="));
         assert_eq!(text.matches("nvidia_gpu_duty_cycle{").count(), 2);
+    }
+
+    #[test]
+    fn a_gpu_s_memory_is_every_step_s_own_added_up() {
+        // The batch step holds 1 GiB on GPU-a; the extern step, written later, sees the same GPU
+        // with none of its own processes on it: the job still uses 1 GiB there (it read 0 when
+        // the last step to write spoke for the GPU's memory too).
+        let mut batch = state(42, "batch", 100.0);
+        batch.gpus = vec![gpu(0, "GPU-a", Some(37.0))];
+        let mut ext = state(42, "extern", 101.0);
+        let mut idle = gpu(0, "GPU-a", Some(38.0));
+        idle.memory_used_bytes = Some(0);
+        ext.gpus = vec![idle];
+        let mut step0 = state(42, "0", 99.0);
+        let mut half = gpu(0, "GPU-a", Some(36.0));
+        half.memory_used_bytes = Some(1 << 29);
+        step0.gpus = vec![half];
+        let text = render(&[batch, ext, step0]);
+        let has = |l: &str| text.lines().any(|x| x == l);
+        assert!(
+            has(
+                "nvidia_gpu_memory_used_bytes{cluster=\"c1\",jobid=\"42\",minor_number=\"0\",uuid=\"GPU-a\"} 1610612736"
+            ),
+            "{text}"
+        );
+        // The device's figures are the latest step's.
+        assert!(has(
+            "nvidia_gpu_duty_cycle{cluster=\"c1\",jobid=\"42\",minor_number=\"0\",uuid=\"GPU-a\"} 38.0"
+        ));
     }
 }

@@ -337,13 +337,23 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         .filter_map(|s| s["metric"]["minor_number"].as_str())
         .collect();
     assert_eq!(minors.len(), 2, "{duty:?}");
-    let used = query(
-        prom_port,
-        &format!("max_over_time(nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}[1m:])"),
+    let used_q =
+        format!("max_over_time(nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}[1m:])");
+    let instant_q = format!("nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}");
+    wait_until(
+        "GPU 0's 1 GiB in jobstats' series",
+        Duration::from_millis(hold),
+        || {
+            query(prom_port, &used_q)
+                .iter()
+                .any(|s| value(s) >= 1024.0 * 1024.0 * 1024.0)
+        },
     );
+    let used = query(prom_port, &used_q);
     assert!(
         used.iter().any(|s| value(s) >= 1024.0 * 1024.0 * 1024.0),
-        "GPU 0's 1 GiB: {used:?}"
+        "GPU 0's 1 GiB: {used:?}; now: {:?}",
+        query(prom_port, &instant_q)
     );
     let held = query(prom_port, &format!("nvidia_gpu_jobId == {id}"));
     assert_eq!(held.len(), 2, "{held:?}");
