@@ -84,6 +84,9 @@ pub(super) fn start_step(
             .flatten()
             .and_then(|t| t.trim().parse::<i64>().ok())
             .filter(|t| *t > 0),
+        restart_count: sp
+            .getenv("SLURM_RESTART_COUNT")
+            .and_then(|c| c.trim().parse::<u32>().ok()),
         now,
         // Under RunInJob the extern step starts before its run's prolog (which it runs).
         not_before: (kind == StepKind::Extern && prolog_runs_in_job()).then_some(now),

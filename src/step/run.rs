@@ -90,6 +90,14 @@ pub struct StepClaim {
     /// environment, so it only ever refuses the job its own run: what it says is checked
     /// against the credential's start in the file, never taken for it.
     pub job_start: Option<i64>,
+    /// The run's restart count as the step was told it (`None`: not told): slurmstepd writes
+    /// `SLURM_RESTART_COUNT` into the batch script's environment for runs after the first, and
+    /// srun passes it on. Read from the job's environment, so, like `job_start`, it only ever
+    /// refuses a file: Slurm 22.05's slurmd skips the prolog of a run that starts on a node
+    /// which still remembers the job's earlier run (a quick requeue), leaving that run's file,
+    /// which the new run's steps must not take for theirs (its record would replace the
+    /// earlier run's).
+    pub restart_count: Option<u32>,
     /// When the step started, Unix seconds.
     pub now: i64,
     /// A run file written before this time is an earlier run's: the extern step under
@@ -214,14 +222,14 @@ pub const TOKENLESS_FRESH_SECONDS: i64 = 300;
 /// The run in `file`, when it is the run of the step that `claim` describes: the same job id,
 /// user and submission token (a reused job id is another job); a file without a token (its
 /// prolog was given none: Slurm 22.05's prolog on a node other than the batch node, or a job
-/// submitted by an earlier build) only while fresh ([`TOKENLESS_FRESH_SECONDS`]); the same start, where
-/// both the step and the file know it; not written after the step's start by more than the
+/// submitted by an earlier build) only while fresh ([`TOKENLESS_FRESH_SECONDS`]); the same start
+/// and restart count, where both the step and the file know them; not written after the step's start by more than the
 /// clocks may differ, nor before `claim.not_before`; and not of a run that had ended (by its
 /// time limit) over an hour before the step started.
 ///
 /// The prolog of each run rewrites the file before the run's first step on the node starts, so
 /// an earlier run's file is left only where this run's prolog did not write (it failed, or
-/// slurmd did not run it) or runs later (the extern step under RunInJob: `not_before`).
+/// slurmd did not run it, as 22.05's slurmd may not for a quick requeue) or runs later (the extern step under RunInJob: `not_before`).
 pub fn accept(file: RunFile, claim: &StepClaim) -> Option<RunInfo> {
     // A file with a token is this submission's only with the step's token. Slurm 22.05 hands
     // the job's control variables only to the prolog of the batch node: another node's prolog,
@@ -237,6 +245,9 @@ pub fn accept(file: RunFile, claim: &StepClaim) -> Option<RunInfo> {
         || file.written_unix > claim.now + 300
         || claim.not_before.is_some_and(|t| file.written_unix < t)
         || matches!((claim.job_start, file.job_start_unix), (Some(a), Some(b)) if a != b)
+        || claim
+            .restart_count
+            .is_some_and(|c| c != file.run.restart_count)
     {
         return None;
     }
@@ -387,6 +398,7 @@ mod tests {
             uid: 1001,
             token: Some("1800000000.000000001.42".into()),
             job_start: None,
+            restart_count: None,
             now,
             not_before: None,
         }
@@ -489,6 +501,28 @@ mod tests {
             old_release.job_start_unix = None;
             assert!(accept(old_release, &told(1_800_000_005)).is_some());
         }
+    }
+
+    #[test]
+    fn a_run_file_of_another_restart_count_is_refused_by_a_step_told_its_count() {
+        // Slurm 22.05 after a quick requeue: no prolog ran for run 2, so the file is run 1's,
+        // same job, token and (no) credential start. The step of run 2 is told 1.
+        let now = 1_800_000_010;
+        let told = |c| StepClaim {
+            restart_count: Some(c),
+            ..claim(now)
+        };
+        let run1 = file(1_800_000_000, None);
+        assert_eq!(accept(run1.clone(), &told(1)), None);
+        assert!(accept(run1.clone(), &told(0)).is_some());
+        // A step told nothing (the first run: Slurm sets no count) judges by the rest.
+        assert!(accept(run1.clone(), &claim(now)).is_some());
+        let mut run2 = run1;
+        run2.run.restart_count = 1;
+        assert_eq!(
+            accept(run2.clone(), &told(1)).map(|r| r.restart_count),
+            Some(1)
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@ use crate::records::record_now;
 use crate::support::*;
 
 const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
 
 /// The job's summary in the report's JSON, as its user reads it.
 fn report_json(id: u32) -> serde_json::Value {
@@ -88,8 +87,11 @@ fn a_job_that_reads_a_large_file_is_sized_from_its_own_memory_not_the_page_cache
     let sum = summary_of(&out);
     let v = report_json(job.id);
     let (charged, needed) = node_peaks(&v);
-    // What the limit counted: the file's pages, charged to the job.
-    assert!(charged > GIB, "charged {charged}: {sum}");
+    // What the limit counted: the file's pages, charged to the job. Not all 1200 MiB: where the
+    // machine is short of free memory (CI runs two guests beside this suite), kswapd takes
+    // read-once pages back from every cgroup while the file is read (stop 55's CI: a 950 MiB
+    // peak), so the test asks for most of the file, far above what the job needed.
+    assert!(charged > 512 * MIB, "charged {charged}: {sum}");
     // What the job needed: its processes' own memory, a few MiB (kernel memory on v1 too).
     assert!(needed < 64 * MIB, "needed {needed}: {sum}");
     let mem = line(sum, "Memory:");
@@ -115,7 +117,7 @@ fn a_job_that_reads_a_large_file_is_sized_from_its_own_memory_not_the_page_cache
         .iter()
         .find(|r| r["step"]["id"] == "batch")
         .unwrap_or_else(|| panic!("no batch record: {v}"))["memory"];
-    assert!(r["job_peak_bytes"].as_u64().unwrap() > GIB, "{r}");
+    assert!(r["job_peak_bytes"].as_u64().unwrap() > 512 * MIB, "{r}");
     assert!(
         r["job_needed_peak_bytes"].as_u64().unwrap() < 64 * MIB,
         "{r}"
