@@ -38,7 +38,12 @@
 # four, slurmdbd the one after, MariaDB, the MIG node and the AMD node the next three: a block of
 # 9, moved on by 9 while taken),
 # GPU_TRACKER_CONTAIN_SPANK=1 (Slurm 24.05+: SlurmdParameters=contain_spank, with the job
-# container plugin that it exists for, so the task callbacks run in the job's namespace).
+# container plugin that it exists for, so the task callbacks run in the job's namespace),
+# GPU_TRACKER_FROM_PACKAGES=1 (the Debian packages are installed, apt install ./*.deb: slurmd
+# loads the plugin where the package put it, through the package's plugstack.conf.d file, which
+# plugstack.conf includes as Debian's own does; the file's config= is pointed at the cluster's
+# settings, as an admin edits a conffile; the programs are the package's, in /usr/bin; nothing is
+# built. The test guests of slurm/vm.sh run their suites so).
 #
 # Works on Slurm 22.05 (Debian 12, cgroup v1) and, inside the test guests of slurm/vm.sh, on
 # Slurm 24.11 and 26.05 with cgroup v2: the cgroup plugin follows /sys/fs/cgroup.
@@ -48,6 +53,12 @@ SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
 REPO=$(dirname "$(dirname "$SCRIPT")")
 STATE=${GPU_TRACKER_CLUSTER_DIR:-/var/tmp/gpu-tracker-cluster}
 PLUGIN_SRC=${GPU_TRACKER_PLUGIN:-$REPO/target/release/libgpu_tracker.so}
+FROM_PACKAGES=${GPU_TRACKER_FROM_PACKAGES:-0}
+# The Debian plugin package's plugstack.conf.d file (debian/rules), with FROM_PACKAGES.
+PACKAGE_STACK=/etc/slurm/plugstack.conf.d/gpu-tracker.conf
+if [[ $FROM_PACKAGES == 1 ]]; then
+    GPU_TRACKER_REPORT_BIN=/usr/bin/gpu-tracker-report GPU_TRACKER_BIN=/usr/bin/gpu-tracker
+fi
 CONF=$STATE/slurm.conf
 TRACKER_CONF=$STATE/gpu-tracker.toml
 NODE=$(hostname -s)
@@ -70,7 +81,7 @@ DBD_CONF=$STATE/slurmdbd.conf
 # unless GPU_TRACKER_PLUGIN names a plugin built elsewhere (the test guests of slurm/vm.sh).
 # fonts-dejavu-core: the font of gpu-tracker-report --plot (the demo draws its job).
 PACKAGES=(slurmctld slurmd slurm-client munge fonts-dejavu-core)
-[[ -n ${GPU_TRACKER_PLUGIN:-} ]] || PACKAGES+=(libslurm-dev libclang-dev gcc libc6-dev)
+[[ -n ${GPU_TRACKER_PLUGIN:-} || $FROM_PACKAGES == 1 ]] || PACKAGES+=(libslurm-dev libclang-dev gcc libc6-dev)
 export SLURM_CONF=$CONF PATH=$PATH:/usr/sbin:/sbin
 
 STEP="" STEP_LOGS=() CONF_CHANGED=0 STACK_CHANGED=0 DB_CHANGED=0 DBD_CHANGED=0 CLUSTER_ADDED=0
@@ -109,6 +120,7 @@ need_root() {
     ((EUID == 0)) && return 0
     command -v sudo >/dev/null || fail "must run as root (no sudo found)"
     exec sudo env GPU_TRACKER_CLUSTER_DIR="$STATE" GPU_TRACKER_PLUGIN="$PLUGIN_SRC" \
+        GPU_TRACKER_FROM_PACKAGES="$FROM_PACKAGES" \
         GPU_TRACKER_SLURM_PORT="${GPU_TRACKER_SLURM_PORT:-16817}" \
         ${GPU_TRACKER_REPORT_BIN:+GPU_TRACKER_REPORT_BIN="$GPU_TRACKER_REPORT_BIN"} bash "$SCRIPT" "$@"
 }

@@ -7,11 +7,13 @@
 #   slurm/vm.sh up SUITE             image, plugin built for its Slurm, guest booted, cluster up
 #   slurm/vm.sh run SUITE -- CMD...  CMD as root in the guest, in the project tree, with the
 #                                    cluster's environment; stdin passed; CMD's exit status
-#   slurm/vm.sh build SUITE          image, and what the guest runs built here (plugin, tests)
+#   slurm/vm.sh build SUITE          image, and what the guest runs built here (the .debs or
+#                                    the plugin, the tests)
 #   slurm/vm.sh test SUITE [--no-build] [FILTER...]
 #                                    build (unless --no-build: slurm/vm.sh build ran), boot, the
-#                                    real-Slurm suite inside, once, in the suite's mode: without
-#                                    contain_spank on trixie, with it on forky (suite_mode)
+#                                    .debs installed (apt), the real-Slurm suite inside on them,
+#                                    once, in the suite's mode: without contain_spank on trixie,
+#                                    with it on forky (suite_mode)
 #   slurm/vm.sh debs SUITE [--install]
 #                                    the .debs built here for SUITE's Slurm (packaging/build.sh
 #                                    deb, into target/vm/SUITE/debs); --install: apt installs
@@ -32,7 +34,11 @@
 # GPU_TRACKER_VM_MEM (MiB, default 6144: a job of the tests asks for --mem=4G), GPU_TRACKER_VM_CPUS (default 2),
 # GPU_TRACKER_DEBIAN_MIRROR (default http://deb.debian.org/debian), GPU_TRACKER_CONTAIN_SPANK
 # (0 or 1: `test` in that mode instead of the suite's own), GPU_TRACKER_VM_APPEND (more kernel
-# arguments for the guests).
+# arguments for the guests), GPU_TRACKER_GUEST_FROM (`debs`, the default: `build` makes the Debian
+# packages for the suite's Slurm, `test` installs them in the guest and its cluster runs the
+# installed plugin and programs, as a site's would; `tree`: the plugin and programs built from
+# the tree and copied in, a minute quicker to build), GPU_TRACKER_GLIBC (for the .debs: empty
+# by default here, plain cargo; 2.28 builds them as packaging/build.sh ships them, with zig).
 set -euo pipefail
 
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
@@ -51,7 +57,9 @@ GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,i
 # Host tools: QEMU and mmdebstrap from bookworm-backports on Debian 12 (bookworm's qemu 7.2
 # conflicts with the qemu-utils 10 some images carry), e2fsprogs for mke2fs -d, and what the
 # plugin's build needs (libclang for bindgen, a C linker; Slurm's headers come from the image).
-HOST_PACKAGES=(qemu-system-x86 mmdebstrap e2fsprogs libclang-dev gcc libc6-dev)
+HOST_PACKAGES=(qemu-system-x86 mmdebstrap e2fsprogs libclang-dev gcc libc6-dev dpkg-dev debhelper)
+FROM=${GPU_TRACKER_GUEST_FROM:-debs}
+[[ $FROM == debs || $FROM == tree ]] || { echo "vm: GPU_TRACKER_GUEST_FROM must be debs or tree, not '$FROM'" >&2; exit 1; }
 
 fail() { echo "vm: $*" >&2; exit 1; }
 say() { echo "vm: $*" >&2; }
@@ -242,14 +250,21 @@ build_for() {
     cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
     [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs)"
     mkdir -p "$out"
-    say "building the plugin for $suite's Slurm $(cat "$VMDIR/images/$suite/slurm-version") (log: $out/build.log) ..."
+    if [[ $FROM == debs ]]; then
+        # The packages a site installs (the plugin's pinned to this Slurm release), in place of
+        # the plugin and programs below.
+        GPU_TRACKER_GLIBC=${GPU_TRACKER_GLIBC-} build_debs "$suite"
+    fi
+    say "building the tests for $suite's Slurm $(cat "$VMDIR/images/$suite/slurm-version") (log: $out/build.log) ..."
     (cd "$REPO" &&
         export CARGO_TARGET_DIR=$REPO/target &&
-        SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include \
-            "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
-        cp target/release/libgpu_tracker.so "$out/libgpu_tracker.so.new" &&
-        mv -f "$out/libgpu_tracker.so.new" "$out/libgpu_tracker.so" &&
-        "$cargo" build --release --locked --bin gpu-tracker --bin gpu-tracker-report -p gpu-tracker &&
+        if [[ $FROM == tree ]]; then
+            SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include \
+                "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
+                cp target/release/libgpu_tracker.so "$out/libgpu_tracker.so.new" &&
+                mv -f "$out/libgpu_tracker.so.new" "$out/libgpu_tracker.so" &&
+                "$cargo" build --release --locked --bin gpu-tracker --bin gpu-tracker-report -p gpu-tracker
+        fi &&
         "$cargo" build --release --locked -p fake-nvml &&
         "$cargo" build --locked -p fake-nvml -p gpu-tracker-test-hog --target-dir target/test-support &&
         "$cargo" test --locked --features spank --test slurm --no-run --message-format=json |
@@ -260,12 +275,30 @@ build_for() {
 
 # The environment every guest command gets: the cluster's, the plugin built for this suite,
 # the project's binaries first on PATH, the prebuilt test programs.
+# With the .debs (GPU_TRACKER_GUEST_FROM=debs), the installed plugin and programs: the cluster
+# loads the package's plugin, and the tests run /usr/bin's programs.
 guest_env() {
     local suite=$1
-    printf '%s ' env "GPU_TRACKER_PLUGIN=$REPO/target/vm/$suite/libgpu_tracker.so" \
-        "GPU_TRACKER_TEST_SUPPORT=$REPO/target/test-support/debug" \
-        "GPU_TRACKER_GUEST_TESTS=${GPU_TRACKER_GUEST_TESTS:-}" \
-        "PATH=$REPO/target/release:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    if [[ $FROM == debs ]]; then
+        printf '%s ' env GPU_TRACKER_FROM_PACKAGES=1 GPU_TRACKER_TEST_BIN_DIR=/usr/bin \
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    else
+        printf '%s ' env "GPU_TRACKER_PLUGIN=$REPO/target/vm/$suite/libgpu_tracker.so" \
+            "PATH=$REPO/target/release:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    fi
+    printf '%s ' "GPU_TRACKER_TEST_SUPPORT=$REPO/target/test-support/debug" \
+        "GPU_TRACKER_GUEST_TESTS=${GPU_TRACKER_GUEST_TESTS:-}"
+}
+
+# Installs SUITE's .debs (built by build_debs) in its running guest as a site would: apt, from
+# the shared tree; no network is needed, their dependencies are in the image.
+install_debs() {
+    local suite=$1 out=$REPO/target/vm/$1/debs
+    vm_alive "$suite" || fail "the $suite guest is not running (slurm/vm.sh boot $suite)"
+    local debs=("$out"/gpu-tracker_*.deb "$out"/slurm-wlm-gpu-tracker-plugin_*.deb)
+    [[ -f ${debs[0]} && -f ${debs[1]} ]] || fail "no .debs for $suite in $out: slurm/vm.sh debs $suite"
+    guest "$suite" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        --allow-downgrades --reinstall "${debs[@]}"
 }
 
 # build SUITE: the image (when missing or stale) and what the guest runs, built here.
@@ -287,6 +320,7 @@ cmd_up() {
     cmd_image "$suite"
     build_for "$suite"
     boot "$suite"
+    [[ $FROM == tree ]] || install_debs "$suite"
     # shellcheck disable=SC2046  # guest_env is a word list
     guest "$suite" $(guest_env "$suite") slurm/local-cluster.sh up
 }
@@ -344,6 +378,10 @@ cmd_test() {
     words="cgroup v2"
     ((mode == 1)) && words+=", contain_spank"
     timed "$suite: boot" boot "$suite"
+    if [[ $FROM == debs ]]; then
+        timed "$suite: apt install the .debs" install_debs "$suite" || return 1
+        words+=", the installed .debs"
+    fi
     say "$suite: real-Slurm suite ($words)"
     # shellcheck disable=SC2046  # guest_env is a word list
     timed "$suite: real-Slurm suite (Slurm $release, $words)" \
@@ -362,6 +400,12 @@ cmd_test() {
 # into the running guest as a site would (apt, from the shared tree; no network needed: their
 # dependencies are in the image). The suite itself still runs on the tree's build.
 cmd_debs() {
+    build_debs "$1"
+    [[ ${2:-} == --install ]] || return 0
+    install_debs "$1"
+}
+
+build_debs() {
     local suite=$1 out=$REPO/target/vm/$1/debs
     # The image's headers only: never rebuild an image here, a guest may be running on it.
     [[ -f $VMDIR/images/$suite/include/slurm/spank.h ]] || fail "no image of $suite yet: slurm/vm.sh image $suite"
@@ -370,10 +414,6 @@ cmd_debs() {
     SLURM_INCLUDE_DIR=$VMDIR/images/$suite/include GPU_TRACKER_PKG_OUT=$out \
         "$REPO/packaging/build.sh" deb >"$out.log" 2>&1 || { tail -n 30 "$out.log" >&2; fail "the .debs for $suite failed"; }
     ls "$out"/*.deb >&2
-    [[ ${2:-} == --install ]] || return 0
-    vm_alive "$suite" || fail "the $suite guest is not running (slurm/vm.sh boot $suite)"
-    local debs=("$out"/gpu-tracker_*.deb "$out"/slurm-wlm-gpu-tracker-plugin_*.deb)
-    guest "$suite" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}"
 }
 
 cmd_down() {

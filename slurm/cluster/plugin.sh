@@ -13,7 +13,7 @@ slurm_at_least() {
 # Builds the release plugin (and, without a real GPU, the test fake NVML library) with cargo,
 # unless GPU_TRACKER_PLUGIN names a plugin built elsewhere.
 build_plugin() {
-    [[ -n ${GPU_TRACKER_PLUGIN:-} ]] && return 0
+    [[ -n ${GPU_TRACKER_PLUGIN:-} || $FROM_PACKAGES == 1 ]] && return 0
     local cargo
     cargo=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
     [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
@@ -111,6 +111,10 @@ EOF2
 # otherwise plugstack.conf stays empty (comments only). Sets STACK_CHANGED when slurmd must restart.
 install_plugin() {
     local so=$STATE/lib/gpu_tracker.so line=""
+    if [[ $FROM_PACKAGES == 1 ]]; then
+        install_packaged_plugin
+        return
+    fi
     if [[ -f $PLUGIN_SRC ]]; then
         install -d -m 0755 "$STATE/lib"
         if ! cmp -s "$PLUGIN_SRC" "$so"; then
@@ -127,6 +131,32 @@ install_plugin() {
     fi
     printf '# SPANK plugins, written by slurm/local-cluster.sh (install_plugin)\n%s' \
         "${line:+$line$'\n'}" | put_file "$STATE/plugstack.conf" 0644 && STACK_CHANGED=1
+    return 0
+}
+
+# The plugin of the installed Debian package (FROM_PACKAGES): plugstack.conf includes
+# plugstack.conf.d/*.conf as slurm-wlm-basic-plugins' own does, and the package's file there
+# names the plugin where the package put it; its config= is pointed at this cluster's settings.
+# A plugin or package file that changed (a new package) restarts slurmd (STACK_CHANGED).
+install_packaged_plugin() {
+    [[ -f $PACKAGE_STACK ]] || fail "GPU_TRACKER_FROM_PACKAGES=1 but $PACKAGE_STACK is missing: apt install the .debs first (slurm/vm.sh debs SUITE --install)"
+    local so
+    so=$(awk '$1 == "optional" || $1 == "required" { print $2; exit }' "$PACKAGE_STACK")
+    [[ -f $so ]] || fail "$PACKAGE_STACK names $so, which is not there"
+    write_tracker_config
+    local stack
+    stack=$(sed -E "s|config=[^ ]*|config=$TRACKER_CONF|" "$PACKAGE_STACK")
+    [[ $stack == "$(cat "$PACKAGE_STACK")" ]] || { printf '%s\n' "$stack" | put_file "$PACKAGE_STACK" 0644 && STACK_CHANGED=1; }
+    # The plugin's own identity: a package upgraded under a running cluster restarts slurmd.
+    local stamp=$STATE/lib/packaged-plugin.stamp
+    if [[ "$(stat -c '%s %Y %i' "$so")" != "$(cat "$stamp" 2>/dev/null)" ]]; then
+        install -d -m 0755 "$STATE/lib"
+        stat -c '%s %Y %i' "$so" >"$stamp"
+        STACK_CHANGED=1
+    fi
+    echo "plugin: $so from package $(dpkg -S "$so" 2>/dev/null | cut -d: -f1), loaded through $PACKAGE_STACK"
+    printf '# SPANK plugins, written by slurm/local-cluster.sh (install_packaged_plugin)\ninclude %s/*.conf\n' \
+        "$(dirname "$PACKAGE_STACK")" | put_file "$STATE/plugstack.conf" 0644 && STACK_CHANGED=1
     return 0
 }
 
@@ -155,9 +185,13 @@ install_tools() {
     fi
     # The advice at submission: slurm/cli_filter.lua beside slurm.conf (CliFilterPlugins),
     # running this cluster's gpu-tracker-report.
+    local filter=$REPO/slurm/cli_filter.lua
+    [[ $FROM_PACKAGES == 1 ]] && filter=/usr/share/gpu-tracker/cli_filter.lua
     sed "s|^local GPU_TRACKER_REPORT = .*|local GPU_TRACKER_REPORT = \"$STATE/bin/gpu-tracker-report\"|" \
-        "$REPO/slurm/cli_filter.lua" | put_file "$STATE/cli_filter.lua" 0644 || true
-    install_copy "$REPO/slurm/epilog-slurmctld" "$STATE/lib/epilog-slurmctld" 0755
+        "$filter" | put_file "$STATE/cli_filter.lua" 0644 || true
+    local epilog=$REPO/slurm/epilog-slurmctld
+    [[ $FROM_PACKAGES == 1 ]] && epilog=/usr/libexec/gpu-tracker/epilog-slurmctld
+    install_copy "$epilog" "$STATE/lib/epilog-slurmctld" 0755
     put_file "$STATE/bin/epilog-slurmctld" 0755 <<EOF || true
 #!/bin/sh
 # Written by slurm/local-cluster.sh: EpilogSlurmctld of the local cluster (up --accounting).

@@ -24,12 +24,15 @@ const GIB: u64 = 1 << 30;
 /// `gpu-tracker-exporter --once` over the cluster's live directory, as root: the exposition
 /// text of every running step.
 fn exporter_once() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-exporter"))
-        .arg("--once")
-        .arg("--live-dir")
-        .arg(state_dir().join("live"))
-        .output()
-        .unwrap();
+    let out = Command::new(program(
+        "gpu-tracker-exporter",
+        env!("CARGO_BIN_EXE_gpu-tracker-exporter"),
+    ))
+    .arg("--once")
+    .arg("--live-dir")
+    .arg(state_dir().join("live"))
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -19,7 +19,10 @@ use crate::support::*;
 /// The check run as root (as an admin runs it) with `slurm_conf`: its exit status and its
 /// checks as (name, status, what it said).
 fn check(slurm_conf: &Path) -> (i32, Vec<(String, String, String)>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"));
+    let mut cmd = Command::new(program(
+        "gpu-tracker-report",
+        env!("CARGO_BIN_EXE_gpu-tracker-report"),
+    ));
     cmd.args(["--check-node", "-f", "json"])
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -107,7 +110,10 @@ fn the_check_is_green_on_the_working_cluster() {
         assert!(g.2.contains("are found: "), "{g:?}");
     }
     // The text says the same, and ends with the verdict.
-    let mut text = Command::new(env!("CARGO_BIN_EXE_gpu-tracker-report"));
+    let mut text = Command::new(program(
+        "gpu-tracker-report",
+        env!("CARGO_BIN_EXE_gpu-tracker-report"),
+    ));
     text.arg("--check").env("SLURM_CONF", slurm_conf());
     let scenario = state_dir().join("simulated-gpus.json");
     if scenario.exists() {

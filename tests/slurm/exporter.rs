@@ -125,7 +125,10 @@ fn value(sample: &Value) -> f64 {
 fn exporter_bin() -> std::path::PathBuf {
     let dst = state_dir().join("bin/gpu-tracker-exporter");
     std::fs::copy(
-        env!("CARGO_BIN_EXE_gpu-tracker-exporter"),
+        program(
+            "gpu-tracker-exporter",
+            env!("CARGO_BIN_EXE_gpu-tracker-exporter"),
+        ),
         dst.with_extension("new"),
     )
     .unwrap();

@@ -16,7 +16,11 @@ fn tracker_bin() -> PathBuf {
     COPIED
         .get_or_init(|| {
             let dst = state_dir().join("bin/gpu-tracker");
-            std::fs::copy(env!("CARGO_BIN_EXE_gpu-tracker"), dst.with_extension("new")).unwrap();
+            std::fs::copy(
+                program("gpu-tracker", env!("CARGO_BIN_EXE_gpu-tracker")),
+                dst.with_extension("new"),
+            )
+            .unwrap();
             std::fs::rename(dst.with_extension("new"), &dst).unwrap();
             dst
         })

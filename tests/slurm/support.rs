@@ -23,6 +23,16 @@ pub(crate) fn state_dir() -> PathBuf {
     )
 }
 
+/// A program of the project as the tests run it: the installed package's where
+/// `GPU_TRACKER_TEST_BIN_DIR` names where the package put them (the guests' suites run on the
+/// installed .debs: slurm/vm.sh), else this build's (`built`, its `CARGO_BIN_EXE_` path).
+pub(crate) fn program(name: &str, built: &str) -> PathBuf {
+    match std::env::var_os("GPU_TRACKER_TEST_BIN_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join(name),
+        _ => PathBuf::from(built),
+    }
+}
+
 /// The test cluster's `slurm.conf`.
 pub(crate) fn slurm_conf() -> PathBuf {
     state_dir().join("slurm.conf")
@@ -310,7 +320,10 @@ pub(crate) fn report_as(user: &str, args: &[&str]) -> (i32, String, String) {
     let bin = COPIED.get_or_init(|| {
         let dst = state_dir().join("bin/gpu-tracker-report");
         std::fs::copy(
-            env!("CARGO_BIN_EXE_gpu-tracker-report"),
+            program(
+                "gpu-tracker-report",
+                env!("CARGO_BIN_EXE_gpu-tracker-report"),
+            ),
             dst.with_extension("new"),
         )
         .unwrap();
