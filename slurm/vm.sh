@@ -271,10 +271,23 @@ build_for() {
         grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$out/tests.list") >"$out/build.log" 2>&1 ||
         { tail -n 30 "$out/build.log" >&2; fail "build for $suite failed"; }
     [[ -s $out/tests.list ]] || fail "no test binary built for $suite"
+    make_reportseff || fail "reportseff could not be installed from PyPI into target/reportseff-py"
 }
 
 # The environment every guest command gets: the cluster's, the plugin built for this suite,
 # the project's binaries first on PATH, the prebuilt test programs.
+# reportseff 2.10.3 and click, pure Python, in target/reportseff-py for the guests' jobstats test
+# (tests/slurm/jobstats.rs): the guests reach no registry, and a virtual environment made here
+# is bound to this machine's Python. Installed with the pip of a virtual environment of ours
+# (Debian's own pip refuses to install outside one).
+make_reportseff() {
+    local dir=$REPO/target/reportseff-py venv=$REPO/target/reportseff-pip
+    [[ -d $dir/reportseff && -d $dir/click ]] && return 0
+    [[ -x $venv/bin/pip ]] || python3 -m venv "$venv" || return 1
+    rm -rf "$dir.new"
+    "$venv/bin/pip" install -q --target "$dir.new" reportseff==2.10.3 && rm -rf "$dir" && mv "$dir.new" "$dir"
+}
+
 # With the .debs (GPU_TRACKER_GUEST_FROM=debs), the installed plugin and programs: the cluster
 # loads the package's plugin, and the tests run /usr/bin's programs.
 guest_env() {

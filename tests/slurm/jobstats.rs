@@ -1,5 +1,5 @@
-//! jobstats' tools on the local cluster's slurmdbd: `reportseff` (installed from PyPI into
-//! `target/jobstats-tools-venv`, as tests/jobstats_tools.rs makes it) reads a tracked job's
+//! jobstats' tools on the local cluster's slurmdbd: `reportseff` (installed from PyPI, see
+//! [`reportseff`]) reads a tracked job's
 //! `AdminComment` through the real `sacct`, and shows the efficiency gpu-tracker's own summary
 //! has. Where `sacctmgr` lowercases what it stores (Slurm 22.05, this host), the summary is
 //! stored in the `gpu-tracker:1:` form, which reportseff passes over: the test asserts that
@@ -12,10 +12,26 @@ use gpu_tracker::report::stored::Stored;
 
 use crate::support::*;
 
-/// The tools' virtual environment, made by tests/jobstats_tools.rs's rule (python3 -m venv,
-/// pip install of the pinned versions) where it is not there yet.
-fn reportseff() -> PathBuf {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/jobstats-tools-venv");
+/// reportseff, as a command to which its arguments are added. The test guests reach no registry
+/// and cannot run the host's virtual environment (its Python is the host's): slurm/vm.sh puts
+/// reportseff and click, pure Python, in `target/reportseff-py` (pip install --target), which
+/// the guest's own python3 runs. On the host, the tools' virtual environment, made by
+/// tests/jobstats_tools.rs's rule (python3 -m venv, pip install of the pinned versions) where
+/// it is not there yet.
+fn reportseff() -> Command {
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
+    let pure = target.join("reportseff-py");
+    if pure.join("reportseff").is_dir() {
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            "import sys; from reportseff.console import main; sys.argv[0] = 'reportseff'; \
+             sys.exit(main())",
+        ])
+        .env("PYTHONPATH", pure);
+        return cmd;
+    }
+    let venv = target.join("jobstats-tools-venv");
     if !venv.join("bin/reportseff").exists() {
         let ok = Command::new("python3")
             .args(["-m", "venv"])
@@ -30,7 +46,7 @@ fn reportseff() -> PathBuf {
                 .success();
         assert!(ok, "reportseff could not be installed from PyPI");
     }
-    venv.join("bin/reportseff")
+    Command::new(venv.join("bin/reportseff"))
 }
 
 fn sacctmgr_keeps_case() -> bool {
@@ -44,13 +60,7 @@ fn sacctmgr_keeps_case() -> bool {
 
 /// reportseff's row for job `id`: JobID, CPUEff, MemEff, GPUEff, GPUMem.
 fn reportseff_row(id: u32) -> Vec<String> {
-    let bin = reportseff();
-    let path = format!(
-        "{}:{}",
-        bin.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(&bin)
+    let out = reportseff()
         .args([
             "--no-color",
             "--parsable",
@@ -58,7 +68,6 @@ fn reportseff_row(id: u32) -> Vec<String> {
             &id.to_string(),
         ])
         .env("SLURM_CONF", slurm_conf())
-        .env("PATH", path)
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
