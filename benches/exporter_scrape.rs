@@ -105,6 +105,7 @@ fn state(i: usize, gpus: usize, now: f64) -> LiveState {
                 utilization_percent: Some(97.0),
                 sm_active_percent: Some(63.218_75),
                 energy_joules: Some(1_234_567.891),
+                power_watts: Some(312.5),
             })
             .collect(),
     }

@@ -98,6 +98,7 @@ fn state(job: u32, step: &str, gpus: usize) -> LiveState {
                 utilization_percent: Some(if g == 0 { 0.0 } else { 95.0 }),
                 sm_active_percent: None,
                 energy_joules: Some(500.0),
+                power_watts: Some(300.0),
             })
             .collect(),
     }

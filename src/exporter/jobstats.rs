@@ -10,9 +10,10 @@
 //! own label (the scrape target, whose host part jobstats takes as the node's name); `cluster`
 //! and `jobid` are written here. A figure we lack is left out, never written as 0: jobstats'
 //! `cgroup_memory_rss_bytes` is the cgroup's RSS, ours is the job's `memory.current` (page
-//! cache included, the only memory figure the live state carries), and its
-//! `nvidia_gpu_power_usage_milliwatts` has no counterpart here (the live state carries energy
-//! since a step began, not power).
+//! cache included, the only memory figure the live state carries). Its
+//! `nvidia_gpu_power_usage_milliwatts` is NVML's power reading; ours is the mean power over the
+//! latest sampling interval, from the energy counter (absent on GPUs without one, and until a
+//! step has read it twice).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -147,7 +148,7 @@ pub fn render(states: &[LiveState]) -> String {
         }
         v
     };
-    let gpus: [GpuFamily; 3] = [
+    let gpus: [GpuFamily; 4] = [
         (
             "nvidia_gpu_duty_cycle",
             "GPU utilization, percent (gpu-tracker, jobstats' name)",
@@ -164,6 +165,16 @@ pub fn render(states: &[LiveState]) -> String {
             |g| {
                 let total = g.latest.memory_total_bytes;
                 (total > 0).then(|| total.to_string())
+            },
+        ),
+        (
+            "nvidia_gpu_power_usage_milliwatts",
+            "GPU power over the latest sampling interval, from the energy counter, milliwatts \
+             (gpu-tracker, jobstats' name)",
+            |g| {
+                g.latest
+                    .power_watts
+                    .map(|w| format!("{:?}", (w * 1000.0).round()))
             },
         ),
     ];
@@ -223,6 +234,7 @@ mod tests {
         step0.memory.current_bytes = Some(1 << 29);
         // The same GPU, read later by the step: it speaks for it.
         step0.gpus = vec![gpu(0, "GPU-a", Some(99.0))];
+        step0.gpus[0].power_watts = Some(312.4567);
         let mut other = state(7, "batch", 100.0);
         other.gpus = vec![gpu(2, "GPU-c", None)];
         let text = render(&[batch, step0, other]);
@@ -260,6 +272,17 @@ mod tests {
         assert!(!text.contains("cgroup_cpu_total_seconds{cluster=\"c1\",jobid=\"7\""));
         assert!(!text.contains("step="));
         assert_eq!(text.matches("nvidia_gpu_duty_cycle{").count(), 2);
+        // Power where a step measured it (GPU-a), left out where none did.
+        assert!(
+            has(
+                "nvidia_gpu_power_usage_milliwatts{cluster=\"c1\",jobid=\"42\",minor_number=\"0\",uuid=\"GPU-a\"} 312457.0"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("nvidia_gpu_power_usage_milliwatts{").count(),
+            1
+        );
     }
 
     #[test]

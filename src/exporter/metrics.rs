@@ -274,6 +274,7 @@ mod tests {
                 sm_active_percent: Some(41.5),
                 cu_occupancy_percent: None,
                 energy_joules: Some(1234.5),
+                power_watts: Some(250.0),
             },
             LiveGpu {
                 vendor: crate::gpu::Vendor::Amd,

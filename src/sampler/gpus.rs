@@ -51,6 +51,8 @@ struct DeviceAcc {
     last_cu_occ: Option<f64>,
     energy_first: Option<u64>,
     energy_last: Option<u64>,
+    /// Power over the latest interval between two readings of the energy counter, watts.
+    last_power_w: Option<f64>,
     /// Readings of the energy counter: one reading measures nothing.
     energy_readings: u32,
     lost: bool,
@@ -90,6 +92,7 @@ impl DeviceAcc {
             last_cu_occ: None,
             energy_first: None,
             energy_last: None,
+            last_power_w: None,
             energy_readings: 0,
             lost: false,
             memory_readings: 0,
@@ -257,6 +260,8 @@ pub struct LatestGpu {
     pub cu_occupancy_percent: Option<f64>,
     /// Energy since the first reading, joules.
     pub energy_joules: Option<f64>,
+    /// Power over the interval between the latest two readings of the energy counter, watts.
+    pub power_watts: Option<f64>,
 }
 
 /// GPU figures over a run.
@@ -463,6 +468,15 @@ impl GpuAccumulator {
                     util_sum += f64::from(pct);
                 }
             }
+            // Power as the energy counter measured it over the interval since the previous
+            // reading: a mean over the interval, which no instantaneous reading between two
+            // samples can miss a spike of.
+            d.last_power_w = match (r.energy_mj, d.energy_last) {
+                (Some(e), Some(prev)) if weight > 0.0 && e >= prev => {
+                    Some((e - prev) as f64 / 1000.0 / weight)
+                }
+                _ => None,
+            };
             if let Some(e) = r.energy_mj {
                 d.energy_first.get_or_insert(e);
                 d.energy_last = Some(e);
@@ -539,6 +553,7 @@ impl GpuAccumulator {
                     (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1000.0),
                     _ => None,
                 },
+                power_watts: d.last_power_w,
             })
             .collect()
     }

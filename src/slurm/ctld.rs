@@ -94,7 +94,8 @@ pub fn start_from_env(job_id: u32, get: impl Fn(&str) -> Option<String>) -> Opti
 
 /// The job's time limit as `squeue -h -j <id> -o %l` prints it (`1-00:00:00`, `UNLIMITED`),
 /// for at most `deadline`. Where the environment has no `PATH` (a prolog's), the system's
-/// directories are searched.
+/// directories are searched. The plugin's prolog is its only caller.
+#[cfg_attr(not(feature = "spank"), allow(dead_code))]
 pub fn time_limit(job_id: u32, deadline: Duration) -> Result<String, String> {
     let mut cmd = Command::new("squeue");
     cmd.args(["-h", "-j", &job_id.to_string(), "-o", "%l"]);

@@ -225,6 +225,10 @@ pub struct LiveGpu {
     /// Energy used since the step's first reading of it, joules.
     #[serde(default)]
     pub energy_joules: Option<f64>,
+    /// Power over the latest sampling interval (from the energy counter), watts; states of
+    /// earlier builds lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
 }
 
 /// Who the step is: fixed for its life, taken once when it starts.
@@ -305,6 +309,7 @@ pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64
                 sm_active_percent: g.sm_active_percent,
                 cu_occupancy_percent: g.cu_occupancy_percent,
                 energy_joules: g.energy_joules,
+                power_watts: g.power_watts,
             }
         })
         .collect();

@@ -340,6 +340,17 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         .filter_map(|s| s["metric"]["minor_number"].as_str())
         .collect();
     assert_eq!(minors.len(), 2, "{duty:?}");
+    // The SIMULATED GPUs draw 60 W each (their energy counters climb at 60 J/s): the power over
+    // a sampling interval, from the counter, is what the dashboard's power panel reads.
+    let power = query(
+        prom_port,
+        &format!("nvidia_gpu_power_usage_milliwatts{{{job}}}"),
+    );
+    assert_eq!(power.len(), 2, "both GPUs: {power:?}");
+    for p in &power {
+        let mw = value(p);
+        assert!((48_000.0..=72_000.0).contains(&mw), "60 W: {power:?}");
+    }
     let used_q =
         format!("max_over_time(nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}[1m:])");
     let instant_q = format!("nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}");

@@ -76,7 +76,7 @@ fn the_report_gives_each_problem_its_own_exit_code_and_still_shows_what_it_can()
     // which spool was read and that its settings were found through slurm.conf and the
     // plugin's line in plugstack.conf, as the plugin got them.
     let settings = state_dir().join("gpu-tracker.toml");
-    let stack = state_dir().join("plugstack.conf");
+    let stack = plugin_line().file;
     for part in [
         format!("spool_dir of {}", settings.display()),
         format!("named by config= at {}:", stack.display()),

@@ -38,6 +38,14 @@ pub(crate) fn slurm_conf() -> PathBuf {
     state_dir().join("slurm.conf")
 }
 
+/// The line of the cluster's plugstack.conf, or of a file it includes (the guests' clusters on
+/// the installed .debs: the package's plugstack.conf.d file), that loads the plugin.
+pub(crate) fn plugin_line() -> gpu_tracker::config::discover::PluginLine {
+    let stack = state_dir().join("plugstack.conf");
+    gpu_tracker::config::discover::plugin_line_in(&stack, &mut Vec::new())
+        .unwrap_or_else(|e| panic!("the plugin is not installed: {e}"))
+}
+
 /// Checks once that the cluster answers and the plugin is installed; copies the test program
 /// where the test user can run it.
 pub(crate) fn cluster() -> &'static Path {
@@ -52,10 +60,10 @@ pub(crate) fn cluster() -> &'static Path {
             String::from_utf8_lossy(&ping.stdout).contains("UP"),
             "slurmctld does not answer: run slurm/local-cluster.sh up"
         );
-        let stack = std::fs::read_to_string(state_dir().join("plugstack.conf")).unwrap();
+        let line = plugin_line();
         assert!(
-            stack.contains("gpu_tracker.so"),
-            "the plugin is not installed: {stack}"
+            line.path.ends_with("gpu_tracker.so"),
+            "the plugin is not installed: {line:?}"
         );
         let bin = state_dir().join("bin");
         std::fs::create_dir_all(&bin).unwrap();

@@ -346,9 +346,14 @@ fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
             sm_active_percent: None,
             cu_occupancy_percent: None,
             energy_joules: Some(2.5),
+            // 2.5 J over the 1 s between the two readings.
+            power_watts: Some(2.5),
         }]
     );
     // The driver does not say the run's process's memory: unknown, not 0.
     sample(&mut acc, reading(20, 7_500, None));
     assert_eq!(acc.latest()[0].tracked_memory, None);
+    // The counter did not move over the last second: no power, while the energy stays.
+    assert_eq!(acc.latest()[0].power_watts, Some(0.0));
+    assert_eq!(acc.latest()[0].energy_joules, Some(2.5));
 }
