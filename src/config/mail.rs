@@ -76,7 +76,7 @@ pub struct MailConfig {
     pub enabled: bool,
     /// Which mail types carry it.
     pub types: Vec<SummaryMailType>,
-    /// Longest time (seconds, 0 to [`MAX_MAIL_WAIT_SECONDS`]) a mail waits for the summary to
+    /// Longest time (seconds, 1 to [`MAX_MAIL_WAIT_SECONDS`]) a mail waits for the summary to
     /// be stored (the EpilogSlurmctld stores it while slurmctld already sends the mail); then
     /// the plain mail goes with one line saying where the summary will be.
     pub wait_seconds: f64,
@@ -116,10 +116,10 @@ impl Default for MailConfig {
 impl MailConfig {
     /// The first key with a value that cannot work, and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if !within(self.wait_seconds, 0.0, MAX_MAIL_WAIT_SECONDS) {
+        if !within(self.wait_seconds, 1.0, MAX_MAIL_WAIT_SECONDS) {
             return Err((
                 "mail.wait_seconds",
-                format!("must be from 0 to {MAX_MAIL_WAIT_SECONDS}"),
+                format!("must be from 1 to {MAX_MAIL_WAIT_SECONDS}"),
             ));
         }
         if !self.mailer.starts_with('/') || self.mailer.chars().any(char::is_control) {
@@ -166,7 +166,7 @@ mod tests {
         assert!(!off.mail.carries("Ended"));
         for (text, key) in [
             ("[mail]\nwait_seconds = 61\n", "mail.wait_seconds"),
-            ("[mail]\nwait_seconds = -1\n", "mail.wait_seconds"),
+            ("[mail]\nwait_seconds = 0.5\n", "mail.wait_seconds"),
             ("[mail]\nmailer = \"sendmail\"\n", "mail.mailer"),
             ("[mail]\nfooter = \"a\\nBcc: x@y\"\n", "mail.footer"),
         ] {
