@@ -141,6 +141,19 @@ impl MailConfig {
     }
 }
 
+/// The `[mail]` table alone of a settings file `text` whose other keys may be unusable: so that
+/// broken settings elsewhere still leave the site's mailer known. `None` when the table itself
+/// cannot be used.
+pub fn mail_table_of(text: &str) -> Option<MailConfig> {
+    #[derive(Deserialize)]
+    struct MailOnly {
+        #[serde(default)]
+        mail: MailConfig,
+    }
+    let m = toml::from_str::<MailOnly>(text).ok()?.mail;
+    m.check().is_ok().then_some(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +186,11 @@ mod tests {
             let e = Config::parse(text, Path::new("t.toml")).unwrap_err();
             assert!(e.to_string().contains(key), "{text}: {e}");
         }
+        // Broken settings elsewhere leave the mailer known; a broken [mail] table does not.
+        let text = "interval = -5\nnot_a_key = 1\n[mail]\nmailer = \"/usr/bin/mail\"\nmailer_kind = \"mail\"\n";
+        assert!(Config::parse(text, Path::new("t.toml")).is_err());
+        assert_eq!(mail_table_of(text).unwrap().mailer, "/usr/bin/mail");
+        assert_eq!(mail_table_of("[mail]\nmailer = \"x\"\n"), None);
         // A type that never ends a job, and an unknown key, are refused by name.
         for text in ["[mail]\ntypes = [\"BEGIN\"]\n", "[mail]\nattach = true\n"] {
             assert!(Config::parse(text, Path::new("t.toml")).is_err(), "{text}");

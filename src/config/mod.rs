@@ -12,7 +12,7 @@ use crate::sampler::MemoryDetail;
 
 pub use admin_comment::{AdminCommentConfig, CommentFormat, OtherComment};
 pub use advise::{AdviseConfig, GpuType};
-pub use mail::{MailConfig, MailerKind, SummaryMailType};
+pub use mail::{MailConfig, MailerKind, SummaryMailType, mail_table_of};
 pub use paths::lexical;
 
 use crate::units::{

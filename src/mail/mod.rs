@@ -17,7 +17,7 @@ mod send;
 
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, MailConfig, MailerKind};
+use crate::config::{Config, ConfigError, MailConfig, MailerKind};
 pub use request::Env;
 use request::{MailRequest, Target, TrackAsked};
 
@@ -91,9 +91,19 @@ fn plan(req: &MailRequest, cfg: &Config) -> Plan {
     }
 }
 
-/// The mailer and its kind when the settings cannot be read: the default `sendmail` where it
-/// is, else Slurm's own default MailProg, `/bin/mail`.
-fn fallback_mailer() -> (String, MailerKind) {
+/// The mailer and its kind when the settings cannot be used (`e`): their `[mail]` table's when
+/// it can be read alone, else the default `sendmail` where it is, else Slurm's own default
+/// MailProg, `/bin/mail`.
+fn fallback_mailer(e: &ConfigError) -> (String, MailerKind) {
+    let path = match e {
+        ConfigError::Io(p, _) | ConfigError::Syntax(p, _) | ConfigError::Value(p, ..) => p,
+    };
+    let table = crate::sys::read_small_file(path, crate::config::MAX_SETTINGS_BYTES, "settings")
+        .ok()
+        .and_then(|text| crate::config::mail_table_of(&text));
+    if let Some(m) = table {
+        return (m.mailer, m.mailer_kind);
+    }
     let d = MailConfig::default();
     if std::path::Path::new(&d.mailer).exists() {
         (d.mailer, d.mailer_kind)
@@ -117,19 +127,21 @@ pub fn run(args: &[String], env: &Env) -> Exit {
             return Exit::Usage;
         }
     };
-    let cfg = match crate::config::discover::find(&crate::config::discover::Places::from_env(None))
-    {
-        Ok(found) => Some(found.config),
+    let places = crate::config::discover::Places::from_env(None);
+    let (cfg, (mailer, kind)) = match crate::config::discover::find(&places) {
+        Ok(found) => {
+            let m = (
+                found.config.mail.mailer.clone(),
+                found.config.mail.mailer_kind,
+            );
+            (Some(found.config), m)
+        }
         Err(e) => {
             note(&format!(
                 "settings not usable, the mail goes as Slurm made it: {e}"
             ));
-            None
+            (None, fallback_mailer(&e))
         }
-    };
-    let (mailer, kind) = match &cfg {
-        Some(c) => (c.mail.mailer.clone(), c.mail.mailer_kind),
-        None => fallback_mailer(),
     };
     let to = match message::recipients(&req.recipient) {
         Some(to) => to,
