@@ -18,7 +18,7 @@ mod send;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, ConfigError, MailConfig, MailerKind};
-pub use request::Env;
+pub use request::{Env, OPT_OUT_VAR, submission_env};
 use request::{MailRequest, Target, TrackAsked};
 
 /// How a run ended, as its exit status: slurmctld logs MailProg's output when it is not 0.

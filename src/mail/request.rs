@@ -21,6 +21,26 @@ pub const SPANK_TRACK_VAR: &str = "SPANK_GPU_TRACKER_TRACK";
 /// The submission's token (the plugin's `SLURM_GPU_TRACKER_SUBMIT`), as MailProg sees it.
 pub const SPANK_TOKEN_VAR: &str = "SPANK_SLURM_GPU_TRACKER_SUBMIT";
 
+/// What the plugin puts in a new job's control environment at submission for its mails (sbatch,
+/// salloc, srun keep it with the job in slurmctld, which gives it MailProg with the `SPANK_`
+/// prefix): the user's [`OPT_OUT_VAR`] when it is `off`, and whether `--gpu-track` (`option`:
+/// its value, `""` when bare) asked for tracking.
+pub fn submission_env(
+    option: Option<&str>,
+    opt_out: Option<&str>,
+) -> Vec<(&'static str, &'static str)> {
+    let mut vars = Vec::new();
+    if opt_out.is_some_and(|v| v.trim().eq_ignore_ascii_case("off")) {
+        vars.push((OPT_OUT_VAR, "off"));
+    }
+    match option {
+        Some("off") => vars.push(("GPU_TRACKER_TRACK", "off")),
+        Some(_) => vars.push(("GPU_TRACKER_TRACK", "on")),
+        None => {}
+    }
+    vars
+}
+
 /// MailProg's environment, by name (values read lossily as UTF-8).
 #[derive(Debug, Clone, Default)]
 pub struct Env(BTreeMap<String, String>);
@@ -330,6 +350,27 @@ mod tests {
         env.push(("GPU_TRACKER_MAIL", "off"));
         let r = MailRequest::parse(&args(&["-s", "x", "alice"]), &Env::of(env)).unwrap();
         assert!(!r.opted_out);
+    }
+
+    #[test]
+    fn the_submission_passes_on_the_users_choices_under_the_names_mailprog_reads() {
+        assert_eq!(submission_env(None, None), vec![]);
+        assert_eq!(
+            submission_env(Some(""), Some("Off")),
+            vec![("GPU_TRACKER_MAIL", "off"), ("GPU_TRACKER_TRACK", "on")]
+        );
+        assert_eq!(
+            submission_env(Some("off"), Some("on")),
+            vec![("GPU_TRACKER_TRACK", "off")]
+        );
+        // slurmctld adds `SPANK_` to what the plugin sets: the names MailProg reads.
+        for (name, _) in submission_env(Some("5"), Some("off")) {
+            let seen = format!("SPANK_{name}");
+            assert!(
+                [SPANK_OPT_OUT_VAR, SPANK_TRACK_VAR].contains(&seen.as_str()),
+                "{seen}"
+            );
+        }
     }
 
     #[test]
