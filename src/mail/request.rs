@@ -194,7 +194,9 @@ fn target(subject: &str, env: &Env) -> Option<Target> {
     if let Some(rest) = subject.strip_prefix("Slurm Array Summary Job_id=") {
         let (a, rest) = number(rest)?;
         let (j, _) = number(rest.strip_prefix("_* (")?)?;
-        return (Some(a) == array && j == job).then_some(Target::Array(a));
+        // The array's meta record, whose job id is the array's: SLURM_ARRAY_JOB_ID is set
+        // once its last task ran (an array whose tasks never ran has none).
+        return (array.unwrap_or(job) == a && j == job).then_some(Target::Array(a));
     }
     if let Some(rest) = subject.strip_prefix("Slurm Array Task Job_id=") {
         let (a, rest) = number(rest)?;
@@ -288,17 +290,19 @@ mod tests {
 
     #[test]
     fn arrays_are_told_from_their_subject_and_ids() {
-        let mut env = env_22_05();
-        env.extend([("SLURM_ARRAY_JOB_ID", "50"), ("SLURM_ARRAY_TASK_ID", "3")]);
-        env.retain(|(k, _)| *k != "SLURM_JOB_ID");
-        env.push(("SLURM_JOB_ID", "53"));
-        let env = Env::of(env);
-        let sum =
-            "Slurm Array Summary Job_id=50_* (53) Name=sweep Ended, COMPLETED, ExitCode [0-0]";
-        let r = MailRequest::parse(&args(&["-s", sum, "a@b.c"]), &env).unwrap();
-        assert_eq!(r.target, Some(Target::Array(50)));
+        // Task 3 (job 53) of array 50, with --mail-type=END,ARRAY_TASKS: its own mail.
+        let with = |job: &'static str, task: &'static str| {
+            let mut env = env_22_05();
+            env.retain(|(k, _)| *k != "SLURM_JOB_ID");
+            env.extend([
+                ("SLURM_JOB_ID", job),
+                ("SLURM_ARRAY_JOB_ID", "50"),
+                ("SLURM_ARRAY_TASK_ID", task),
+            ]);
+            Env::of(env)
+        };
         let task = "Slurm Array Task Job_id=50_3 (53) Name=sweep Ended, Run time 00:00:01, COMPLETED, ExitCode 0";
-        let r = MailRequest::parse(&args(&["-s", task, "a@b.c"]), &env).unwrap();
+        let r = MailRequest::parse(&args(&["-s", task, "a@b.c"]), &with("53", "3")).unwrap();
         assert_eq!(
             r.target,
             Some(Target::ArrayTask {
@@ -308,17 +312,32 @@ mod tests {
             })
         );
         assert_eq!(r.target.unwrap().job_ref(), "50_3");
-        // Ids the environment does not confirm name no job: no summary is looked for.
-        let other = "Slurm Array Summary Job_id=51_* (53) Name=x Ended";
-        let r = MailRequest::parse(&args(&["-s", other, "a@b.c"]), &env).unwrap();
-        assert_eq!(r.target, None);
-        let plain = "Slurm Job_id=53 Name=x Ended";
-        assert_eq!(
-            MailRequest::parse(&args(&["-s", plain, "a@b.c"]), &env)
-                .unwrap()
-                .target,
-            Some(Target::Job(53))
+        // The array's one mail: the variables are its meta record's, whose job id is the
+        // array's and whose task is the last one that ran.
+        let meta = with("50", "7");
+        let sum =
+            "Slurm Array Summary Job_id=50_* (50) Name=sweep Ended, COMPLETED, ExitCode [0-0]";
+        let r = MailRequest::parse(&args(&["-s", sum, "a@b.c"]), &meta).unwrap();
+        assert_eq!(r.target, Some(Target::Array(50)));
+        let r = MailRequest::parse(
+            &args(&["-s", sum, "a@b.c"]),
+            &Env::of([("SLURM_JOB_ID", "50")]),
         );
+        assert_eq!(r.unwrap().target, Some(Target::Array(50)));
+        // Ids the environment does not confirm name no job: no summary is looked for.
+        for other in [
+            "Slurm Array Summary Job_id=51_* (50) Name=x Ended",
+            "Slurm Array Summary Job_id=50_* (53) Name=x Ended",
+            "Slurm Array Task Job_id=50_4 (53) Name=x Ended",
+        ] {
+            let env = if other.contains("Task") {
+                with("53", "3")
+            } else {
+                meta.clone()
+            };
+            let r = MailRequest::parse(&args(&["-s", other, "a@b.c"]), &env).unwrap();
+            assert_eq!(r.target, None, "{other}");
+        }
     }
 
     #[test]
