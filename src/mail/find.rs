@@ -82,6 +82,40 @@ pub fn wait_for(
     }
 }
 
+/// How long past the bound [`search_within`] waits for a search that has not ended.
+pub const GRACE: Duration = Duration::from_millis(500);
+
+/// [`wait_for`] on a thread of its own, given up at `bound` (and [`GRACE`]) after `begun` even
+/// where a look does not end (a spool on a file system that does not answer, where a read can
+/// wait for ever) or panics: the mail then goes without the summary.
+pub fn search_within(
+    mut source: Box<dyn Source + Send>,
+    target: Target,
+    begun: Instant,
+    bound: Duration,
+) -> Outcome {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("mail-search".into())
+        .spawn(move || {
+            let _ = tx.send(wait_for(source.as_mut(), target, begun, bound));
+        });
+    if let Err(e) = spawned {
+        return Outcome::Missing(format!("no thread for the search: {e}"));
+    }
+    let left = (begun + bound + GRACE).saturating_duration_since(Instant::now());
+    match rx.recv_timeout(left) {
+        Ok(outcome) => outcome,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Outcome::Missing(format!(
+            "the search did not end within {:.1} s",
+            bound.as_secs_f64()
+        )),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Outcome::Missing("the search failed".into())
+        }
+    }
+}
+
 /// Slurm's database, then the spool: the [`Source`] of a real run.
 pub struct DbAndSpool {
     /// This cluster's directory in the spool.
@@ -293,6 +327,42 @@ mod tests {
         assert_eq!(s.asked, 3);
         // Two pauses: 250 ms and 500 ms.
         assert!(begun.elapsed() < Duration::from_secs(2));
+    }
+
+    /// A look that never ends, whatever its deadline (a read on a hung file system), or panics.
+    struct Stuck(bool);
+
+    impl Source for Stuck {
+        fn look(&mut self, _t: Target, _left: Duration) -> Look {
+            if self.0 {
+                panic!("a look that panics");
+            }
+            std::thread::sleep(Duration::from_secs(30));
+            Look::Found("too late".into())
+        }
+    }
+
+    #[test]
+    fn a_look_that_never_ends_or_panics_costs_the_bound_and_no_more() {
+        for panics in [false, true] {
+            let begun = Instant::now();
+            let out = search_within(
+                Box::new(Stuck(panics)),
+                Target::Job(1),
+                begun,
+                Duration::from_secs(1),
+            );
+            assert!(matches!(out, Outcome::Missing(_)), "{out:?}");
+            assert!(begun.elapsed() < Duration::from_secs(1) + GRACE + Duration::from_millis(500));
+        }
+        let s = scripted(vec![], Look::Found("here".into()), 0);
+        let out = search_within(
+            Box::new(s),
+            Target::Job(1),
+            Instant::now(),
+            Duration::from_secs(5),
+        );
+        assert_eq!(out, Outcome::Summary("here".into()));
     }
 
     #[test]

@@ -176,7 +176,7 @@ pub fn run(args: &[String], env: &Env) -> Exit {
 /// line and how to leave it out; else the one line saying where the summary will be.
 fn summary_body(req: &MailRequest, target: Target, cfg: &Config, begun: Instant) -> String {
     let cluster = crate::config::slurmconf::cluster_dir_name(req.cluster.as_deref());
-    let mut source = find::DbAndSpool {
+    let source = find::DbAndSpool {
         spool: cfg.spool_dir.join(&cluster),
         uid: req.uid,
         name: req.job_name.clone(),
@@ -188,7 +188,7 @@ fn summary_body(req: &MailRequest, target: Target, cfg: &Config, begun: Instant)
     };
     let bound = Duration::from_secs_f64(cfg.mail.wait_seconds);
     compose(
-        find::wait_for(&mut source, target, begun, bound),
+        find::search_within(Box::new(source), target, begun, bound),
         target,
         &cfg.mail.footer,
     )
