@@ -1,6 +1,7 @@
 #!/bin/bash
 # Builds what the packages ship, for the RPM spec and debian/rules alike, and copies it to OUTDIR:
-#   OUTDIR/gpu-tracker, gpu-tracker-report, gpu-tracker-exporter   the three programs
+#   OUTDIR/gpu-tracker, gpu-tracker-report, gpu-tracker-exporter,
+#          gpu-tracker-mail                                         the four programs
 #   OUTDIR/gpu_tracker.so                                           the SPANK plugin
 #   OUTDIR/slurm-version                                            the Slurm release it is for
 # Unstripped: the package tools strip them and keep the debug info in the debug package.
@@ -51,7 +52,7 @@ else
     built=${CARGO_TARGET_DIR:-target}/$triple/release
 fi
 mkdir -p "$out"
-for f in gpu-tracker gpu-tracker-report gpu-tracker-exporter; do
+for f in gpu-tracker gpu-tracker-report gpu-tracker-exporter gpu-tracker-mail; do
     install -m 0755 "$built/$f" "$out/$f"
 done
 install -m 0755 "$built/libgpu_tracker.so" "$out/gpu_tracker.so"

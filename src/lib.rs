@@ -37,6 +37,7 @@ pub mod gpu;
 pub mod gres;
 pub mod history;
 pub mod launch;
+pub mod mail;
 pub mod proc;
 pub mod report;
 pub mod sampler;

@@ -63,7 +63,7 @@ one() { # GLOB: the one file it names
     echo "${f[0]}"
 }
 
-docs="README.md INSTALL.md OPTIONS.md REPORT.md SUMMARY.md EXPORTER.md SECURITY.md COSTS.md LAYOUT.md AMD.md MIG.md"
+docs="README.md INSTALL.md OPTIONS.md REPORT.md SUMMARY.md EXPORTER.md SECURITY.md COSTS.md LAYOUT.md AMD.md MIG.md MAIL.md"
 rpm_main=$(one "gpu-tracker-$version-1.$arch.rpm") || exit 1
 rpm_plugin=$(one "slurm-spank-gpu-tracker-$version-1.$arch.rpm") || exit 1
 rpm_debug=$(one "gpu-tracker-debuginfo-$version-1.$arch.rpm") || exit 1
@@ -77,6 +77,7 @@ rpm_files() { rpm -qlp "$1" 2>/dev/null | grep -v '^/usr/lib/\.build-id'; }
 expected_rpm_main="/usr/bin/gpu-tracker
 /usr/bin/gpu-tracker-report
 /usr/bin/gpu-tracker-exporter
+/usr/bin/gpu-tracker-mail
 /etc/slurm
 /etc/slurm/gpu-tracker.toml
 /etc/cron.d/gpu-tracker
@@ -110,7 +111,7 @@ check "rpm: the plugin requires Slurm $release and conflicts with $next" \
     bash -c "rpm -qp --requires '$rpm_plugin' 2>/dev/null | grep -qx 'slurm >= $release' &&
              rpm -qp --conflicts '$rpm_plugin' 2>/dev/null | grep -qx 'slurm >= $next'"
 check "rpm: the debuginfo package holds the programs' and the plugin's debug info" \
-    bash -c "rpm -qlp '$rpm_debug' 2>/dev/null | grep -E '/usr/lib/debug/usr/(bin/gpu-tracker|bin/gpu-tracker-report|bin/gpu-tracker-exporter|lib64/slurm/gpu_tracker.so)-.*\.debug$' | wc -l | grep -qx 4"
+    bash -c "rpm -qlp '$rpm_debug' 2>/dev/null | grep -E '/usr/lib/debug/usr/(bin/gpu-tracker|bin/gpu-tracker-report|bin/gpu-tracker-exporter|bin/gpu-tracker-mail|lib64/slurm/gpu_tracker.so)-.*\.debug$' | wc -l | grep -qx 5"
 check "rpm: post-install message of the plugin points at gpu-tracker-report --check" \
     bash -c "rpm -qp --scripts '$rpm_plugin' 2>/dev/null | grep -q 'gpu-tracker-report --check'"
 
@@ -119,6 +120,7 @@ deb_files() { dpkg -c "$1" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $6 }'; 
 expected_deb_main="/usr/bin/gpu-tracker
 /usr/bin/gpu-tracker-report
 /usr/bin/gpu-tracker-exporter
+/usr/bin/gpu-tracker-mail
 /etc/slurm/gpu-tracker.toml
 /etc/cron.d/gpu-tracker
 /lib/systemd/system/gpu-tracker-exporter.service
@@ -161,7 +163,7 @@ check "deb: the exporter's unit is not enabled or started on install" \
 check "deb: post-install message of the plugin points at gpu-tracker-report --check" \
     bash -c "dpkg-deb --ctrl-tarfile '$deb_plugin' | tar -xO ./postinst | grep -q 'gpu-tracker-report --check'"
 check "deb: the dbgsym packages hold the debug info of each shipped ELF" \
-    bash -c "[[ \$( (dpkg -c '$deb_debug'; dpkg -c '$deb_plugin_debug') | grep -c '/usr/lib/debug/.build-id/.*\.debug$') == 4 ]]"
+    bash -c "[[ \$( (dpkg -c '$deb_debug'; dpkg -c '$deb_plugin_debug') | grep -c '/usr/lib/debug/.build-id/.*\.debug$') == 5 ]]"
 
 # --- Both: stripped, glibc 2.28 at most, and the programs run.
 tmp=$(mktemp -d)
@@ -182,8 +184,8 @@ check "every shipped ELF needs GLIBC_2.28 at most (packaging/check-glibc.sh)" \
     packaging/check-glibc.sh --max 2.28 "$tmp/deb" "$tmp/rpm"
 check "gpu-tracker from the .deb tracks a command" \
     bash -c "'$tmp/deb/usr/bin/gpu-tracker' -e 'sleep 0.2' | grep -q ."
-check "gpu-tracker-report and gpu-tracker-exporter from the .rpm answer --help" \
-    bash -c "'$tmp/rpm/usr/bin/gpu-tracker-report' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-exporter' --help >/dev/null"
+check "gpu-tracker-report, gpu-tracker-exporter and gpu-tracker-mail from the .rpm answer --help" \
+    bash -c "'$tmp/rpm/usr/bin/gpu-tracker-report' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-exporter' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-mail' --help >/dev/null"
 # plugin_version: the 4 bytes (little-endian) at the symbol, as slurmstepd reads them.
 plugin_version() {
     local so=$1 a

@@ -12,6 +12,7 @@ use crate::sampler::MemoryDetail;
 
 pub use admin_comment::{AdminCommentConfig, CommentFormat, OtherComment};
 pub use advise::{AdviseConfig, GpuType};
+pub use mail::{MailConfig, MailerKind, SummaryMailType, mail_table_of};
 pub use paths::lexical;
 
 use crate::units::{
@@ -158,6 +159,8 @@ pub struct Config {
     pub advise: AdviseConfig,
     /// The summary stored in Slurm's database (`[admin_comment]`).
     pub admin_comment: AdminCommentConfig,
+    /// The summary in Slurm's end-of-job mail (`[mail]`, `gpu-tracker-mail`).
+    pub mail: MailConfig,
 }
 
 impl Default for Config {
@@ -201,6 +204,7 @@ impl Default for Config {
             class_memory_throttled_percent: 10.0,
             advise: AdviseConfig::default(),
             admin_comment: AdminCommentConfig::default(),
+            mail: MailConfig::default(),
         }
     }
 }
@@ -422,6 +426,9 @@ impl Config {
         if let Err((key, why)) = c.admin_comment.check() {
             return bad(key, why);
         }
+        if let Err((key, why)) = c.mail.check() {
+            return bad(key, why);
+        }
         if c.steps.is_empty() {
             return bad(
                 "steps",
@@ -590,6 +597,7 @@ fn key_line(text: &str, key: &str) -> Option<usize> {
 pub mod admin_comment;
 pub(crate) mod advise;
 pub mod discover;
+pub(crate) mod mail;
 mod paths;
 pub(crate) mod plugstack;
 pub mod slurmconf;

@@ -50,6 +50,7 @@ fn empty_file_gives_defaults_and_the_example_parses() {
     assert!(c.tracks(StepKind::Batch) && !c.tracks(StepKind::Extern));
     assert_eq!(c.advise, super::AdviseConfig::default());
     assert_eq!(c.admin_comment, super::AdminCommentConfig::default());
+    assert_eq!(c.mail, super::MailConfig::default());
 }
 
 #[test]

@@ -159,9 +159,14 @@ pub fn the_job(job: &str, rows: Vec<DbJob>) -> Option<DbJob> {
 /// Every job `sacct -j job` shows that is the one asked for ([`rows_of`]): one for a job or an
 /// array task, every task for an array's own id. Names are not asked for ([`fetch_name`]).
 pub fn fetch_all(job: &str) -> Result<Vec<DbJob>, String> {
+    fetch_all_within(job, COMMAND_DEADLINE)
+}
+
+/// [`fetch_all`] with `sacct` stopped after `deadline` (the end-of-job mail's bound).
+pub fn fetch_all_within(job: &str, deadline: Duration) -> Result<Vec<DbJob>, String> {
     let out = run(
         Command::new("sacct").args(["-n", "-X", "-P", "-j", job, "-o", JOB_FIELDS]),
-        COMMAND_DEADLINE,
+        deadline,
     )?;
     Ok(rows_of(job, &out))
 }

@@ -190,6 +190,17 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
                     "gpu-tracker: the submission token is not passed to the prolog: {e}"
                 ));
             }
+            // For the job's mails (gpu-tracker-mail, docs/MAIL.md): the user's
+            // GPU_TRACKER_MAIL=off, and whether --gpu-track asked for tracking.
+            let asked = state().option.clone();
+            let opt_out = std::env::var(crate::mail::OPT_OUT_VAR).ok();
+            for (name, value) in crate::mail::submission_env(asked.as_deref(), opt_out.as_deref()) {
+                if let Err(e) = Spank::new(sp).job_control_setenv(name, value) {
+                    ffi::log_debug(&format!(
+                        "gpu-tracker: {name} is not passed to the job's mails: {e}"
+                    ));
+                }
+            }
             return Ok(());
         }
         if !in_context(&[S_CTX_REMOTE]) {
