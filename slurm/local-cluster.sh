@@ -25,6 +25,9 @@
 #   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd,
 #                        the test users in an account, and EpilogSlurmctld=<state>/bin/epilog-slurmctld
 #                        (slurm/epilog-slurmctld: the summary stored in Slurm's database)
+#   --mail               MailProg=<state>/bin/gpu-tracker-mail (the job's summary in Slurm's
+#                        end-of-job mail, docs/MAIL.md) and Debian's exim4, local delivery only,
+#                        to /var/mail/USER (slurm/cluster/mail.sh)
 #   --quick-check        after the daemons start, one srun and one batch job as the test user,
 #                        and the job in the database (with --accounting); not the GPUs, every
 #                        node, MIG and AMD that "up" otherwise checks (the test suite checks
@@ -72,7 +75,7 @@ TEST_ACCOUNT=gputest
 AMD_ROOT=$STATE/amd-root
 SIMAMD_PID=$STATE/run/simamd.pid
 # What "up" was asked for (parse_options).
-NODES=1 NODE_LOCAL=0 ACCOUNTING=0 QUICK_CHECK=0
+NODES=1 NODE_LOCAL=0 ACCOUNTING=0 QUICK_CHECK=0 MAIL=0
 # slurmdbd's database: a MariaDB of our own (data, socket and port in the state directory).
 DB_CNF=$STATE/mariadb.cnf
 DB_RUN=$STATE/run/mysqld
@@ -138,13 +141,15 @@ parse_options() {
             NODES=${1#--nodes=} ;;
         --node-local-spool) NODE_LOCAL=1 ;;
         --accounting) ACCOUNTING=1 ;;
+        --mail) MAIL=1 ;;
         --quick-check) QUICK_CHECK=1 ;;
-        *) fail "unknown option '$1' (up|demo [--nodes N] [--node-local-spool] [--accounting] [--quick-check])" ;;
+        *) fail "unknown option '$1' (up|demo [--nodes N] [--node-local-spool] [--accounting] [--mail] [--quick-check])" ;;
         esac
         shift
     done
     ((NODE_LOCAL == 0 || NODES >= 2)) || fail "--node-local-spool needs --nodes 2 or more (the first node keeps the shared spool)"
     ((ACCOUNTING == 0)) || PACKAGES+=(mariadb-server slurmdbd)
+    ((MAIL == 0)) || PACKAGES+=(exim4-daemon-light)
     ((NODES == 1)) || PACKAGES+=(python3) # the AMD node's simulator (tests/simamd.py)
     return 0
 }
@@ -186,7 +191,7 @@ slurmd_pid_files() {
 }
 
 # The parts, by what each does (each only defines functions and reads the globals above).
-for part in setup plugin daemons accounting verify; do
+for part in setup plugin daemons accounting mail verify; do
     # shellcheck source=/dev/null
     source "$REPO/slurm/cluster/$part.sh"
 done
@@ -205,6 +210,7 @@ cmd_up() {
     step "build plugin" "$STATE/log/build.log"; build_plugin
     step "plugin hook"; install_plugin
     step "install tools"; install_tools
+    if ((MAIL)); then step "mail"; install_mail_tools; start_mail; fi
     step "start munged" /var/log/munge/munged.log; start_munge
     if [[ -n $(amd_node) ]]; then
         step "start AMD simulator" "$STATE/log/simamd.log"; start_simamd
@@ -365,7 +371,7 @@ cmd_demo() {
     STEP=""
 }
 
-usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] [--quick-check] | down | status | env | on-node NODE -- CMD... | restart-slurmd NODE"
+usage="usage: $0 up|demo [--nodes N] [--node-local-spool] [--accounting] [--mail] [--quick-check] | down | status | env | on-node NODE -- CMD... | restart-slurmd NODE"
 cmd=${1:-}
 shift || true
 case $cmd in

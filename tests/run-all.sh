@@ -52,7 +52,7 @@ test_packages() {
 }
 timed "host: packages the tests need" test_packages
 timed "host: Slurm cluster up (install, build, 3 nodes, accounting)" \
-    slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting
+    slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting --mail
 release=$(dpkg-query -W -f='${Version}' slurmd | sed 's/-.*//')
 status=0 results=()
 # Tests that need what this machine cannot have are left out by name, each with why, and

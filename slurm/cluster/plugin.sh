@@ -19,7 +19,7 @@ build_plugin() {
     [[ -x $cargo ]] || fail "cargo not found: install Rust (https://rustup.rs), or set GPU_TRACKER_PLUGIN"
     echo "building the plugin and gpu-tracker-report (cargo build --release --features spank) ..."
     (cd "$REPO" && "$cargo" build --release --locked --features spank --lib -p gpu-tracker &&
-        "$cargo" build --release --locked --bin gpu-tracker-report --bin gpu-tracker &&
+        "$cargo" build --release --locked --bin gpu-tracker-report --bin gpu-tracker --bin gpu-tracker-mail &&
         { real_gpus || "$cargo" build --release --locked -p fake-nvml; }) >"$STATE/log/build.log" 2>&1
 }
 
@@ -104,6 +104,12 @@ mig_minors_file = "$STATE/nvidia-caps/mig-minors"
 live_dir = "$STATE/live"
 live_group = "$LIVE_GROUP"
 live_interval_seconds = 1$amd
+
+# The end-of-job mail (up --mail; docs/MAIL.md): a shorter wait than the default 10 s, and the
+# site's own line.
+[mail]
+wait_seconds = 5
+footer = "Local test cluster: this mail was written by gpu-tracker-mail (docs/MAIL.md)."
 EOF2
 }
 

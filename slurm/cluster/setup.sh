@@ -220,6 +220,8 @@ write_config() {
         acct+="EpilogSlurmctld=$STATE/bin/epilog-slurmctld"
         write_dbd_config "$ctld"
     fi
+    # The end-of-job mail with the job's summary (up --mail), else Slurm's own default.
+    ((MAIL == 0)) || acct+=$'\n'"MailProg=$STATE/bin/gpu-tracker-mail"
     put_file "$CONF" 0644 <<EOF && CONF_CHANGED=1
 # Written by slurm/local-cluster.sh; edits are overwritten by the next "up".
 ClusterName=gputrack

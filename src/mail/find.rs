@@ -163,8 +163,15 @@ impl DbAndSpool {
         let Some(row) = db::the_job(&job, rows) else {
             return Look::NotYet(format!("Slurm's database has no job {job} yet"));
         };
+        // Not this user's job: its summary is never used. Not "never", though: slurmdbd 22.05
+        // shows a job that has just ended with UID 0 (and its user's name) until the end
+        // record is in, when slurmctld already runs MailProg (seen on the local cluster), so
+        // the database is asked again and the spool looked at meanwhile.
         if self.uid.is_some_and(|u| u != row.uid) {
-            return Look::Never(format!("Slurm's database shows job {job} of another user"));
+            return Look::NotYet(format!(
+                "Slurm's database shows job {job} of another user (uid {})",
+                row.uid
+            ));
         }
         match Stored::decode(&row.admin_comment) {
             Ok(s) if s.job == row.job && s.array == row.array => {
