@@ -66,7 +66,7 @@ pub fn wait_for(
             Look::Never(why) => return partial.map_or(Outcome::Missing(why), Outcome::Summary),
             Look::Partial(text) => {
                 partial = Some(text);
-                "some tasks' summaries are not stored yet".to_string()
+                "not every record or task's summary is final yet".to_string()
             }
             Look::NotYet(why) => why,
         };
@@ -145,11 +145,16 @@ impl Source for DbAndSpool {
         if matches!(db, Look::Found(_) | Look::Never(_)) {
             return db;
         }
-        let spool = match target {
-            Target::Job(job) | Target::ArrayTask { job, .. } => self.job_in_spool(job),
-            Target::Array(a) => self.array_in_spool(a),
-        };
-        spool.map_or(db, Look::Found)
+        match target {
+            // Records still being written (a job stopped at its time limit: slurmctld sends
+            // the mail while its steps are being killed) are the mail's only at the bound.
+            Target::Job(job) | Target::ArrayTask { job, .. } => match self.job_in_spool(job) {
+                Some((text, true)) => Look::Found(text),
+                Some((text, false)) => Look::Partial(text),
+                None => db,
+            },
+            Target::Array(a) => self.array_in_spool(a).map_or(db, Look::Found),
+        }
     }
 }
 
@@ -223,14 +228,14 @@ impl DbAndSpool {
     }
 
     /// The job's records in the spool, when this host sees them and SlurmUser may read them.
-    fn job_in_spool(&self, job: u32) -> Option<String> {
+    fn job_in_spool(&self, job: u32) -> Option<(String, bool)> {
         let instance = crate::step::spool::Instance {
             cluster: self.cluster.clone(),
             job_id: job,
             uid: self.uid?,
             token: self.token.clone().unwrap_or_default(),
         };
-        crate::report::end_of_job_text(
+        crate::report::end_of_job_look(
             &self.spool,
             &instance,
             None,

@@ -247,6 +247,29 @@ pub fn end_of_job_text(
     co2_grams_per_kwh: f64,
     rules: &classes::ClassRules,
 ) -> Option<String> {
+    end_of_job_look(
+        root,
+        instance,
+        step,
+        max_records,
+        wait,
+        co2_grams_per_kwh,
+        rules,
+    )
+    .map(|(text, _)| text)
+}
+
+/// [`end_of_job_text`], and whether every record it read was final (`false`: the text is of
+/// records still being written, as at the bound of `wait`).
+pub fn end_of_job_look(
+    root: &Path,
+    instance: &crate::step::spool::Instance,
+    step: Option<&str>,
+    max_records: usize,
+    wait: std::time::Duration,
+    co2_grams_per_kwh: f64,
+    rules: &classes::ClassRules,
+) -> Option<(String, bool)> {
     let begun = std::time::Instant::now();
     let deadline = begun + wait;
     let job_id = instance.job_id;
@@ -275,7 +298,10 @@ pub fn end_of_job_text(
             j.summary.set_co2(co2_grams_per_kwh);
             j.summary.set_classes(rules);
             let text = text::render(&j.summary, &j.problems, &text::TextOptions::default());
-            return Some(crate::step::record::terminal_safe(&text).into_owned());
+            return Some((
+                crate::step::record::terminal_safe(&text).into_owned(),
+                settled,
+            ));
         }
         // A step's final record usually lands within milliseconds of its tasks' end: look
         // often at first (every 10 ms for 1 s), then every 100 ms. Each look reads the job's

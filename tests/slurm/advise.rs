@@ -97,10 +97,10 @@ fn suggested_time(note: &str) -> u64 {
 }
 
 /// Stops slurmdbd (SIGSTOP: it keeps its port and answers nothing) until dropped.
-struct StoppedDbd(i32);
+pub(crate) struct StoppedDbd(i32);
 
 impl StoppedDbd {
-    fn stop() -> StoppedDbd {
+    pub(crate) fn stop() -> StoppedDbd {
         let text = std::fs::read_to_string(state_dir().join("run/slurmdbd.pid")).unwrap();
         let pid: i32 = text.trim().parse().unwrap();
         assert!(

@@ -10,6 +10,7 @@ mod gpu_depth;
 mod hostile;
 mod jobstats;
 mod load;
+mod mail;
 mod mig;
 mod needed;
 mod nodes;
