@@ -51,9 +51,10 @@ MIRROR=${GPU_TRACKER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 MEM=${GPU_TRACKER_VM_MEM:-6144}
 CPUS=${GPU_TRACKER_VM_CPUS:-2}
 # What the guest needs: a booting system, Slurm with its headers (the host builds against them),
-# munge, MariaDB and slurmdbd (for "local-cluster.sh up --accounting"), and what the tests and
-# the demo run (python3, runuser from util-linux).
-GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus
+# munge, MariaDB and slurmdbd (for "local-cluster.sh up --accounting"), exim4 (its local delivery
+# only configuration, for "up --mail"), and what the tests and the demo run (python3, runuser
+# from util-linux).
+GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus,exim4-daemon-light
 # Host tools: QEMU and mmdebstrap from bookworm-backports on Debian 12 (bookworm's qemu 7.2
 # conflicts with the qemu-utils 10 some images carry), e2fsprogs for mke2fs -d, and what the
 # plugin's build needs (libclang for bindgen, a C linker; Slurm's headers come from the image).
