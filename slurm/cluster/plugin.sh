@@ -103,13 +103,11 @@ nvml_library = "$nvml"
 mig_minors_file = "$STATE/nvidia-caps/mig-minors"
 live_dir = "$STATE/live"
 live_group = "$LIVE_GROUP"
-live_interval_seconds = 1$amd
-
 # The end-of-job mail (up --mail; docs/MAIL.md): a shorter wait than the default 10 s, and the
-# site's own line.
-[mail]
-wait_seconds = 5
-footer = "Local test cluster: this mail was written by gpu-tracker-mail (docs/MAIL.md)."
+# site's own line. Dotted keys, not a [mail] table: the tests add top-level keys at the end.
+mail.wait_seconds = 5
+mail.footer = "Local test cluster: this mail was written by gpu-tracker-mail (docs/MAIL.md)."
+live_interval_seconds = 1$amd
 EOF2
 }
 

@@ -467,3 +467,20 @@ fn the_records_of_a_job_are_bounded_by_default() {
         }
     }
 }
+
+#[test]
+fn mail_keys_may_be_dotted_among_the_top_level_keys() {
+    // The local cluster writes them so: its tests add top-level keys at the end of the file.
+    let c = parse("mail.wait_seconds = 5\nmail.footer = \"site\"\ninterval = 2.0\nspool_dri = 1\n");
+    let e = c.unwrap_err().to_string();
+    assert!(e.contains("line 4: an unknown key"), "{e}");
+    let c = parse("mail.wait_seconds = 5\nmail.footer = \"site\"\ninterval = 2.0\n").unwrap();
+    assert_eq!(c.mail.wait_seconds, 5.0);
+    assert_eq!(c.mail.footer, "site");
+    assert_eq!(c.interval, 2.0);
+    assert_eq!(
+        super::mail::mail_table_of("mail.wait_seconds = 5\ninterval = 2.0\n")
+            .map(|m| m.wait_seconds),
+        Some(5.0)
+    );
+}
