@@ -51,7 +51,7 @@ test_packages() {
         { tail -n 20 "$logs/apt.log" >&2; echo "run-all: installing ${missing[*]} failed (log: $logs/apt.log)" >&2; return 1; }
 }
 timed "host: packages the tests need" test_packages
-timed "host: Slurm cluster up (install, build, 3 nodes, accounting)" \
+timed "host: Slurm cluster up (install, build, 3 nodes, accounting, mail)" \
     slurm/local-cluster.sh up --nodes 3 --node-local-spool --accounting --mail
 release=$(dpkg-query -W -f='${Version}' slurmd | sed 's/-.*//')
 status=0 results=()
