@@ -198,7 +198,8 @@ done
 
 # up: installs, configures and starts the cluster, then checks that jobs run.
 cmd_up() {
-    local started=$SECONDS slurmd_logs name
+    local started=$SECONDS slurmd_logs name ctld_was_up=0
+    alive "$STATE/run/slurmctld.pid" slurmctld && ctld_was_up=1
     for name in $(all_node_names); do slurmd_logs+=" $(slurmd_log "$name")"; done
     install -d -m 0755 "$STATE" "$STATE/log" "$STATE/run" "$STATE/jobs"
     install -d -m 0755 "$STATE/spool" "$STATE/spool/d" # batch scripts there run as the user
@@ -244,6 +245,10 @@ cmd_up() {
     step "start slurmd" $slurmd_logs; start_all_slurmd
     # shellcheck disable=SC2086
     step "wait for nodes" $slurmd_logs "$STATE/log/slurmctld.log"; wait_node
+    if ((!ctld_was_up)); then
+        step "forget jobs of a cluster stopped without down" "$STATE/log/slurmctld.log"
+        cancel_recovered_jobs
+    fi
     step "check the cluster"
     verify_jobs
     step_took

@@ -45,6 +45,26 @@ start_slurmctld() {
     fail "slurmctld does not answer"
 }
 
+# Cancels the jobs a slurmctld just started recovered from its state directory. "down" cancels
+# every job before it stops the daemons, so there are only such jobs where the daemons were
+# killed instead (a machine's restart, a test run ended at its limit): their steps died with
+# the slurmd, yet slurmctld holds their nodes' CPUs and memory until it learns they are gone,
+# and the first job of this cluster would wait for them.
+cancel_recovered_jobs() {
+    local ids i
+    ids=$(squeue -h -o %A 2>/dev/null | paste -sd ' ') || true
+    [[ -n $ids ]] || return 0
+    echo "cancelling the jobs of a cluster stopped without 'down': $ids"
+    # shellcheck disable=SC2086  # a word list
+    scancel $ids || true
+    for ((i = 0; i < 120; i++)); do
+        [[ -z $(squeue -h 2>/dev/null) ]] && return 0
+        sleep 0.5
+    done
+    squeue >&2 || true
+    fail "jobs of a cluster stopped without 'down' still queued after 60 s"
+}
+
 # Succeeds when process $1 sees another mount table than this script (a node-local spool).
 # False when it cannot tell (not root).
 own_mounts() {
