@@ -54,7 +54,7 @@ CPUS=${GPU_TRACKER_VM_CPUS:-2}
 # munge, MariaDB and slurmdbd (for "local-cluster.sh up --accounting"), exim4 (its local delivery
 # only configuration, for "up --mail"), and what the tests and the demo run (python3, runuser
 # from util-linux).
-GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus,exim4-daemon-light
+GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus,exim4-daemon-light,python3-pandas,python3-yaml
 # Host tools: QEMU and mmdebstrap from bookworm-backports on Debian 12 (bookworm's qemu 7.2
 # conflicts with the qemu-utils 10 some images carry), e2fsprogs for mke2fs -d, and what the
 # plugin's build needs (libclang for bindgen, a C linker; Slurm's headers come from the image).
@@ -272,25 +272,31 @@ build_for() {
         grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$out/tests.list") >"$out/build.log" 2>&1 ||
         { tail -n 30 "$out/build.log" >&2; fail "build for $suite failed"; }
     [[ -s $out/tests.list ]] || fail "no test binary built for $suite"
-    make_reportseff || fail "reportseff could not be installed from PyPI into target/reportseff-py"
+    make_jobstats_tools || fail "reportseff or job_defense_shield could not be installed from PyPI into target/jobstats-py"
 }
 
-# The environment every guest command gets: the cluster's, the plugin built for this suite,
-# the project's binaries first on PATH, the prebuilt test programs.
-# reportseff 2.10.3 and click, pure Python, in target/reportseff-py for the guests' jobstats test
-# (tests/slurm/jobstats.rs): the guests reach no registry, and a virtual environment made here
-# is bound to this machine's Python. Installed with the pip of a virtual environment of ours
-# (Debian's own pip refuses to install outside one).
-make_reportseff() {
-    local dir=$REPO/target/reportseff-py venv=$REPO/target/reportseff-pip
-    [[ -d $dir/reportseff && -d $dir/click ]] && return 0
+# jobstats' tools for the guests' jobstats test (tests/slurm/jobstats.rs), in target/jobstats-py
+# (pip install --target), which the guest's own python3 runs: the guests reach no registry, and
+# a virtual environment made here is bound to this machine's Python. reportseff 2.10.3 with
+# click (pure Python); job_defense_shield 1.3.4 without its dependencies, whose compiled ones
+# (pandas, numpy, PyYAML) are the guest's Debian packages (GUEST_PACKAGES): it imports neither
+# pyarrow nor, but for --cancel-zero-gpu-jobs, requests. Installed with the pip of a virtual
+# environment of ours (Debian's own pip refuses to install outside one).
+make_jobstats_tools() {
+    local dir=$REPO/target/jobstats-py venv=$REPO/target/jobstats-pip
+    [[ -d $dir/reportseff && -d $dir/click && -d $dir/job_defense_shield ]] && return 0
     [[ -x $venv/bin/pip ]] || python3 -m venv "$venv" || return 1
     rm -rf "$dir.new"
-    "$venv/bin/pip" install -q --target "$dir.new" reportseff==2.10.3 && rm -rf "$dir" && mv "$dir.new" "$dir"
+    "$venv/bin/pip" install -q --target "$dir.new" reportseff==2.10.3 &&
+        "$venv/bin/pip" install -q --no-deps --target "$dir.new/jds" job-defense-shield==1.3.4 &&
+        mv "$dir.new/jds/job_defense_shield" "$dir.new/" && rm -rf "$dir.new/jds" &&
+        rm -rf "$dir" && mv "$dir.new" "$dir"
 }
 
-# With the .debs (GPU_TRACKER_GUEST_FROM=debs), the installed plugin and programs: the cluster
-# loads the package's plugin, and the tests run /usr/bin's programs.
+# The environment every guest command gets. With the .debs (GPU_TRACKER_GUEST_FROM=debs), the
+# installed plugin and programs: the cluster loads the package's plugin, and the tests run
+# /usr/bin's programs. From the tree, the plugin built for this suite and the project's binaries
+# first on PATH. Both: the prebuilt test programs.
 guest_env() {
     local suite=$1
     if [[ $FROM == debs ]]; then

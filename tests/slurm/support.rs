@@ -11,6 +11,8 @@ use crate::common;
 
 /// The ordinary user the tests submit jobs as (`gtuser2` is the other user).
 pub(crate) const USER: &str = "gtuser";
+/// The second test user, whose jobs only a few tests run.
+pub(crate) const USER2: &str = "gtuser2";
 
 /// Tests that rewrite the plugin's settings hold this for writing; the others for reading.
 pub(crate) static SETTINGS: RwLock<()> = RwLock::new(());
