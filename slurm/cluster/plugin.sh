@@ -40,7 +40,7 @@ write_tracker_config() {
         nvml=$STATE/lib/simulated-nvml/libnvidia-ml.so.1
         # SIMULATED: the fake reports a process's GPU memory when its command line holds the marker.
         # As a real GPU, a device reads 0 % utilization and SM activity with no kernel running:
-        # its utilization (37 % on Slurm's GPU 0) and GPM figures apply only while a holder whose
+        # its utilization (37 % on Slurm's GPU 0, 55 % on GPU 1) and GPM figures apply only while a holder whose
         # command line also holds SIMGPU_COMPUTE is on it; a holder that only holds memory leaves
         # it idle. Slurm's GPU 0 has GPM and ECC; GPU 1 has neither
         # (pre-Hopper). A holder whose command line also holds SIMGPU_XID raises one Xid 79 and a
@@ -60,7 +60,7 @@ write_tracker_config() {
   "devices": [
     {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
      "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
-     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "utilization": [{"at_ms": 0, "gpu": 55, "memory": 20}],
      "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]},
     {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
      "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
