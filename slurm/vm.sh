@@ -54,7 +54,7 @@ CPUS=${GPU_TRACKER_VM_CPUS:-2}
 # munge, MariaDB and slurmdbd (for "local-cluster.sh up --accounting"), exim4 (its local delivery
 # only configuration, for "up --mail"), and what the tests and the demo run (python3, runuser
 # from util-linux).
-GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus,exim4-daemon-light,python3-pandas,python3-yaml
+GUEST_PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,kmod,procps,util-linux,iproute2,slurmd,slurmctld,slurm-client,munge,mariadb-server,slurmdbd,libslurm-dev,python3,acl,python3-pyfuse3,fuse3,fonts-dejavu-core,prometheus,exim4-daemon-light,python3-pandas,python3-yaml,python3-requests
 # Host tools: QEMU and mmdebstrap from bookworm-backports on Debian 12 (bookworm's qemu 7.2
 # conflicts with the qemu-utils 10 some images carry), e2fsprogs for mke2fs -d, and what the
 # plugin's build needs (libclang for bindgen, a C linker; Slurm's headers come from the image).
@@ -278,10 +278,10 @@ build_for() {
 # jobstats' tools for the guests' jobstats test (tests/slurm/jobstats.rs), in target/jobstats-py
 # (pip install --target), which the guest's own python3 runs: the guests reach no registry, and
 # a virtual environment made here is bound to this machine's Python. reportseff 2.10.3 with
-# click (pure Python); job_defense_shield 1.3.4 without its dependencies, whose compiled ones
-# (pandas, numpy, PyYAML) are the guest's Debian packages (GUEST_PACKAGES): it imports neither
-# pyarrow nor, but for --cancel-zero-gpu-jobs, requests. Installed with the pip of a virtual
-# environment of ours (Debian's own pip refuses to install outside one).
+# click (pure Python); job_defense_shield 1.3.4 without its dependencies, which are the guest's
+# Debian packages (GUEST_PACKAGES: pandas with numpy, PyYAML, requests; pyarrow, which it lists
+# too, it never imports). Installed with the pip of a virtual environment of ours (Debian's own
+# pip refuses to install outside one).
 make_jobstats_tools() {
     local dir=$REPO/target/jobstats-py venv=$REPO/target/jobstats-pip
     [[ -d $dir/reportseff && -d $dir/click && -d $dir/job_defense_shield ]] && return 0
