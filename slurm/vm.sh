@@ -182,13 +182,20 @@ boot() {
     rd=$(run_dir "$suite")
     if vm_alive "$suite"; then
         # A guest shares the tree it was booted for: one booted from another checkout would
-        # run that checkout's scripts and see none of this one's files.
-        [[ $(cat "$rd/ctl/tree" 2>/dev/null) == "$REPO" ]] && return 0
-        say "the running $suite guest shares $(cat "$rd/ctl/tree" 2>/dev/null || echo '?'), not $REPO: restarting it"
+        # run that checkout's scripts and see none of this one's files. And it runs the image it
+        # was booted from: one booted before the image was rebuilt lacks the new packages.
+        if [[ $(cat "$rd/ctl/tree" 2>/dev/null) != "$REPO" ]]; then
+            say "the running $suite guest shares $(cat "$rd/ctl/tree" 2>/dev/null || echo '?'), not $REPO: restarting it"
+        elif [[ $(cat "$rd/image-key" 2>/dev/null) != "$(cat "$img/key")" ]]; then
+            say "the running $suite guest was booted from an earlier image: restarting it"
+        else
+            return 0
+        fi
         cmd_down "$suite"
     fi
     rm -rf "$rd"
     mkdir -p "$rd/ctl/req"
+    cp "$img/key" "$rd/image-key"
     # The runner mounts the project tree at this path, the same as here.
     echo "$REPO" >"$rd/ctl/tree"
     say "booting $suite (software emulation; 30-60 s) ..."
