@@ -217,6 +217,9 @@ write_config() {
         acct="AccountingStorageType=accounting_storage/slurmdbd"$'\n'
         acct+="AccountingStorageHost=127.0.0.1"$'\n'
         acct+="AccountingStoragePort=$(dbd_port "$ctld")"$'\n'
+        # GPUs as a TRES, as sites that count GPU-hours set it: sacct's AllocTRES then has
+        # gres/gpu=N, from which job_defense_shield counts a job's GPUs.
+        acct+="AccountingStorageTRES=gres/gpu"$'\n'
         acct+="EpilogSlurmctld=$STATE/bin/epilog-slurmctld"
         write_dbd_config "$ctld"
     fi
