@@ -106,6 +106,7 @@ fn state(i: usize, gpus: usize, now: f64) -> LiveState {
                 sm_active_percent: Some(63.218_75),
                 energy_joules: Some(1_234_567.891),
                 power_watts: Some(312.5),
+                temperature_celsius: Some(67),
             })
             .collect(),
     }

@@ -99,6 +99,7 @@ fn state(job: u32, step: &str, gpus: usize) -> LiveState {
                 sm_active_percent: None,
                 energy_joules: Some(500.0),
                 power_watts: Some(300.0),
+                temperature_celsius: None,
             })
             .collect(),
     }

@@ -42,7 +42,8 @@ write_tracker_config() {
         # As a real GPU, a device reads 0 % utilization and SM activity with no kernel running:
         # its utilization (37 % on Slurm's GPU 0, 55 % on GPU 1) and GPM figures apply only while a holder whose
         # command line also holds SIMGPU_COMPUTE is on it; a holder that only holds memory leaves
-        # it idle. Slurm's GPU 0 has GPM and ECC; GPU 1 has neither
+        # it idle. The GPUs' temperature sensors read 47, 39 and 44 °C (Slurm's GPU 0, GPU 1, the
+        # MIG GPU). Slurm's GPU 0 has GPM and ECC; GPU 1 has neither
         # (pre-Hopper). A holder whose command line also holds SIMGPU_XID raises one Xid 79 and a
         # 2 s thermal slowdown (and, on GPU 0, one corrected ECC error) on each GPU it holds.
         # NVML index 0 is minor 7 (Slurm's index 1), index 1 is minor 4 (Slurm's index 0): names,
@@ -60,17 +61,17 @@ write_tracker_config() {
   "devices": [
     {"uuid": "GPU-11111111-5151-4d55-8000-111111111111", "name": "SIMULATED GPU 1 (test fake)",
      "minor": 7, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
-     "utilization": [{"at_ms": 0, "gpu": 55, "memory": 20}],
+     "utilization": [{"at_ms": 0, "gpu": 55, "memory": 20}], "temperature_c": 39,
      "processes": [{"cmdline_contains": "SIMGPU1_HOLD", "used_memory": 2147483648}]},
     {"uuid": "GPU-00000000-5151-4d55-8000-000000000000", "name": "SIMULATED GPU 0 (test fake)",
      "minor": 4, "memory_total": 17179869184, "memory_used_base": 268435456, "power_mw": 60000,
-     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}],
+     "utilization": [{"at_ms": 0, "gpu": 37, "memory": 12}], "temperature_c": 47,
      "gpm": {"sm_active": 25, "sm_occupancy": 15, "tensor_active": 8, "dram_bandwidth": 10},
      "ecc": {"corrected": 0, "uncorrected": 0},
      "processes": [{"cmdline_contains": "SIMGPU0_HOLD", "used_memory": 1073741824}]},
     {"uuid": "GPU-22222222-5151-4d55-8000-222222222222", "name": "SIMULATED GPU 2 (test fake, MIG)",
      "minor": 9, "memory_total": 85899345920, "memory_used_base": 268435456, "power_mw": 60000,
-     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}],
+     "utilization": [{"at_ms": 0, "gpu": 0, "memory": 0}], "temperature_c": 44,
      "gpm": {"sm_active": 11, "sm_occupancy": 6, "tensor_active": 3, "dram_bandwidth": 2},
      "mig": {"max_instances": 7, "instances": [
        {"uuid": "MIG-a1a1a1a1-5151-4d55-8000-a1a1a1a1a1a1", "profile": "1g.10gb",

@@ -13,7 +13,8 @@
 //! cache included, the only memory figure the live state carries). Its
 //! `nvidia_gpu_power_usage_milliwatts` is NVML's power reading; ours is the mean power over the
 //! latest sampling interval, from the energy counter (absent on GPUs without one, and until a
-//! step has read it twice).
+//! step has read it twice). `nvidia_gpu_temperature_celsius` is NVML's GPU sensor at the
+//! step's latest reading (a MIG instance gives its GPU's).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -148,7 +149,7 @@ pub fn render(states: &[LiveState]) -> String {
         }
         v
     };
-    let gpus: [GpuFamily; 4] = [
+    let gpus: [GpuFamily; 5] = [
         (
             "nvidia_gpu_duty_cycle",
             "GPU utilization, percent (gpu-tracker, jobstats' name)",
@@ -176,6 +177,11 @@ pub fn render(states: &[LiveState]) -> String {
                     .power_watts
                     .map(|w| format!("{:?}", (w * 1000.0).round()))
             },
+        ),
+        (
+            "nvidia_gpu_temperature_celsius",
+            "GPU temperature at the latest reading, degrees Celsius (gpu-tracker, jobstats' name)",
+            |g| g.latest.temperature_celsius.map(|c| c.to_string()),
         ),
     ];
     for (name, help, f) in gpus {
@@ -235,6 +241,7 @@ mod tests {
         // The same GPU, read later by the step: it speaks for it.
         step0.gpus = vec![gpu(0, "GPU-a", Some(99.0))];
         step0.gpus[0].power_watts = Some(312.4567);
+        step0.gpus[0].temperature_celsius = Some(64);
         let mut other = state(7, "batch", 100.0);
         other.gpus = vec![gpu(2, "GPU-c", None)];
         let text = render(&[batch, step0, other]);
@@ -283,6 +290,14 @@ mod tests {
             text.matches("nvidia_gpu_power_usage_milliwatts{").count(),
             1
         );
+        // The temperature likewise.
+        assert!(
+            has(
+                "nvidia_gpu_temperature_celsius{cluster=\"c1\",jobid=\"42\",minor_number=\"0\",uuid=\"GPU-a\"} 64"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("nvidia_gpu_temperature_celsius{").count(), 1);
     }
 
     #[test]

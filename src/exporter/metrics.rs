@@ -275,6 +275,7 @@ mod tests {
                 cu_occupancy_percent: None,
                 energy_joules: Some(1234.5),
                 power_watts: Some(250.0),
+                temperature_celsius: Some(61),
             },
             LiveGpu {
                 vendor: crate::gpu::Vendor::Amd,

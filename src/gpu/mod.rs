@@ -234,6 +234,10 @@ pub struct GpuReading {
     pub throttle: Option<u64>,
     /// Volatile ECC error counts since the driver loaded: corrected, uncorrected.
     pub ecc: Option<(u64, u64)>,
+    /// The GPU's die temperature now, degrees Celsius (a MIG instance: its GPU's), where the
+    /// source gives it. A live figure only (the exporter's): no record keeps it, so a device
+    /// without it lacks nothing a summary shows.
+    pub temperature_c: Option<u32>,
     /// Figures this reading lacks, and why.
     pub missing: Vec<Missing>,
 }

@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
@@ -314,6 +315,13 @@ impl GpuSource for NvmlSource {
                             ..GpuReading::default()
                         };
                         let parent = parent.as_ref().map(|(p, gi)| (p, *gi));
+                        // The die's temperature is the GPU's: a MIG instance reads its
+                        // parent's. A GPU without the sensor leaves it out, and a failed query
+                        // is not noted: it is a live figure only (GpuReading::temperature_c).
+                        r.temperature_c = parent
+                            .map_or(&d, |(p, _)| p)
+                            .temperature(TemperatureSensor::Gpu)
+                            .ok();
                         live.read_extra(i, nvml, &d, parent, &mut r, &mut q);
                         r
                     }

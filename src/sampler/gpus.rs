@@ -53,6 +53,8 @@ struct DeviceAcc {
     energy_last: Option<u64>,
     /// Power over the latest interval between two readings of the energy counter, watts.
     last_power_w: Option<f64>,
+    /// The temperature at the latest reading, degrees Celsius.
+    last_temperature_c: Option<u32>,
     /// Readings of the energy counter: one reading measures nothing.
     energy_readings: u32,
     lost: bool,
@@ -93,6 +95,7 @@ impl DeviceAcc {
             energy_first: None,
             energy_last: None,
             last_power_w: None,
+            last_temperature_c: None,
             energy_readings: 0,
             lost: false,
             memory_readings: 0,
@@ -262,6 +265,8 @@ pub struct LatestGpu {
     pub energy_joules: Option<f64>,
     /// Power over the interval between the latest two readings of the energy counter, watts.
     pub power_watts: Option<f64>,
+    /// The temperature at the latest reading, degrees Celsius.
+    pub temperature_celsius: Option<u32>,
 }
 
 /// GPU figures over a run.
@@ -477,6 +482,7 @@ impl GpuAccumulator {
                 }
                 _ => None,
             };
+            d.last_temperature_c = r.temperature_c;
             if let Some(e) = r.energy_mj {
                 d.energy_first.get_or_insert(e);
                 d.energy_last = Some(e);
@@ -554,6 +560,7 @@ impl GpuAccumulator {
                     _ => None,
                 },
                 power_watts: d.last_power_w,
+                temperature_celsius: d.last_temperature_c,
             })
             .collect()
     }

@@ -229,6 +229,10 @@ pub struct LiveGpu {
     /// earlier builds lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_watts: Option<f64>,
+    /// The GPU's temperature at the latest reading, degrees Celsius, where the source gives it;
+    /// states of earlier builds lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature_celsius: Option<u32>,
 }
 
 /// Who the step is: fixed for its life, taken once when it starts.
@@ -310,6 +314,7 @@ pub(super) fn state_of(id: &Identity, acc: &Acc, interval_seconds: f64, now: f64
                 cu_occupancy_percent: g.cu_occupancy_percent,
                 energy_joules: g.energy_joules,
                 power_watts: g.power_watts,
+                temperature_celsius: g.temperature_celsius,
             }
         })
         .collect();

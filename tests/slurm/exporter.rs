@@ -351,6 +351,30 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
         let mw = value(p);
         assert!((48_000.0..=72_000.0).contains(&mw), "60 W: {power:?}");
     }
+    // The dashboard's temperature panel: NVML's sensor, 47 °C on Slurm's GPU 0 and 39 °C on
+    // its GPU 1 (slurm/cluster/plugin.sh).
+    let temps = query(
+        prom_port,
+        &format!("nvidia_gpu_temperature_celsius{{{job}}}"),
+    );
+    let mut by_minor: Vec<(String, f64)> = temps
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["minor_number"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string(),
+                value(s),
+            )
+        })
+        .collect();
+    by_minor.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        by_minor,
+        [("0".to_string(), 47.0), ("1".to_string(), 39.0)],
+        "{temps:?}"
+    );
     let used_q =
         format!("max_over_time(nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}[1m:])");
     let instant_q = format!("nvidia_gpu_memory_used_bytes{{cluster='gputrack',{job}}}");

@@ -312,6 +312,8 @@ fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
         energy_mj: Some(energy_mj),
         // pid 1 is the run's, pid 7 someone else's.
         processes: vec![(1, mine), (7, Some(200))],
+        // The temperature follows the utilization, so each reading has its own.
+        temperature_c: Some(30 + util / 2),
         ..GpuReading::default()
     };
     let mut acc = GpuAccumulator::new(None);
@@ -348,6 +350,8 @@ fn the_latest_figures_are_the_last_readings_with_energy_since_the_first() {
             energy_joules: Some(2.5),
             // 2.5 J over the 1 s between the two readings.
             power_watts: Some(2.5),
+            // The latest reading's, not the first's (70).
+            temperature_celsius: Some(40),
         }]
     );
     // The driver does not say the run's process's memory: unknown, not 0.

@@ -482,6 +482,26 @@ pub extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_ui
     })
 }
 
+/// NVML_TEMPERATURE_GPU, the only sensor NVML defines.
+const TEMPERATURE_GPU: c_uint = 0;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensorType: c_uint,
+    temp: *mut c_uint,
+) -> Ret {
+    with_device("nvmlDeviceGetTemperature", device, |s, i| {
+        if sensorType != TEMPERATURE_GPU {
+            return Err(INVALID_ARGUMENT);
+        }
+        match s.spec(i).temperature_c {
+            Some(c) => put(temp, c),
+            None => Err(NOT_SUPPORTED),
+        }
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,

@@ -39,6 +39,8 @@
 //!       ],
 //!       "power_mw": 250000,            // nvmlDeviceGetPowerUsage, default 0
 //!       "energy_base_mj": 1000000,     // energy (mJ) = energy_base_mj + power_mw * elapsed_ms / 1000
+//!       "temperature_c": 41,           // nvmlDeviceGetTemperature (NVML_TEMPERATURE_GPU);
+//!                                      // absent: NOT_SUPPORTED, a device without the sensor
 //!       "processes": [
 //!         {"cmdline_contains": "gpu-hold-marker", "used_memory": 1073741824},
 //!         {"pid": 4242, "used_memory": null},

@@ -36,6 +36,7 @@ pub(crate) const DEVICE_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTemperature",
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetMigMode",
     "nvmlGpmQueryDeviceSupport",
@@ -113,6 +114,8 @@ struct RawDevice {
     power_mw: u32,
     #[serde(default)]
     energy_base_mj: u64,
+    #[serde(default)]
+    temperature_c: Option<u32>,
     #[serde(default)]
     processes: Vec<ProcessSpec>,
     #[serde(default)]
@@ -256,6 +259,8 @@ pub(crate) struct DeviceSpec {
     pub utilization: Vec<UtilStep>,
     pub power_mw: u32,
     pub energy_base_mj: u64,
+    /// The GPU sensor's temperature; `None`: the device has no such sensor.
+    pub temperature_c: Option<u32>,
     pub processes: Vec<ProcessSpec>,
     pub lost_after_ms: Option<u64>,
     pub errors: BTreeMap<String, Ret>,
@@ -392,6 +397,7 @@ pub(crate) fn parse(text: &str) -> Result<Scenario, String> {
             utilization,
             power_mw: d.power_mw,
             energy_base_mj: d.energy_base_mj,
+            temperature_c: d.temperature_c,
             processes: d.processes,
             lost_after_ms: d.lost_after_ms,
             errors: parse_errors(&at, d.errors)?,

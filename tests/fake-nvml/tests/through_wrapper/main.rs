@@ -10,6 +10,7 @@ mod gpm;
 mod mig;
 
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong, c_void};
@@ -258,6 +259,20 @@ fn utilization_timeline_and_energy() {
         e2 >= e1 + 250_000 && e2 >= 1_000_000 + 375_000,
         "{e1} -> {e2}"
     );
+}
+
+#[test]
+fn temperature_where_the_device_has_the_sensor() {
+    let _s = scenario("temperature", &two_devices(r#", "temperature_c": 41"#, ""));
+    let nvml = init().expect("init");
+    let d0 = nvml.device_by_index(0).unwrap();
+    assert_eq!(d0.temperature(TemperatureSensor::Gpu).unwrap(), 41);
+    // A device without the sensor: NOT_SUPPORTED, never a made-up 0.
+    let d1 = nvml.device_by_index(1).unwrap();
+    assert!(matches!(
+        d1.temperature(TemperatureSensor::Gpu),
+        Err(NvmlError::NotSupported)
+    ));
 }
 
 #[test]
