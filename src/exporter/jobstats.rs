@@ -30,6 +30,8 @@ struct Job<'a> {
     memory_bytes: Option<u64>,
     memory_limit: Option<u64>,
     cpus: Option<u32>,
+    /// The job's user's uid.
+    uid: u32,
     /// By UUID.
     gpus: BTreeMap<&'a str, JobGpu<'a>>,
 }
@@ -62,6 +64,7 @@ fn jobs(states: &[LiveState]) -> BTreeMap<(&str, u32), Job<'_>> {
         j.memory_bytes = add(j.memory_bytes, s.memory.current_bytes);
         j.memory_limit = j.memory_limit.max(s.memory.limit_bytes);
         j.cpus = j.cpus.max(s.alloc_cpus);
+        j.uid = s.uid;
         for g in s.gpus.iter().filter(|g| g.vendor == Vendor::Nvidia) {
             let e = j.gpus.entry(g.uuid.as_str()).or_insert(JobGpu {
                 latest: g,
@@ -187,27 +190,34 @@ pub fn render(states: &[LiveState]) -> String {
     for (name, help, f) in gpus {
         family(&mut out, name, help, &gpu_samples(&f));
     }
-    // jobstats' older mapping: the job id is the value, the series has no jobid label.
-    let holders: Vec<(String, String)> = jobs
-        .iter()
-        .flat_map(|((cluster, id), j)| {
-            j.gpus.iter().map(move |(uuid, jg)| {
-                let g = jg.latest;
-                let l = format!(
-                    "cluster=\"{}\",minor_number=\"{}\",uuid=\"{}\"",
-                    label_value(cluster),
-                    g.index,
-                    label_value(uuid)
-                );
-                (l, id.to_string())
+    // jobstats' older mapping: the job id (and its user's uid) is the value, the series has no
+    // jobid label.
+    let holders = |value: fn(u32, &Job) -> String| -> Vec<(String, String)> {
+        jobs.iter()
+            .flat_map(|((cluster, id), j)| {
+                j.gpus.iter().map(move |(uuid, jg)| {
+                    let l = format!(
+                        "cluster=\"{}\",minor_number=\"{}\",uuid=\"{}\"",
+                        label_value(cluster),
+                        jg.latest.index,
+                        label_value(uuid)
+                    );
+                    (l, value(*id, j))
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
     family(
         &mut out,
         "nvidia_gpu_jobId",
         "The job holding the GPU (gpu-tracker, jobstats' older mapping)",
-        &holders,
+        &holders(|id, _| id.to_string()),
+    );
+    family(
+        &mut out,
+        "nvidia_gpu_jobUid",
+        "The uid of the user whose job holds the GPU (gpu-tracker, jobstats' older mapping)",
+        &holders(|_, j| j.uid.to_string()),
     );
     out
 }
@@ -243,6 +253,8 @@ mod tests {
         step0.gpus[0].power_watts = Some(312.4567);
         step0.gpus[0].temperature_celsius = Some(64);
         let mut other = state(7, "batch", 100.0);
+        other.uid = 1234;
+        let other_uid = other.uid;
         other.gpus = vec![gpu(2, "GPU-c", None)];
         let text = render(&[batch, step0, other]);
         let has = |l: &str| text.lines().any(|x| x == l);
@@ -270,6 +282,13 @@ mod tests {
         assert!(has(
             "nvidia_gpu_jobId{cluster=\"c1\",minor_number=\"2\",uuid=\"GPU-c\"} 7"
         ));
+        assert!(
+            has(&format!(
+                "nvidia_gpu_jobUid{{cluster=\"c1\",minor_number=\"2\",uuid=\"GPU-c\"}} {}",
+                other_uid
+            )),
+            "{text}"
+        );
         // What we lack is left out: job 7's GPU has no utilization, no job has a CPU figure or
         // a limit of job 7's, no step label anywhere.
         assert!(

@@ -161,13 +161,18 @@ fn as_exporter_user(program: &std::path::Path) -> Command {
 }
 
 /// Debian's `promtool check metrics` accepts `text` (it lints the classic text format), but
-/// for its lint of `nvidia_gpu_jobId`'s camel case: jobstats' name, which its queries use.
+/// for its lint of `nvidia_gpu_jobId`'s and `nvidia_gpu_jobUid`'s camel case: jobstats' names,
+/// which its queries use.
 fn promtool_accepts(text: &str) {
     let (ok, said) = crate::common::promtool_check(text);
-    let jobstats_name =
-        "nvidia_gpu_jobId metric names should be written in 'snake_case' not 'camelCase'";
+    let jobstats_name = |l: &str| {
+        ["nvidia_gpu_jobId", "nvidia_gpu_jobUid"].iter().any(|n| {
+            l.trim()
+                == format!("{n} metric names should be written in 'snake_case' not 'camelCase'")
+        })
+    };
     assert!(
-        ok || said.trim() == jobstats_name,
+        ok || said.trim().lines().all(jobstats_name),
         "promtool check metrics: {said}\n{text}"
     );
 }
@@ -395,6 +400,13 @@ fn a_running_jobs_figures_reach_prometheus_and_end_with_its_step() {
     );
     let held = query(prom_port, &format!("nvidia_gpu_jobId == {id}"));
     assert_eq!(held.len(), 2, "{held:?}");
+    let out = std::process::Command::new("id")
+        .args(["-u", USER])
+        .output()
+        .unwrap();
+    let uid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let owner = query(prom_port, &format!("nvidia_gpu_jobUid == {uid}"));
+    assert_eq!(owner.len(), 2, "both GPUs held by uid {uid}: {owner:?}");
     // Its pressure: the stall counters where the node's kernel keeps them for the step's
     // cgroup (cgroup v2, PSI on), else a 0 that says why, and no counter at all.
     let batch = format!("{job},step=\"batch\"");
