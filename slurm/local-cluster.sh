@@ -22,8 +22,9 @@
 #   --node-local-spool   the last node (N >= 2) keeps the plugin's records on its own "disk": its
 #                        slurmd runs in a mount namespace where a private directory is mounted
 #                        over spool_dir, out of sight of this machine and of slurmctld (on-node)
-#   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd,
-#                        the test users in an account, and EpilogSlurmctld=<state>/bin/epilog-slurmctld
+#   --accounting         MariaDB and slurmdbd (Debian's packages), accounting_storage/slurmdbd
+#                        with GPUs as a TRES, the test users in an account, and
+#                        EpilogSlurmctld=<state>/bin/epilog-slurmctld
 #                        (slurm/epilog-slurmctld: the summary stored in Slurm's database)
 #   --mail               MailProg=<state>/bin/gpu-tracker-mail (the job's summary in Slurm's
 #                        end-of-job mail, docs/MAIL.md) and Debian's exim4, local delivery only,
