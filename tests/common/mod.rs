@@ -162,6 +162,24 @@ pub fn promtool_check(text: &str) -> (bool, String) {
     (out.status.success(), said)
 }
 
+/// `promtool check metrics` on `text` passes, or complains only of the camel case of
+/// jobstats' own names (`nvidia_gpu_jobId`, `nvidia_gpu_jobUid`), which jobstats' queries use
+/// as they are. What promtool said, where it does not.
+pub fn promtool_accepts_jobstats(text: &str) -> Result<(), String> {
+    let (ok, said) = promtool_check(text);
+    let jobstats_name = |l: &str| {
+        ["nvidia_gpu_jobId", "nvidia_gpu_jobUid"].iter().any(|n| {
+            l.trim()
+                == format!("{n} metric names should be written in 'snake_case' not 'camelCase'")
+        })
+    };
+    if ok || said.trim().lines().all(jobstats_name) {
+        Ok(())
+    } else {
+        Err(said)
+    }
+}
+
 /// A settings file naming a spool in a temp dir, for `gpu-tracker-report` over records that a
 /// test writes to its cluster `t`.
 pub struct ReportSite {
