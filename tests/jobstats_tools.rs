@@ -169,18 +169,12 @@ fn tool(venv: &Path, bin: &Path, name: &str, args: &[&str]) -> String {
         bin.display(),
         venv.join("bin").display()
     );
-    let out = Command::new(venv.join("bin").join(name))
-        .args(args)
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{name} {args:?}: {said}");
-    said
+    common::said_ok(
+        Command::new(venv.join("bin").join(name))
+            .args(args)
+            .env("PATH", path),
+        &format!("{name} {args:?}"),
+    )
 }
 
 #[test]

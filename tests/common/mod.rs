@@ -121,6 +121,15 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `cmd` and returns what it said (stdout, then stderr); fails the test, naming `what`,
+/// where it does not exit 0.
+pub fn said_ok(cmd: &mut std::process::Command, what: &str) -> String {
+    let out = cmd.output().unwrap();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{what}: {said}");
+    said
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

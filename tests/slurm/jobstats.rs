@@ -268,24 +268,18 @@ fn job_defense_shield_reads(since: &str, idle: u32, both: u32, stored: &[(u32, S
     )
     .unwrap();
     let run = |report: &str| {
-        let out = tool("job_defense_shield")
-            .args([
-                "--config-file",
-                config.to_str().unwrap(),
-                "-S",
-                since,
-                report,
-            ])
-            .env("SLURM_CONF", slurm_conf())
-            .output()
-            .unwrap();
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "{report}: {said}");
-        said
+        crate::common::said_ok(
+            tool("job_defense_shield")
+                .args([
+                    "--config-file",
+                    config.to_str().unwrap(),
+                    "-S",
+                    since,
+                    report,
+                ])
+                .env("SLURM_CONF", slurm_conf()),
+            report,
+        )
     };
     // User, GPU-hours at 0 %, jobs, their ids.
     let said = run("--zero-util-gpu-hours");
