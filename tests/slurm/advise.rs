@@ -476,10 +476,10 @@ fn the_note_says_what_a_limit_hides_speaks_on_the_readmes_fourth_and_counts_an_a
     // Each task's EpilogSlurmctld stores its summary after the task's records are final: on a
     // busy guest some seconds after (a 24.11 run beside two other suites found one not yet).
     for id in &tasks {
-        wait_until(
-            &format!("task {id}'s summary in Slurm's database"),
-            Duration::from_secs(60),
-            || is_summary(&stored_comment(*id)),
+        let stored = stored_comment(*id);
+        assert!(
+            is_summary(&stored),
+            "task {id}'s summary in Slurm's database: {stored:?}"
         );
     }
     // (sacct -j of the array's own id, which is also a task's, lists every task.)

@@ -511,7 +511,9 @@ pub(crate) fn assert_fault_logged(mark: u64, id: u32, step: &str, what: &str) {
     assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
 }
 
-/// The job's `AdminComment` in Slurm's database, as it is now.
+/// The job's `AdminComment` in Slurm's database, as it is now. Of job `id`'s own row: `sacct -j`
+/// of an array's id lists every task, and the array's id is also one task's (CI's 26.05 run
+/// read the three tasks' comments as one, which never decodes, and waited for it in vain).
 pub(crate) fn stored_comment_now(id: u32) -> String {
     let out = Command::new("sacct")
         .args([
@@ -521,12 +523,18 @@ pub(crate) fn stored_comment_now(id: u32) -> String {
             "-j",
             &id.to_string(),
             "-o",
-            "AdminComment",
+            "JobIDRaw,AdminComment",
         ])
         .env("SLURM_CONF", slurm_conf())
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let own = format!("{id}|");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&own))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
