@@ -537,8 +537,6 @@ pub(crate) fn stored_comment_now(id: u32) -> String {
         .to_string()
 }
 
-/// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
-/// after the job ends), or as it is after 90 s.
 /// Waits until Slurm's database has job `id`'s end. slurmctld sends slurmdbd the end through
 /// a queue, which can come after the EpilogSlurmctld has stored the summary: the site report
 /// counts ended jobs only.
@@ -548,15 +546,25 @@ pub(crate) fn wait_end_in_database(id: u32) {
         Duration::from_secs(120),
         || {
             let out = Command::new("sacct")
-                .args(["-n", "-X", "-P", "-j", &id.to_string(), "-o", "End"])
+                .args([
+                    "-n",
+                    "-X",
+                    "-P",
+                    "-j",
+                    &id.to_string(),
+                    "-o",
+                    "JobIDRaw,End",
+                ])
                 .env("SLURM_CONF", slurm_conf())
                 .env("SLURM_TIME_FORMAT", "%s")
                 .output()
                 .unwrap();
+            // Job `id`'s own row (an array's id lists every task).
+            let own = format!("{id}|");
             String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<i64>()
-                .is_ok_and(|t| t > 0)
+                .lines()
+                .find_map(|l| l.strip_prefix(&own))
+                .is_some_and(|end| end.trim().parse::<i64>().is_ok_and(|t| t > 0))
         },
     );
 }
@@ -569,6 +577,8 @@ pub(crate) fn is_summary(text: &str) -> bool {
             && gpu_tracker::report::stored::Stored::decode(text).is_ok())
 }
 
+/// The job's `AdminComment` in Slurm's database, once it is there (EpilogSlurmctld stores it
+/// after the job ends), or as it is after 90 s.
 pub(crate) fn stored_comment(id: u32) -> String {
     let started = Instant::now();
     loop {
