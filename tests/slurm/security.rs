@@ -389,7 +389,18 @@ impl Drop for HangFs {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
-        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        // Quiet: the test's last mode has unmounted it already.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mnt)
+            .stderr(std::process::Stdio::null())
+            .status();
+        // Its directory stays, with the script's log, only where the test failed.
+        if !std::thread::panicking()
+            && let Some(base) = self.mnt.parent()
+        {
+            let _ = std::fs::remove_dir_all(base);
+        }
     }
 }
 
