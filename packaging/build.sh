@@ -16,6 +16,11 @@
 #                       plain cargo for this machine's glibc.
 #   SLURM_INCLUDE_DIR   Slurm's headers the plugin is built against (default /usr/include).
 #   GPU_TRACKER_PKG_OUT where the packages go (default target/packages).
+#   GPU_TRACKER_ARCH    x86_64 or aarch64: the packages' architecture (default this machine's).
+#                       Another one is a cross build, with zig as the linker (GPU_TRACKER_GLIBC
+#                       set), rustup's std for it and Debian's binutils and libc headers for it;
+#                       the .deb also needs that architecture's libc6 in dpkg (multiarch), whose
+#                       symbols dpkg-shlibdeps reads (docs/INSTALL.md, "aarch64").
 #   GPU_TRACKER_SLURM_PKG  the RPM package that installs Slurm (default slurm; OpenHPC's is
 #                       slurm-ohpc): the plugin's Requires and Conflicts name it.
 #   RPMBUILD_NODEPS     1: rpmbuild --nodeps (the default where rpm has no slurm-devel
@@ -33,6 +38,22 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 export SLURM_INCLUDE_DIR=${SLURM_INCLUDE_DIR:-/usr/include}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+arch=${GPU_TRACKER_ARCH:-$(uname -m)}
+case $arch in
+x86_64 | amd64) arch=x86_64 deb_arch=amd64 ;;
+aarch64 | arm64) arch=aarch64 deb_arch=arm64 ;;
+*) say "unsupported architecture $arch (x86_64 or aarch64)"; exit 2 ;;
+esac
+export GPU_TRACKER_ARCH=$arch
+cross=()
+if [[ $arch != "$(uname -m)" ]]; then
+    [[ -n $GPU_TRACKER_GLIBC ]] || { say "building for $arch here needs GPU_TRACKER_GLIBC (cargo zigbuild links it)"; exit 2; }
+    for t in "$arch-linux-gnu-strip" "$arch-linux-gnu-objdump"; do
+        command -v "$t" >/dev/null || { say "$t not found (Debian: apt-get install binutils-$arch-linux-gnu)"; exit 2; }
+    done
+    [[ -d /usr/$arch-linux-gnu/include ]] || { say "no /usr/$arch-linux-gnu/include for bindgen (Debian: apt-get install libc6-dev-$deb_arch-cross)"; exit 2; }
+    cross=(1)
+fi
 
 if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
     say "the working tree has uncommitted changes: the packages are of HEAD ($(git rev-parse --short HEAD)) without them"
@@ -54,7 +75,12 @@ build_rpm() {
     rm -rf "$top"
     mkdir -p "$top"/{RPMS,SRPMS,SOURCES,SPECS,BUILD}
     # In place: the unpacked tree the .deb build also uses, so cargo builds it once.
-    (cd "$tree" && rpmbuild -bb --build-in-place "${nodeps[@]}" \
+    local target=()
+    # A cross build strips and reads the files with the binutils of their architecture.
+    if ((${#cross[@]})); then
+        target=(--target "$arch" --define "__strip $arch-linux-gnu-strip" --define "__objdump $arch-linux-gnu-objdump")
+    fi
+    (cd "$tree" && rpmbuild -bb --build-in-place "${nodeps[@]}" "${target[@]}" \
         --define "_topdir $top" --define "slurm_include_dir $SLURM_INCLUDE_DIR" \
         --define "slurm_pkg ${GPU_TRACKER_SLURM_PKG:-slurm}" \
         packaging/rpm/gpu-tracker.spec)
@@ -67,7 +93,19 @@ build_rpm() {
 
 build_deb() {
     command -v dpkg-buildpackage >/dev/null || { say "dpkg-buildpackage not found (apt-get install dpkg-dev debhelper)"; return 1; }
-    (cd "$tree" && dpkg-buildpackage -b -us -uc)
+    local target=()
+    if ((${#cross[@]})); then
+        # dpkg-shlibdeps reads the package's libraries' symbols from dpkg: that architecture's
+        # libc6, installed beside this machine's (multiarch).
+        dpkg -s "libc6:$deb_arch" >/dev/null 2>&1 || {
+            say "the $deb_arch .deb needs libc6:$deb_arch in dpkg, for dpkg-shlibdeps (dpkg --add-architecture $deb_arch; apt-get update; apt-get install libc6:$deb_arch)"
+            return 1
+        }
+        # -d: Build-Depends name this machine's own (its libslurm-dev gives the headers, which
+        # are the same for every architecture), not $deb_arch's.
+        target=(-a "$deb_arch" -d)
+    fi
+    (cd "$tree" && dpkg-buildpackage -b -us -uc "${target[@]}")
     find "$src" -maxdepth 1 \( -name '*.deb' -o -name '*.ddeb' -o -name '*.buildinfo' -o -name '*.changes' \) \
         -exec mv -f {} "$out/" \;
 }
