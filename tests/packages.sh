@@ -6,15 +6,23 @@
 # list (rpm -qlp, dpkg -c) against the layout below, the config files upgrades keep, the
 # plugin's pin to the Slurm release it was built for, that the shipped ELF files are stripped
 # and their debug info is in the debug packages, that no shipped ELF needs a glibc above 2.28
-# (packaging/check-glibc.sh), and that the programs unpacked from the .deb run.
+# (packaging/check-glibc.sh), that each is built for the packages' architecture, and that the
+# programs unpacked from the .deb run. GPU_TRACKER_ARCH=aarch64 builds and checks the aarch64
+# packages (a cross build; their programs run under qemu-user) in GPU_TRACKER_PKG_OUT.
 # Run by hand, or by .ci/run with GPU_TRACKER_CI_PACKAGES=1 (a release build: about 20 minutes
 # of 2 cores from cold, docs/TESTING.md). Needs root only for nothing; needs rpm, rpm2cpio,
 # cpio, dpkg-dev, debhelper, and zig with cargo-zigbuild.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_TRACKER_PKG_OUT:-$PWD/target/packages}
+# The packages' architecture: GPU_TRACKER_ARCH's (packaging/build.sh), else this machine's.
+arch=${GPU_TRACKER_ARCH:-$(uname -m)}
+case $arch in
+aarch64 | arm64) arch=aarch64 deb_arch=arm64 ;;
+*) arch=x86_64 deb_arch=amd64 ;;
+esac
 # --install: first install what the build needs and this machine lacks (as root; Debian's
-# packages and PyPI's zig and cargo-zigbuild).
+# packages, PyPI's zig and cargo-zigbuild, and for another architecture its cross tools).
 if [[ ${1:-} == --install ]]; then
     shift
     need=()
@@ -26,6 +34,16 @@ if [[ ${1:-} == --install ]]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             "${need[@]}" >/dev/null || { echo "apt-get install ${need[*]} failed"; echo "0 passed, 1 failed"; exit 1; }
     fi
+    # Another architecture's: its binutils, C library headers (bindgen) and libc6 in dpkg
+    # (dpkg-shlibdeps), qemu-user to run what was built, and rustup's std for it.
+    if [[ $arch != "$(uname -m)" ]]; then
+        cross=("binutils-$arch-linux-gnu" "libc6-dev-$deb_arch-cross" qemu-user "libc6:$deb_arch")
+        dpkg --print-foreign-architectures | grep -qx "$deb_arch" || dpkg --add-architecture "$deb_arch"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${cross[@]}" >/dev/null; } || { echo "apt-get install ${cross[*]} failed"; echo "0 passed, 1 failed"; exit 1; }
+        rustup target add "$arch-unknown-linux-gnu" >/dev/null 2>&1 ||
+            { echo "rustup target add $arch-unknown-linux-gnu failed"; echo "0 passed, 1 failed"; exit 1; }
+    fi
     if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
         pip3 install -q ziglang cargo-zigbuild || { echo "pip3 install ziglang cargo-zigbuild failed"; echo "0 passed, 1 failed"; exit 1; }
     fi
@@ -34,9 +52,16 @@ if [[ ${1:-} != --no-build ]]; then
     GPU_TRACKER_PKG_OUT=$out packaging/build.sh both || { echo "packaging/build.sh failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-arch=$(uname -m)
-deb_arch=$(dpkg --print-architecture)
-multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+multiarch=$arch-linux-gnu
+# Another architecture's files are read with its binutils and run under qemu-user, with its
+# loader and libraries from Debian's libc6-<arch>-cross (docs/TESTING.md, "aarch64").
+tools= run=
+if [[ $arch != "$(uname -m)" ]]; then
+    tools=$arch-linux-gnu-
+    loader=$(echo /usr/"$arch"-linux-gnu/lib/ld-linux-*.so.[0-9])
+    run="qemu-$arch $loader --library-path /usr/$arch-linux-gnu/lib"
+    command -v "qemu-$arch" >/dev/null || { echo "qemu-$arch not found (Debian: apt-get install qemu-user)"; echo "0 passed, 1 failed"; exit 1; }
+fi
 inc=${SLURM_INCLUDE_DIR:-/usr/include}
 num=$(sed -n 's/^#define SLURM_VERSION_NUMBER \(0x[0-9a-fA-F]*\).*/\1/p' "$inc/slurm/slurm_version.h")
 release=$(printf '%d.%02d' $(((num >> 16) & 255)) $(((num >> 8) & 255)))
@@ -174,34 +199,46 @@ for p in "$rpm_main" "$rpm_plugin"; do (cd "$tmp/rpm" && rpm2cpio "$p" | cpio -i
 stripped() {
     local f bad=0
     for f in "$@"; do
-        if readelf -S -W "$f" | grep -qE '\.debug_(info|line)|\.symtab'; then echo "$f is not stripped"; bad=1; fi
+        if "${tools}readelf" -S -W "$f" | grep -qE '\.debug_(info|line)|\.symtab'; then echo "$f is not stripped"; bad=1; fi
     done
     return $bad
 }
+machine() { # FILE...: each an ELF file for $arch
+    local f m want bad=0
+    case $arch in aarch64) want=AArch64 ;; *) want=X86-64 ;; esac
+    for f in "$@"; do
+        m=$(readelf -h "$f" | sed -n 's/^ *Machine: *//p')
+        [[ $m == *"$want"* ]] || { echo "$f: $m, not $arch"; bad=1; }
+    done
+    return $bad
+}
+check "every shipped ELF file is built for $arch" \
+    machine "$tmp"/deb/usr/bin/* "$tmp"/deb/usr/lib/*/slurm-wlm/gpu_tracker.so \
+    "$tmp"/rpm/usr/bin/* "$tmp"/rpm/usr/lib64/slurm/gpu_tracker.so
 check "deb: shipped ELF files are stripped" stripped "$tmp"/deb/usr/bin/* "$tmp"/deb/usr/lib/*/slurm-wlm/gpu_tracker.so
 check "rpm: shipped ELF files are stripped" stripped "$tmp"/rpm/usr/bin/* "$tmp"/rpm/usr/lib64/slurm/gpu_tracker.so
 check "every shipped ELF needs GLIBC_2.28 at most (packaging/check-glibc.sh)" \
     packaging/check-glibc.sh --max 2.28 "$tmp/deb" "$tmp/rpm"
-check "gpu-tracker from the .deb tracks a command" \
-    bash -c "'$tmp/deb/usr/bin/gpu-tracker' -e 'sleep 0.2' | grep -q ."
+check "gpu-tracker from the .deb tracks a command${run:+ (under qemu-$arch)}" \
+    bash -c "$run '$tmp/deb/usr/bin/gpu-tracker' -e 'sleep 0.2' | grep -q ."
 check "gpu-tracker-report, gpu-tracker-exporter and gpu-tracker-mail from the .rpm answer --help" \
-    bash -c "'$tmp/rpm/usr/bin/gpu-tracker-report' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-exporter' --help >/dev/null && '$tmp/rpm/usr/bin/gpu-tracker-mail' --help >/dev/null"
+    bash -c "$run '$tmp/rpm/usr/bin/gpu-tracker-report' --help >/dev/null && $run '$tmp/rpm/usr/bin/gpu-tracker-exporter' --help >/dev/null && $run '$tmp/rpm/usr/bin/gpu-tracker-mail' --help >/dev/null"
 # plugin_version: the 4 bytes (little-endian) at the symbol, as slurmstepd reads them.
 plugin_version() {
     local so=$1 a
-    a=$(nm -D --defined-only "$so" | awk '$3 == "plugin_version" { print $1 }')
+    a=$("${tools}nm" -D --defined-only "$so" | awk '$3 == "plugin_version" { print $1 }')
     [[ -n $a ]] || return 1
-    objdump -s --start-address="0x$a" --stop-address="$(printf '0x%x' $((0x$a + 4)))" "$so" |
+    "${tools}objdump" -s --start-address="0x$a" --stop-address="$(printf '0x%x' $((0x$a + 4)))" "$so" |
         awk 'END { b = $2; print "0x" substr(b, 7, 2) substr(b, 5, 2) substr(b, 3, 2) substr(b, 1, 2) }'
 }
 same_version() {
     local got
     got=$(plugin_version "$1") || { echo "no plugin_version in $1"; return 1; }
     echo "plugin_version $got, headers $num"
-    (($(printf '%d' "$got") == $(printf '%d' "$num"))) && nm -D --defined-only "$1" | grep -qw slurm_spank_init
+    (($(printf '%d' "$got") == $(printf '%d' "$num"))) && "${tools}nm" -D --defined-only "$1" | grep -qw slurm_spank_init
 }
 check "the plugin in each package exports slurm_spank_init and plugin_version $num (Slurm $release)" \
-    bash -c "$(declare -f plugin_version same_version); num=$num
+    bash -c "$(declare -f plugin_version same_version); num=$num tools=$tools
              same_version '$tmp/deb/usr/lib/$multiarch/slurm-wlm/gpu_tracker.so' &&
              same_version '$tmp/rpm/usr/lib64/slurm/gpu_tracker.so'"
 
