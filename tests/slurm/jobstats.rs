@@ -213,16 +213,6 @@ fn cluster_name() -> String {
         .to_string()
 }
 
-/// A job's field from the real `sacct` (one allocation line).
-fn sacct_field(id: u32, field: &str) -> String {
-    let out = Command::new("sacct")
-        .args(["-n", "-X", "-P", "-j", &id.to_string(), "-o", field])
-        .env("SLURM_CONF", slurm_conf())
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The cells of the row of `who` in the table titled `title` of a report of
 /// job_defense_shield's, from `who`'s own cell on (the index cell, where there is one, left
 /// out).
@@ -294,7 +284,7 @@ fn job_defense_shield_reads(since: &str, idle: u32, both: u32, stored: &[(u32, S
     let row = report_row(&said, "Low GPU Efficiencies", USER2);
     let (mut used, mut total) = (0.0, 0.0);
     for (id, s) in stored.iter().filter(|(_, s)| s.totals.gpus > 0) {
-        let elapsed: f64 = sacct_field(*id, "ElapsedRaw").parse().unwrap();
+        let elapsed: f64 = sacct_own_field(*id, "ElapsedRaw").parse().unwrap();
         for g in &s.gpus {
             used += elapsed * g.mean_utilization_percent.unwrap() / 100.0;
             total += elapsed;

@@ -511,21 +511,16 @@ pub(crate) fn assert_fault_logged(mark: u64, id: u32, step: &str, what: &str) {
     assert!(found[0].contains(what), "{what:?} not in {}", found[0]);
 }
 
-/// The job's `AdminComment` in Slurm's database, as it is now. Of job `id`'s own row: `sacct -j`
-/// of an array's id lists every task, and the array's id is also one task's (CI's 26.05 run
-/// read the three tasks' comments as one, which never decodes, and waited for it in vain).
-pub(crate) fn stored_comment_now(id: u32) -> String {
+/// Field `field` of job `id`'s own row of `sacct -n -X -P -j id` (times as Unix seconds), as it
+/// is now; empty without that row. `sacct -j` of an array's id lists every task, and the
+/// array's id is also one task's (CI's 26.05 run read the three tasks' comments as one, which
+/// never decodes, and waited for it in vain).
+pub(crate) fn sacct_own_field(id: u32, field: &str) -> String {
     let out = Command::new("sacct")
-        .args([
-            "-n",
-            "-X",
-            "-P",
-            "-j",
-            &id.to_string(),
-            "-o",
-            "JobIDRaw,AdminComment",
-        ])
+        .args(["-n", "-X", "-P", "-j", &id.to_string(), "-o"])
+        .arg(format!("JobIDRaw,{field}"))
         .env("SLURM_CONF", slurm_conf())
+        .env("SLURM_TIME_FORMAT", "%s")
         .output()
         .unwrap();
     let own = format!("{id}|");
@@ -537,6 +532,11 @@ pub(crate) fn stored_comment_now(id: u32) -> String {
         .to_string()
 }
 
+/// The job's `AdminComment` in Slurm's database, as it is now.
+pub(crate) fn stored_comment_now(id: u32) -> String {
+    sacct_own_field(id, "AdminComment")
+}
+
 /// Waits until Slurm's database has job `id`'s end. slurmctld sends slurmdbd the end through
 /// a queue, which can come after the EpilogSlurmctld has stored the summary: the site report
 /// counts ended jobs only.
@@ -545,26 +545,9 @@ pub(crate) fn wait_end_in_database(id: u32) {
         "the job's end in Slurm's database",
         Duration::from_secs(120),
         || {
-            let out = Command::new("sacct")
-                .args([
-                    "-n",
-                    "-X",
-                    "-P",
-                    "-j",
-                    &id.to_string(),
-                    "-o",
-                    "JobIDRaw,End",
-                ])
-                .env("SLURM_CONF", slurm_conf())
-                .env("SLURM_TIME_FORMAT", "%s")
-                .output()
-                .unwrap();
-            // Job `id`'s own row (an array's id lists every task).
-            let own = format!("{id}|");
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .find_map(|l| l.strip_prefix(&own))
-                .is_some_and(|end| end.trim().parse::<i64>().is_ok_and(|t| t > 0))
+            sacct_own_field(id, "End")
+                .parse::<i64>()
+                .is_ok_and(|t| t > 0)
         },
     );
 }
